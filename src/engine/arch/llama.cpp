@@ -1,0 +1,76 @@
+// Llama family (Llama 2 and 3): the base decoder behaviour every other family builds on —
+// HF tensor names, no q/k/v biases, SwiGLU MLP.
+#include "engine/arch/family.h"
+
+namespace tinkerd::engine {
+
+torch::Tensor rms_norm(const torch::Tensor & x, const torch::Tensor & weight, double eps) {
+    return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * weight;
+}
+
+Result<void> DecoderFamily::load_attention(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
+                                           bool with_bias, LayerWeights & out) const {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    const int64_t q_dim = c.n_heads * c.head_dim;
+    const int64_t kv_dim = c.n_kv_heads * c.head_dim;
+    auto assign = [](torch::Tensor & dst, Result<torch::Tensor> src) -> Result<void> {
+        if (!src.ok()) {
+            return src.error();
+        }
+        dst = std::move(src).value();
+        return {};
+    };
+    TRY_STATUS(assign(out.wq, loader.matrix(p + "self_attn.q_proj.weight", {q_dim, c.hidden_size})));
+    TRY_STATUS(assign(out.wk, loader.matrix(p + "self_attn.k_proj.weight", {kv_dim, c.hidden_size})));
+    TRY_STATUS(assign(out.wv, loader.matrix(p + "self_attn.v_proj.weight", {kv_dim, c.hidden_size})));
+    TRY_STATUS(assign(out.wo, loader.matrix(p + "self_attn.o_proj.weight", {c.hidden_size, q_dim})));
+    if (with_bias) {
+        TRY_STATUS(assign(out.bq, loader.vector(p + "self_attn.q_proj.bias", q_dim)));
+        TRY_STATUS(assign(out.bk, loader.vector(p + "self_attn.k_proj.bias", kv_dim)));
+        TRY_STATUS(assign(out.bv, loader.vector(p + "self_attn.v_proj.bias", kv_dim)));
+    }
+    return {};
+}
+
+Result<LayerWeights> DecoderFamily::load_layer(const WeightLoader & loader, const model::ModelConfig & c,
+                                               int64_t layer) const {
+    LayerWeights w;
+    TRY_STATUS(load_attention(loader, c, layer, c.attention_bias, w));
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    struct Item {
+        torch::Tensor * dst;
+        Result<torch::Tensor> src;
+    };
+    Item items[] = {
+        {&w.input_norm, loader.vector(p + "input_layernorm.weight", c.hidden_size)},
+        {&w.post_norm, loader.vector(p + "post_attention_layernorm.weight", c.hidden_size)},
+        {&w.w_gate, loader.matrix(p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size})},
+        {&w.w_up, loader.matrix(p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size})},
+        {&w.w_down, loader.matrix(p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size})},
+    };
+    for (Item & item : items) {
+        if (!item.src.ok()) {
+            return item.src.error();
+        }
+        *item.dst = std::move(item.src).value();
+    }
+    return w;
+}
+
+torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const torch::Tensor & x,
+                                 const std::vector<RowSegment> & segments, int64_t layer) const {
+    torch::Tensor gate = lora_linear(x, w.w_gate, {}, segments, layer, LoraTarget::GATE);  // [T, F]
+    torch::Tensor up = lora_linear(x, w.w_up, {}, segments, layer, LoraTarget::UP);        // [T, F]
+    return lora_linear(torch::silu(gate) * up, w.w_down, {}, segments, layer, LoraTarget::DOWN);
+}
+
+namespace {
+class LlamaFamily final : public DecoderFamily {
+  public:
+    const char * name() const override { return "llama"; }
+};
+}  // namespace
+
+std::unique_ptr<DecoderFamily> make_llama_family() { return std::make_unique<LlamaFamily>(); }
+
+}  // namespace tinkerd::engine

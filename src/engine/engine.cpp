@@ -1,0 +1,221 @@
+// Engine loading, adapter lifecycle, AdamW steps and PEFT-named import/export.
+#include <thread>
+
+#include "common/log.h"
+#include "engine/engine_impl.h"
+#include "engine/optimizer.h"
+#include "engine/torch_convert.h"
+
+namespace tinkerd::engine {
+
+static Result<torch::ScalarType> choose_compute_dtype(ComputeDType requested, const std::string & model_dir) {
+    switch (requested) {
+        case ComputeDType::FP32: return torch::kFloat32;
+        case ComputeDType::BF16: return torch::kBFloat16;
+        case ComputeDType::FP64: return torch::kFloat64;
+        case ComputeDType::AUTO: break;
+    }
+    auto file = model::SafetensorsFile::open_model_dir(model_dir);
+    if (!file.ok()) {
+        return file.error();
+    }
+    auto embed = (*file)->get("model.embed_tokens.weight");
+    if (!embed.ok()) {
+        return not_found("missing tensor 'model.embed_tokens.weight' in the checkpoint");
+    }
+    return embed->dtype == model::DType::BF16 ? torch::kBFloat16 : torch::kFloat32;
+}
+
+Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, const EngineOptions & options) {
+    const int threads = options.n_threads > 0 ? options.n_threads
+                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(threads);  // libtorch defaults to 1 here; see docs/benchmarks.md
+    auto compute = choose_compute_dtype(options.dtype, model_dir);
+    if (!compute.ok()) {
+        return compute.error();
+    }
+    const torch::ScalarType act = *compute == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    try {
+        auto transformer = Transformer::load(model_dir, *compute, act, torch::kCPU);
+        if (!transformer.ok()) {
+            return transformer.error();
+        }
+        std::unique_ptr<Engine> engine = std::make_unique<EngineImpl>(std::move(transformer).value(), act);
+        LOG_INF("engine", "loaded %s (%s, %lld layers, %s weights, %d threads)", model_dir.c_str(),
+                engine->config().architecture.c_str(), static_cast<long long>(engine->config().n_layers),
+                engine->compute_dtype_name().c_str(), threads);
+        return engine;
+    } catch (const c10::Error & e) {
+        return internal_error(std::string("loading the model failed: ") + e.what_without_backtrace());
+    }
+}
+
+std::string EngineImpl::compute_dtype_name() const {
+    switch (transformer_->compute_dtype()) {
+        case torch::kBFloat16: return "bf16";
+        case torch::kFloat64: return "fp64";
+        default: return "fp32";
+    }
+}
+
+Result<AdapterId> EngineImpl::create_adapter(const LoraSpec & spec) {
+    if (spec.rank <= 0 || spec.rank > 4096) {
+        return invalid_argument("lora rank must be in [1, 4096], got " + std::to_string(spec.rank));
+    }
+    if (!spec.train_attn && !spec.train_mlp && !spec.train_unembed) {
+        return invalid_argument("at least one of train_attn, train_mlp, train_unembed must be true");
+    }
+    const AdapterId id = next_id_++;
+    const uint64_t seed = spec.seed ? *spec.seed : next_seed_++;
+    adapters_[id] = std::make_unique<Adapter>(
+        make_adapter(id, spec, config(), lora_dtype_, transformer_->device(), seed));
+    return id;
+}
+
+Result<Adapter *> EngineImpl::find_adapter(AdapterId id) {
+    auto it = adapters_.find(id);
+    if (it == adapters_.end()) {
+        return not_found("unknown adapter " + std::to_string(id));
+    }
+    return it->second.get();
+}
+
+Result<void> EngineImpl::remove_adapter(AdapterId id) {
+    if (!adapters_.erase(id)) {
+        return not_found("unknown adapter " + std::to_string(id));
+    }
+    return {};
+}
+
+Result<LoraSpec> EngineImpl::adapter_spec(AdapterId id) const {
+    auto it = adapters_.find(id);
+    if (it == adapters_.end()) {
+        return not_found("unknown adapter " + std::to_string(id));
+    }
+    return it->second->spec;
+}
+
+Result<OptimStepOutput> EngineImpl::optim_step(AdapterId id, const AdamParams & params) {
+    auto adapter = find_adapter(id);
+    if (!adapter.ok()) {
+        return adapter.error();
+    }
+    TRY_STATUS(validate_adam_params(params));
+    const double norm = adamw_step(**adapter, params);
+    OptimStepOutput out;
+    out.metrics["grad_norm:mean"] = norm;
+    out.metrics["step:max"] = static_cast<double>((*adapter)->step);
+    return out;
+}
+
+Result<std::map<std::string, HostTensor>> EngineImpl::export_adapter(AdapterId id, bool with_optimizer) const {
+    auto it = adapters_.find(id);
+    if (it == adapters_.end()) {
+        return not_found("unknown adapter " + std::to_string(id));
+    }
+    const Adapter & a = *it->second;
+    std::map<std::string, HostTensor> out;
+    for (size_t i = 0; i < a.params.size(); ++i) {
+        out[a.names[i]] = tensor_to_host(a.params[i], model::DType::F32);
+        if (with_optimizer) {
+            out[a.names[i] + ".exp_avg"] = tensor_to_host(a.exp_avg[i], model::DType::F32);
+            out[a.names[i] + ".exp_avg_sq"] = tensor_to_host(a.exp_avg_sq[i], model::DType::F32);
+        }
+    }
+    if (with_optimizer) {
+        out["optimizer.step"] = make_host_tensor_i64({1}, {a.step});
+    }
+    return out;
+}
+
+Result<std::map<std::string, HostTensor>> EngineImpl::export_gradients(AdapterId id) const {
+    auto it = adapters_.find(id);
+    if (it == adapters_.end()) {
+        return not_found("unknown adapter " + std::to_string(id));
+    }
+    std::map<std::string, HostTensor> out;
+    for (size_t i = 0; i < it->second->grads.size(); ++i) {
+        out[it->second->names[i]] = tensor_to_host(it->second->grads[i], model::DType::F64);
+    }
+    return out;
+}
+
+// Finds key with the given shape in tensors, or names what is wrong.
+static Result<torch::Tensor> lookup_import(const std::map<std::string, HostTensor> & tensors, const std::string & key,
+                                           const torch::Tensor & like) {
+    auto it = tensors.find(key);
+    if (it == tensors.end()) {
+        return invalid_argument("adapter tensor '" + key + "' is missing");
+    }
+    if (it->second.shape != like.sizes().vec()) {
+        return invalid_argument("adapter tensor '" + key + "' has shape " + shape_string(it->second.shape) +
+                                ", expected " + shape_string(like.sizes().vec()));
+    }
+    return host_to_tensor(it->second).to(like.device(), like.scalar_type());
+}
+
+Result<void> EngineImpl::import_adapter(AdapterId id, const std::map<std::string, HostTensor> & tensors,
+                                        bool with_optimizer) {
+    auto adapter = find_adapter(id);
+    if (!adapter.ok()) {
+        return adapter.error();
+    }
+    Adapter & a = **adapter;
+    std::vector<std::pair<torch::Tensor *, torch::Tensor>> updates;  // validated first, applied after
+    for (size_t i = 0; i < a.params.size(); ++i) {
+        std::vector<std::pair<std::string, torch::Tensor *>> wanted = {{a.names[i], &a.params[i]}};
+        if (with_optimizer) {
+            wanted.push_back({a.names[i] + ".exp_avg", &a.exp_avg[i]});
+            wanted.push_back({a.names[i] + ".exp_avg_sq", &a.exp_avg_sq[i]});
+        }
+        for (auto & [key, dst] : wanted) {
+            auto t = lookup_import(tensors, key, *dst);
+            if (!t.ok()) {
+                return t.error();
+            }
+            updates.emplace_back(dst, std::move(t).value());
+        }
+    }
+    int64_t step = a.step;
+    if (with_optimizer) {
+        auto it = tensors.find("optimizer.step");
+        if (it == tensors.end() || host_tensor_values(it->second).size() != 1) {
+            return invalid_argument("adapter tensor 'optimizer.step' is missing or not a single value");
+        }
+        step = static_cast<int64_t>(host_tensor_values(it->second)[0]);
+    }
+    torch::NoGradGuard no_grad;
+    for (auto & [dst, value] : updates) {
+        dst->copy_(value);
+    }
+    for (size_t i = 0; i < a.params.size(); ++i) {
+        a.grads[i].zero_();
+        if (!with_optimizer) {  // weights only: the optimizer starts afresh
+            a.exp_avg[i].zero_();
+            a.exp_avg_sq[i].zero_();
+        }
+    }
+    a.step = step;
+    return {};
+}
+
+Result<std::vector<int64_t>> greedy_generate(Engine & engine, AdapterId id, std::vector<int64_t> prompt,
+                                             int64_t n_new, const std::vector<int64_t> & stop_ids) {
+    std::vector<int64_t> generated;
+    for (int64_t i = 0; i < n_new; ++i) {
+        auto logits = engine.last_logits(id, prompt);
+        if (!logits.ok()) {
+            return logits.error();
+        }
+        const auto & v = *logits;
+        const int64_t next = std::max_element(v.begin(), v.end()) - v.begin();
+        generated.push_back(next);
+        prompt.push_back(next);
+        if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+            break;
+        }
+    }
+    return generated;
+}
+
+}  // namespace tinkerd::engine

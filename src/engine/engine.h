@@ -1,0 +1,123 @@
+// Engine: the public, torch-free face of the training engine. It owns one frozen base model and
+// many LoRA adapters over it, and runs packed forward / forward_backward, AdamW steps and adapter
+// import/export. Not thread-safe: one engine thread calls it (see ARCHITECTURE.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+
+namespace tinkerd::engine {
+
+// Numeric mode of the base weights. AUTO = the checkpoint's own dtype (BF16 -> bf16, F32 -> fp32,
+// F16 -> fp32). FP64 is for gradient checks in tests only.
+enum class ComputeDType { AUTO, FP32, BF16, FP64 };
+
+struct EngineOptions {
+    ComputeDType dtype = ComputeDType::AUTO;
+    int n_threads = 0;  // intra-op threads; 0 = every core
+};
+
+// A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;
+// unembed -> lm_head.
+struct LoraSpec {
+    int64_t rank = 32;
+    double alpha = 32.0;  // scale = alpha / rank
+    bool train_attn = true;
+    bool train_mlp = true;
+    bool train_unembed = true;
+    std::optional<uint64_t> seed;  // initialisation seed; none = from a process-wide counter
+};
+
+using AdapterId = int64_t;
+inline constexpr AdapterId BASE_MODEL = 0;  // rows with this id run the bare base model
+
+// Host tensors (loss inputs, outputs, exported weights) reuse the safetensors owned-tensor type.
+using HostTensor = model::OwnedTensor;
+
+struct Datum {
+    std::vector<int64_t> tokens;                      // model input, N tokens
+    std::map<std::string, HostTensor> loss_inputs;   // target_tokens [N] or [N,K], weights, ...
+};
+
+struct ForwardBackwardInput {
+    AdapterId adapter = BASE_MODEL;
+    std::vector<Datum> datums;
+    std::string loss_fn = "cross_entropy";
+    std::map<std::string, double> loss_fn_config;
+};
+
+struct ForwardBackwardOutput {
+    std::vector<HostTensor> logprobs;       // per datum, F32, shape of target_tokens
+    std::map<std::string, double> metrics;  // "loss:sum", ...
+};
+
+// torch.optim.AdamW hyper-parameters, plus global grad-norm clipping (0 = off). Tinker defaults.
+struct AdamParams {
+    double learning_rate = 1e-4;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-12;
+    double weight_decay = 0.0;
+    double grad_clip_norm = 0.0;
+};
+
+struct OptimStepOutput {
+    std::map<std::string, double> metrics;  // "grad_norm:mean" (before clipping), "step:max"
+};
+
+class Engine {
+  public:
+    // Loads a Hugging Face model directory (config.json + safetensors, memory-mapped).
+    static Result<std::unique_ptr<Engine>> load(const std::string & model_dir, const EngineOptions & options);
+    virtual ~Engine() = default;
+
+    virtual const model::ModelConfig & config() const = 0;
+    virtual std::string compute_dtype_name() const = 0;  // "bf16", "fp32" or "fp64"
+
+    // Creates a fresh adapter (B = 0, so outputs equal the base model's until trained).
+    virtual Result<AdapterId> create_adapter(const LoraSpec & spec) = 0;
+    virtual Result<void> remove_adapter(AdapterId id) = 0;
+    virtual Result<LoraSpec> adapter_spec(AdapterId id) const = 0;
+
+    // Runs every input in one packed batch. Each input succeeds or fails on its own; a failed input
+    // changes nothing. With backward, gradients accumulate into each adapter until optim_step.
+    virtual std::vector<Result<ForwardBackwardOutput>> forward_backward(
+        const std::vector<ForwardBackwardInput> & inputs, bool backward) = 0;
+
+    // One AdamW step on the adapter's accumulated gradients, then zeroes them.
+    virtual Result<OptimStepOutput> optim_step(AdapterId id, const AdamParams & params) = 0;
+
+    // PEFT-named weights ("base_model.model.<module>.lora_A.weight"); with_optimizer adds
+    // "<key>.exp_avg", "<key>.exp_avg_sq" and "optimizer.step" (I64 [1]).
+    virtual Result<std::map<std::string, HostTensor>> export_adapter(AdapterId id, bool with_optimizer) const = 0;
+    // Replaces the adapter's weights (and optimizer state when present) from PEFT-named tensors;
+    // every expected key must be present with the right shape, else nothing changes.
+    virtual Result<void> import_adapter(AdapterId id, const std::map<std::string, HostTensor> & tensors,
+                                        bool with_optimizer) = 0;
+
+    // The adapter's accumulated gradients, PEFT-named (for tests and debugging).
+    virtual Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const = 0;
+
+    // Logits [V] at the last position of one sequence (no gradient). For tests and simple decoding.
+    virtual Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) = 0;
+};
+
+// Greedy decoding by repeated full forwards (no KV cache): appends up to n_new tokens, stopping
+// after the first token in stop_ids (which is returned).
+Result<std::vector<int64_t>> greedy_generate(Engine & engine, AdapterId id, std::vector<int64_t> prompt,
+                                             int64_t n_new, const std::vector<int64_t> & stop_ids);
+
+// Host tensor helpers.
+HostTensor make_host_tensor_f32(std::vector<int64_t> shape, const std::vector<float> & values);
+HostTensor make_host_tensor_i64(std::vector<int64_t> shape, const std::vector<int64_t> & values);
+std::vector<double> host_tensor_values(const HostTensor & tensor);  // any float/int dtype, as doubles
+
+}  // namespace tinkerd::engine

@@ -1,0 +1,61 @@
+// EngineImpl: the libtorch implementation behind engine.h. Split over engine.cpp (loading,
+// adapters, optimizer, import/export) and forward_backward.cpp (packing, losses, gradients).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+
+#include "engine/engine.h"
+#include "engine/losses.h"
+#include "engine/transformer.h"
+
+namespace tinkerd::engine {
+
+class EngineImpl final : public Engine {
+  public:
+    EngineImpl(std::unique_ptr<Transformer> transformer, torch::ScalarType lora_dtype)
+        : transformer_(std::move(transformer)), lora_dtype_(lora_dtype) {}
+
+    const model::ModelConfig & config() const override { return transformer_->config(); }
+    std::string compute_dtype_name() const override;
+    Result<AdapterId> create_adapter(const LoraSpec & spec) override;
+    Result<void> remove_adapter(AdapterId id) override;
+    Result<LoraSpec> adapter_spec(AdapterId id) const override;
+    std::vector<Result<ForwardBackwardOutput>> forward_backward(const std::vector<ForwardBackwardInput> & inputs,
+                                                                bool backward) override;
+    Result<OptimStepOutput> optim_step(AdapterId id, const AdamParams & params) override;
+    Result<std::map<std::string, HostTensor>> export_adapter(AdapterId id, bool with_optimizer) const override;
+    Result<void> import_adapter(AdapterId id, const std::map<std::string, HostTensor> & tensors,
+                                bool with_optimizer) override;
+    Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const override;
+    Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) override;
+
+  private:
+    // An input that passed validation, with its parsed loss.
+    struct PlannedInput {
+        size_t index;  // position in the caller's inputs
+        const ForwardBackwardInput * input;
+        LossConfig loss;
+        Adapter * adapter;  // nullptr for the base model
+        int64_t first_row;  // first packed row of its first datum
+    };
+
+    Result<Adapter *> find_adapter(AdapterId id);
+    Result<LossConfig> validate_input(const ForwardBackwardInput & input, bool backward);
+    PackedBatch pack(std::vector<PlannedInput> & planned) const;
+    // Runs the planned inputs; fills results for each of them.
+    void run_planned(std::vector<PlannedInput> & planned, bool backward,
+                     std::vector<Result<ForwardBackwardOutput>> & results);
+    void apply_gradients(std::vector<PlannedInput> & planned, const std::vector<torch::Tensor> & losses,
+                         std::vector<Result<ForwardBackwardOutput>> & results);
+
+    std::unique_ptr<Transformer> transformer_;
+    torch::ScalarType lora_dtype_;
+    std::map<AdapterId, std::unique_ptr<Adapter>> adapters_;
+    AdapterId next_id_ = 1;
+    uint64_t next_seed_ = 0x5eed;
+};
+
+}  // namespace tinkerd::engine

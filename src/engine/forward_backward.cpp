@@ -1,0 +1,227 @@
+// EngineImpl::forward_backward: validates each input, packs the valid ones into one batch (grouped by
+// adapter), runs the transformer once, computes each datum's target logprobs and loss, and (when
+// training) accumulates each adapter's gradients only if they are all finite.
+#include <cmath>
+
+#include "common/log.h"
+#include "engine/engine_impl.h"
+#include "engine/torch_convert.h"
+
+namespace tinkerd::engine {
+
+Result<LossConfig> EngineImpl::validate_input(const ForwardBackwardInput & input, bool backward) {
+    if (input.adapter != BASE_MODEL && !adapters_.count(input.adapter)) {
+        return not_found("unknown adapter " + std::to_string(input.adapter));
+    }
+    if (backward && input.adapter == BASE_MODEL) {
+        return invalid_argument("forward_backward needs a LoRA adapter; the base model is frozen");
+    }
+    auto loss = parse_loss(input.loss_fn, input.loss_fn_config);
+    if (!loss.ok()) {
+        return loss;
+    }
+    if (input.datums.empty()) {
+        return invalid_argument("data must hold at least one datum");
+    }
+    const int64_t vocab = config().vocab_size;
+    for (size_t d = 0; d < input.datums.size(); ++d) {
+        const Datum & datum = input.datums[d];
+        const std::string where = "data[" + std::to_string(d) + "]: ";
+        if (datum.tokens.empty()) {
+            return invalid_argument(where + "model_input is empty");
+        }
+        for (int64_t token : datum.tokens) {
+            if (token < 0 || token >= vocab) {
+                return invalid_argument(where + "token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+                                        std::to_string(vocab) + ")");
+            }
+        }
+        auto status = validate_loss_inputs(*loss, datum, vocab);
+        if (!status.ok()) {
+            return invalid_argument(where + status.error().message);
+        }
+    }
+    return loss;
+}
+
+PackedBatch EngineImpl::pack(std::vector<PlannedInput> & planned) const {
+    // Rows of one adapter stay contiguous so each projection runs one LoRA matmul per adapter.
+    std::stable_sort(planned.begin(), planned.end(), [](const PlannedInput & a, const PlannedInput & b) {
+        return a.input->adapter < b.input->adapter;
+    });
+    std::vector<int64_t> tokens, positions;
+    PackedBatch batch;
+    for (PlannedInput & p : planned) {
+        p.first_row = static_cast<int64_t>(tokens.size());
+        for (const Datum & datum : p.input->datums) {
+            batch.layout.offsets.push_back(static_cast<int64_t>(tokens.size()));
+            batch.layout.lengths.push_back(static_cast<int64_t>(datum.tokens.size()));
+            for (size_t t = 0; t < datum.tokens.size(); ++t) {
+                tokens.push_back(datum.tokens[t]);
+                positions.push_back(static_cast<int64_t>(t));
+            }
+        }
+        const int64_t end = static_cast<int64_t>(tokens.size());
+        if (!batch.segments.empty() && batch.segments.back().adapter == p.adapter) {
+            batch.segments.back().end = end;
+        } else {
+            batch.segments.push_back({p.first_row, end, p.adapter});
+        }
+    }
+    auto device = transformer_->device();
+    batch.tokens = torch::tensor(tokens, torch::kInt64).to(device);
+    batch.positions = torch::tensor(positions, torch::kInt64).to(device);
+    return batch;
+}
+
+// Target logprobs of one datum: rows [first, first+N) of logits; targets [N] or [N,K].
+static torch::Tensor target_logprobs(const torch::Tensor & logits, const torch::Tensor & lse, int64_t first,
+                                     const torch::Tensor & targets) {
+    const int64_t n = targets.size(0);
+    torch::Tensor rows = logits.narrow(0, first, n);  // [N, V]
+    torch::Tensor norm = lse.narrow(0, first, n);     // [N]
+    if (targets.dim() == 1) {
+        return rows.gather(1, targets.unsqueeze(1)).squeeze(1) - norm;  // [N]
+    }
+    return rows.gather(1, targets) - norm.unsqueeze(1);  // [N, K]
+}
+
+void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
+                             std::vector<Result<ForwardBackwardOutput>> & results) {
+    const auto act = transformer_->act_dtype();
+    const auto device = transformer_->device();
+    PackedBatch batch = pack(planned);
+    torch::Tensor hidden = transformer_->hidden_states(batch);          // [T, C]
+    torch::Tensor logits = transformer_->logits(hidden, batch.segments);  // [T, V]
+    torch::Tensor lse = torch::logsumexp(logits, -1);                   // [T]
+    std::vector<torch::Tensor> losses;
+    for (PlannedInput & p : planned) {
+        ForwardBackwardOutput out;
+        torch::Tensor total = torch::zeros({}, torch::TensorOptions().dtype(act).device(device));
+        int64_t row = p.first_row;
+        for (const Datum & datum : p.input->datums) {
+            std::map<std::string, torch::Tensor> inputs;
+            for (const auto & [key, host] : datum.loss_inputs) {
+                torch::Tensor t = host_to_tensor(host).to(device);
+                inputs[key] = key == "target_tokens" ? t.to(torch::kInt64) : t.to(act);
+            }
+            torch::Tensor lp = target_logprobs(logits, lse, row, inputs.at("target_tokens"));
+            total = total + datum_loss(p.loss, lp, inputs);
+            out.logprobs.push_back(tensor_to_host(lp, model::DType::F32));
+            row += static_cast<int64_t>(datum.tokens.size());
+        }
+        const double loss_value = total.item<double>();
+        out.metrics["loss:sum"] = loss_value;
+        results[p.index] = std::isfinite(loss_value)
+                               ? Result<ForwardBackwardOutput>(std::move(out))
+                               : Result<ForwardBackwardOutput>(invalid_argument("the loss is not finite"));
+        losses.push_back(total);
+    }
+    if (backward) {
+        apply_gradients(planned, losses, results);
+    }
+}
+
+// Gradients of every adapter in the batch in one backward pass; accumulated per adapter only when the
+// adapter's inputs all succeeded and its gradients are finite.
+void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std::vector<torch::Tensor> & losses,
+                                 std::vector<Result<ForwardBackwardOutput>> & results) {
+    std::map<Adapter *, bool> adapter_ok;
+    torch::Tensor total;
+    for (size_t i = 0; i < planned.size(); ++i) {
+        const bool ok = results[planned[i].index].ok();
+        auto [it, fresh] = adapter_ok.emplace(planned[i].adapter, ok);
+        it->second = it->second && ok;
+        if (ok) {
+            total = total.defined() ? total + losses[i] : losses[i];
+        }
+    }
+    std::vector<torch::Tensor> params;
+    std::vector<std::pair<Adapter *, size_t>> owners;  // (adapter, first index in params)
+    for (auto & [adapter, ok] : adapter_ok) {
+        if (ok) {
+            owners.emplace_back(adapter, params.size());
+            params.insert(params.end(), adapter->params.begin(), adapter->params.end());
+        }
+    }
+    if (!total.defined() || params.empty()) {
+        return;
+    }
+    auto grads = torch::autograd::grad({total}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                                       /*allow_unused=*/true);
+    torch::NoGradGuard no_grad;
+    for (auto & [adapter, first] : owners) {
+        bool finite = true;
+        for (size_t j = 0; j < adapter->params.size() && finite; ++j) {
+            const auto & g = grads[first + j];
+            finite = !g.defined() || g.isfinite().all().item<bool>();
+        }
+        for (size_t j = 0; j < adapter->params.size() && finite; ++j) {
+            if (grads[first + j].defined()) {
+                adapter->grads[j].add_(grads[first + j]);
+            }
+        }
+        if (!finite) {
+            for (auto & p : planned) {
+                if (p.adapter == adapter) {
+                    results[p.index] = invalid_argument("the gradient is not finite; nothing was accumulated");
+                }
+            }
+        }
+    }
+}
+
+std::vector<Result<ForwardBackwardOutput>> EngineImpl::forward_backward(
+    const std::vector<ForwardBackwardInput> & inputs, bool backward) {
+    std::vector<Result<ForwardBackwardOutput>> results(inputs.size(), Result<ForwardBackwardOutput>(
+                                                                          internal_error("not run")));
+    std::vector<PlannedInput> planned;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        auto loss = validate_input(inputs[i], backward);
+        if (!loss.ok()) {
+            results[i] = loss.error();
+            continue;
+        }
+        Adapter * adapter = inputs[i].adapter == BASE_MODEL ? nullptr : adapters_.at(inputs[i].adapter).get();
+        planned.push_back({i, &inputs[i], *loss, adapter, 0});
+    }
+    if (planned.empty()) {
+        return results;
+    }
+    try {
+        std::optional<torch::NoGradGuard> no_grad;
+        if (!backward) {
+            no_grad.emplace();
+        }
+        run_planned(planned, backward, results);
+    } catch (const c10::Error & e) {
+        LOG_ERR("engine", "forward_backward failed: %s", e.what_without_backtrace());
+        for (const PlannedInput & p : planned) {
+            results[p.index] = internal_error(std::string("engine error: ") + e.what_without_backtrace());
+        }
+    }
+    return results;
+}
+
+Result<std::vector<float>> EngineImpl::last_logits(AdapterId id, const std::vector<int64_t> & tokens) {
+    Datum datum;
+    datum.tokens = tokens;
+    datum.loss_inputs["target_tokens"] = make_host_tensor_i64({static_cast<int64_t>(tokens.size())},
+                                                              std::vector<int64_t>(tokens.size(), 0));
+    ForwardBackwardInput input{id, {datum}, "cross_entropy", {}};
+    auto status = validate_input(input, false);
+    if (!status.ok()) {
+        return status.error();
+    }
+    torch::NoGradGuard no_grad;
+    std::vector<PlannedInput> planned = {{0, &input, *status, id == BASE_MODEL ? nullptr : adapters_.at(id).get(), 0}};
+    PackedBatch batch = pack(planned);
+    torch::Tensor hidden = transformer_->hidden_states(batch);
+    torch::Tensor last = hidden.narrow(0, hidden.size(0) - 1, 1);
+    std::vector<RowSegment> segments = {{0, 1, planned[0].adapter}};
+    torch::Tensor logits = transformer_->logits(last, segments).to(torch::kFloat32).contiguous();
+    const float * p = logits.data_ptr<float>();
+    return std::vector<float>(p, p + logits.numel());
+}
+
+}  // namespace tinkerd::engine

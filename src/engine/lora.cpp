@@ -1,0 +1,152 @@
+// LoRA adapters: construction, PEFT naming and the segmented LoRA linear.
+#include "engine/lora.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+namespace tinkerd::engine {
+
+const char * lora_target_name(LoraTarget target) {
+    static const char * names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                                   "lm_head"};
+    return names[static_cast<int>(target)];
+}
+
+ProjectionShape projection_shape(const model::ModelConfig & c, LoraTarget target) {
+    const int64_t q_dim = c.n_heads * c.head_dim;
+    const int64_t kv_dim = c.n_kv_heads * c.head_dim;
+    switch (target) {
+        case LoraTarget::Q: return {c.hidden_size, q_dim};
+        case LoraTarget::K:
+        case LoraTarget::V: return {c.hidden_size, kv_dim};
+        case LoraTarget::O: return {q_dim, c.hidden_size};
+        case LoraTarget::GATE:
+        case LoraTarget::UP: return {c.hidden_size, c.intermediate_size};
+        case LoraTarget::DOWN: return {c.intermediate_size, c.hidden_size};
+        case LoraTarget::LM_HEAD: return {c.hidden_size, c.vocab_size};
+    }
+    return {};
+}
+
+std::string peft_key(int64_t layer, LoraTarget target, bool is_b) {
+    const char * suffix = is_b ? ".lora_B.weight" : ".lora_A.weight";
+    if (target == LoraTarget::LM_HEAD) {
+        return std::string("base_model.model.lm_head") + suffix;
+    }
+    const bool is_mlp = target == LoraTarget::GATE || target == LoraTarget::UP || target == LoraTarget::DOWN;
+    return "base_model.model.model.layers." + std::to_string(layer) + (is_mlp ? ".mlp." : ".self_attn.") +
+           lora_target_name(target) + suffix;
+}
+
+static bool is_targeted(const LoraSpec & spec, LoraTarget target) {
+    switch (target) {
+        case LoraTarget::Q:
+        case LoraTarget::K:
+        case LoraTarget::V:
+        case LoraTarget::O: return spec.train_attn;
+        case LoraTarget::GATE:
+        case LoraTarget::UP:
+        case LoraTarget::DOWN: return spec.train_mlp;
+        case LoraTarget::LM_HEAD: return spec.train_unembed;
+    }
+    return false;
+}
+
+// Appends the A/B pair of one projection and returns the index of A.
+static int add_pair(Adapter & a, const ProjectionShape & shape, int64_t layer, LoraTarget target,
+                    at::Generator & gen, const torch::TensorOptions & options) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(shape.in));
+    torch::Tensor lora_a = torch::rand({a.spec.rank, shape.in}, gen, torch::kFloat64) * (2 * bound) - bound;
+    torch::Tensor lora_b = torch::zeros({shape.out, a.spec.rank}, torch::kFloat64);
+    const int index = static_cast<int>(a.params.size());
+    for (auto [tensor, is_b] : {std::pair{lora_a, false}, std::pair{lora_b, true}}) {
+        torch::Tensor p = tensor.to(options).set_requires_grad(true);
+        a.names.push_back(peft_key(layer, target, is_b));
+        a.grads.push_back(torch::zeros_like(p).set_requires_grad(false));
+        a.exp_avg.push_back(torch::zeros_like(p).set_requires_grad(false));
+        a.exp_avg_sq.push_back(torch::zeros_like(p).set_requires_grad(false));
+        a.params.push_back(std::move(p));
+    }
+    return index;
+}
+
+Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
+                     torch::Device device, uint64_t seed) {
+    Adapter a;
+    a.id = id;
+    a.spec = spec;
+    a.scale = spec.alpha / static_cast<double>(spec.rank);
+    auto gen = at::detail::createCPUGenerator(seed);
+    auto options = torch::TensorOptions().dtype(dtype).device(device);
+    a.layer_index.assign(config.n_layers, {});
+    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+        for (int t = 0; t < N_LAYER_TARGETS; ++t) {
+            auto target = static_cast<LoraTarget>(t);
+            a.layer_index[layer][t] =
+                is_targeted(spec, target)
+                    ? add_pair(a, projection_shape(config, target), layer, target, gen, options)
+                    : -1;
+        }
+    }
+    if (is_targeted(spec, LoraTarget::LM_HEAD)) {
+        a.lm_head_index = add_pair(a, projection_shape(config, LoraTarget::LM_HEAD), -1, LoraTarget::LM_HEAD, gen,
+                                   options);
+    }
+    return a;
+}
+
+static int index_of(const Adapter & a, int64_t layer, LoraTarget target) {
+    if (target == LoraTarget::LM_HEAD) {
+        return a.lm_head_index;
+    }
+    return a.layer_index[layer][static_cast<int>(target)];
+}
+
+const torch::Tensor * Adapter::lora_a(int64_t layer, LoraTarget target) const {
+    const int i = index_of(*this, layer, target);
+    return i < 0 ? nullptr : &params[i];
+}
+
+const torch::Tensor * Adapter::lora_b(int64_t layer, LoraTarget target) const {
+    const int i = index_of(*this, layer, target);
+    return i < 0 ? nullptr : &params[i + 1];
+}
+
+// (x·Aᵀ)·Bᵀ·scale for one segment; x_seg [n, in] act dtype, A [R, in], B [out, R] in the LoRA dtype.
+static torch::Tensor lora_delta(const torch::Tensor & x_seg, const Adapter & a, const torch::Tensor & lora_a,
+                                const torch::Tensor & lora_b) {
+    torch::Tensor h = torch::matmul(x_seg.to(lora_a.scalar_type()), lora_a.t());  // [n, R]
+    return torch::matmul(h * a.scale, lora_b.t());                               // [n, out]
+}
+
+torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,
+                          const std::vector<RowSegment> & segments, int64_t layer, LoraTarget target) {
+    const auto act = x.scalar_type();
+    torch::Tensor y = torch::matmul(x.to(w.scalar_type()), w.t()).to(act);  // [T, out]
+    if (bias.defined()) {
+        y = y + bias;
+    }
+    bool any_lora = false;
+    for (const RowSegment & s : segments) {
+        any_lora = any_lora || (s.adapter && s.adapter->lora_a(layer, target));
+    }
+    if (!any_lora) {
+        return y;
+    }
+    std::vector<torch::Tensor> pieces;
+    pieces.reserve(segments.size());
+    for (const RowSegment & s : segments) {
+        torch::Tensor y_seg = y.narrow(0, s.begin, s.end - s.begin);
+        const torch::Tensor * lora_a = s.adapter ? s.adapter->lora_a(layer, target) : nullptr;
+        if (lora_a) {
+            torch::Tensor delta = lora_delta(x.narrow(0, s.begin, s.end - s.begin), *s.adapter, *lora_a,
+                                             *s.adapter->lora_b(layer, target));
+            y_seg = y_seg + delta.to(act);
+        }
+        pieces.push_back(y_seg);
+    }
+    return pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
+}
+
+}  // namespace tinkerd::engine

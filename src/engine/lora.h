@@ -1,0 +1,64 @@
+// LoRA adapters: per-adapter A/B matrices for each targeted projection, their accumulated gradients
+// and AdamW moments, PEFT key names, and the row-segmented LoRA linear used by the transformer.
+// Semantics per row r of adapter a: y[r] = x[r]·Wᵀ + (alpha/R)·(x[r]·A_aᵀ)·B_aᵀ.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace tinkerd::engine {
+
+enum class LoraTarget { Q = 0, K, V, O, GATE, UP, DOWN, LM_HEAD };
+inline constexpr int N_LAYER_TARGETS = 7;  // Q..DOWN; LM_HEAD is model-level
+
+const char * lora_target_name(LoraTarget target);  // "q_proj", ..., "lm_head"
+
+// The (in, out) features of a target's base projection.
+struct ProjectionShape {
+    int64_t in = 0;
+    int64_t out = 0;
+};
+ProjectionShape projection_shape(const model::ModelConfig & config, LoraTarget target);
+
+struct Adapter {
+    AdapterId id = BASE_MODEL;
+    LoraSpec spec;
+    double scale = 1.0;                // alpha / rank
+    std::vector<std::string> names;    // PEFT keys, one per parameter, A then B per projection
+    std::vector<torch::Tensor> params; // leaves with requires_grad; A [R, in], B [out, R]
+    std::vector<torch::Tensor> grads;  // accumulated gradients, same shapes
+    std::vector<torch::Tensor> exp_avg, exp_avg_sq;  // AdamW moments
+    int64_t step = 0;                  // AdamW steps taken
+    // index of A in params for [layer][target]; -1 = not targeted. B is at index + 1.
+    std::vector<std::array<int, N_LAYER_TARGETS>> layer_index;
+    int lm_head_index = -1;
+
+    const torch::Tensor * lora_a(int64_t layer, LoraTarget target) const;  // nullptr when absent
+    const torch::Tensor * lora_b(int64_t layer, LoraTarget target) const;
+};
+
+// Builds an adapter: A kaiming-uniform (bound 1/sqrt(in), as PEFT), B zero, moments zero.
+Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config,
+                     torch::ScalarType dtype, torch::Device device, uint64_t seed);
+
+// PEFT key of a projection's A or B matrix, e.g. "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
+std::string peft_key(int64_t layer, LoraTarget target, bool is_b);
+
+// Contiguous rows of the packed batch that share one adapter (nullptr = bare base model).
+struct RowSegment {
+    int64_t begin = 0;
+    int64_t end = 0;
+    const Adapter * adapter = nullptr;
+};
+
+// y = x·Wᵀ (+ bias) with each segment's LoRA delta added. x [T, in] act dtype; w [out, in] compute
+// dtype; returns [T, out] in the act dtype. layer = -1 selects the lm_head target.
+torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,
+                          const std::vector<RowSegment> & segments, int64_t layer, LoraTarget target);
+
+}  // namespace tinkerd::engine

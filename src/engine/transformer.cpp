@@ -1,0 +1,100 @@
+// Transformer: loading the base weights through the family code, and the packed forward pass.
+#include "engine/transformer.h"
+
+#include "common/log.h"
+
+namespace tinkerd::engine {
+
+Transformer::Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamily> family,
+                         torch::ScalarType compute, torch::ScalarType act, torch::Device device)
+    : config_(std::move(config)),
+      family_(std::move(family)),
+      compute_(compute),
+      act_(act),
+      device_(device),
+      rope_(config_, act, device) {}
+
+Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model_dir, torch::ScalarType compute,
+                                                       torch::ScalarType act, torch::Device device) {
+    auto config = model::load_model_config(model_dir);
+    if (!config.ok()) {
+        return config.error();
+    }
+    auto file = model::SafetensorsFile::open_model_dir(model_dir);
+    if (!file.ok()) {
+        return file.error();
+    }
+    auto family = make_family(config->family);
+    std::unique_ptr<Transformer> t(new Transformer(*config, std::move(family), compute, act, device));
+    TRY_STATUS(t->load_weights(*file));
+    return t;
+}
+
+Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsFile> & file) {
+    file_ = file;
+    WeightLoader loader(file, compute_, act_, device_);
+    const auto & c = config_;
+    auto embed = loader.matrix("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+    if (!embed.ok()) {
+        return embed.error();
+    }
+    weights_.embed = std::move(embed).value();
+    for (int64_t layer = 0; layer < c.n_layers; ++layer) {
+        auto lw = family_->load_layer(loader, c, layer);
+        if (!lw.ok()) {
+            return lw.error();
+        }
+        weights_.layers.push_back(std::move(lw).value());
+        LOG_DBG("engine", "loaded layer %lld/%lld", static_cast<long long>(layer + 1),
+                static_cast<long long>(c.n_layers));
+    }
+    auto norm = loader.vector("model.norm.weight", c.hidden_size);
+    if (!norm.ok()) {
+        return norm.error();
+    }
+    weights_.final_norm = std::move(norm).value();
+    if (c.tie_word_embeddings && !loader.contains("lm_head.weight")) {
+        weights_.lm_head = weights_.embed;
+    } else {
+        auto head = loader.matrix("lm_head.weight", {c.vocab_size, c.hidden_size});
+        if (!head.ok()) {
+            return head.error();
+        }
+        weights_.lm_head = std::move(head).value();
+    }
+    lm_head_act_ = weights_.lm_head.scalar_type() == act_ ? weights_.lm_head : weights_.lm_head.to(act_);
+    return {};
+}
+
+torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
+                                         const torch::Tensor & cos, const torch::Tensor & sin) const {
+    const LayerWeights & w = weights_.layers[layer];
+    const auto & c = config_;
+    const int64_t T = x.size(0);
+    const auto & seg = batch.segments;
+    torch::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);                                 // [T, C]
+    torch::Tensor q = lora_linear(h, w.wq, w.bq, seg, layer, LoraTarget::Q).view({T, c.n_heads, c.head_dim});
+    torch::Tensor k = lora_linear(h, w.wk, w.bk, seg, layer, LoraTarget::K).view({T, c.n_kv_heads, c.head_dim});
+    torch::Tensor v = lora_linear(h, w.wv, w.bv, seg, layer, LoraTarget::V).view({T, c.n_kv_heads, c.head_dim});
+    family_->prepare_qk(w, c, q, k);
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
+    torch::Tensor attn = packed_causal_attention(q, k, v, batch.layout);  // [T, H*D]
+    torch::Tensor x2 = x + lora_linear(attn, w.wo, {}, seg, layer, LoraTarget::O);
+    return x2 + family_->mlp(w, rms_norm(x2, w.post_norm, c.rms_norm_eps), seg, layer);
+}
+
+torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
+    torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);  // [T, C]
+    auto [cos, sin] = rope_.lookup(batch.positions);                          // [T, 1, D]
+    for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+        x = layer_forward(layer, x, batch, cos, sin);
+    }
+    return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
+}
+
+torch::Tensor Transformer::logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const {
+    return lora_linear(h, lm_head_act_, {}, segments, -1, LoraTarget::LM_HEAD);  // [n, V]
+}
+
+}  // namespace tinkerd::engine

@@ -1,0 +1,60 @@
+// Transformer: the frozen base model of one checkpoint and its forward pass over a packed batch,
+// with per-row LoRA adapters. Autograd provides the backward (only LoRA parameters require grad).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/arch/family.h"
+#include "engine/attention.h"
+#include "engine/lora.h"
+#include "engine/weights.h"
+
+namespace tinkerd::engine {
+
+// Token rows of one engine call: sequences back to back, adapters in contiguous segments.
+struct PackedBatch {
+    torch::Tensor tokens;     // [T] int64
+    torch::Tensor positions;  // [T] int64, restarting at 0 for each sequence
+    SequenceLayout layout;
+    std::vector<RowSegment> segments;
+};
+
+class Transformer {
+  public:
+    // compute: dtype of the big matrices (bf16, fp32 or fp64); act: dtype of activations (fp32 or fp64).
+    static Result<std::unique_ptr<Transformer>> load(const std::string & model_dir, torch::ScalarType compute,
+                                                     torch::ScalarType act, torch::Device device);
+
+    const model::ModelConfig & config() const { return config_; }
+    torch::ScalarType compute_dtype() const { return compute_; }
+    torch::ScalarType act_dtype() const { return act_; }
+    torch::Device device() const { return device_; }
+
+    // Final-norm hidden states [T, C] in the act dtype.
+    torch::Tensor hidden_states(const PackedBatch & batch);
+    // Logits [n, V] in the act dtype for hidden rows h [n, C]; segments index rows of h.
+    torch::Tensor logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const;
+
+  private:
+    Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamily> family, torch::ScalarType compute,
+                torch::ScalarType act, torch::Device device);
+    Result<void> load_weights(const std::shared_ptr<model::SafetensorsFile> & file);
+    torch::Tensor layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
+                                const torch::Tensor & cos, const torch::Tensor & sin) const;
+
+    model::ModelConfig config_;
+    std::unique_ptr<DecoderFamily> family_;
+    torch::ScalarType compute_;
+    torch::ScalarType act_;
+    torch::Device device_;
+    std::shared_ptr<model::SafetensorsFile> file_;  // keeps memory-mapped weights alive
+    BaseWeights weights_;
+    torch::Tensor lm_head_act_;  // [V, C] lm_head in the act dtype, so logits are exact fp32
+    RopeTables rope_;
+};
+
+}  // namespace tinkerd::engine

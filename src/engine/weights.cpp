@@ -1,0 +1,47 @@
+// WeightLoader: named, shape-checked access to checkpoint tensors with dtype conversion.
+#include "engine/weights.h"
+
+#include "engine/torch_convert.h"
+
+namespace tinkerd::engine {
+
+std::string shape_string(const std::vector<int64_t> & shape) {
+    std::string out = "[";
+    for (size_t i = 0; i < shape.size(); ++i) {
+        out += (i ? "," : "") + std::to_string(shape[i]);
+    }
+    return out + "]";
+}
+
+Result<torch::Tensor> WeightLoader::fetch(const std::string & name, const std::vector<int64_t> & shape,
+                                          torch::ScalarType dtype) const {
+    auto view = file_->get(name);
+    if (!view.ok()) {
+        return not_found("missing tensor '" + name + "' in the checkpoint");
+    }
+    const model::DType stored = view->dtype;
+    if (stored != model::DType::F32 && stored != model::DType::BF16 && stored != model::DType::F16 &&
+        stored != model::DType::F64) {
+        return unsupported("tensor '" + name + "' has unsupported dtype " + model::dtype_name(stored) +
+                           " (supported: F32, BF16, F16)");
+    }
+    if (view->shape != shape) {
+        return invalid_argument("tensor '" + name + "' has shape " + shape_string(view->shape) + ", expected " +
+                                shape_string(shape));
+    }
+    torch::Tensor mapped = view_as_tensor(*view);
+    if (mapped.scalar_type() == dtype && device_.is_cpu()) {
+        return mapped;  // zero-copy: stays in the page cache, counted once
+    }
+    return mapped.to(device_, dtype).contiguous();
+}
+
+Result<torch::Tensor> WeightLoader::matrix(const std::string & name, std::vector<int64_t> shape) const {
+    return fetch(name, shape, compute_);
+}
+
+Result<torch::Tensor> WeightLoader::vector(const std::string & name, int64_t size) const {
+    return fetch(name, {size}, act_);
+}
+
+}  // namespace tinkerd::engine

@@ -1,0 +1,68 @@
+// Base-model weights: the frozen tensors of one Hugging Face checkpoint, loaded (memory-mapped where
+// the dtype allows) and shape-checked by name. Knows tensor names only through the family code.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+
+namespace tinkerd::engine {
+
+// Dimension letters used in shape comments across the engine:
+// T tokens in the packed batch, C hidden, F intermediate, H query heads, KV key/value heads,
+// D head dim, V vocab, R LoRA rank, N a datum's tokens, K top-K targets.
+
+struct LayerWeights {
+    torch::Tensor input_norm;  // [C], act dtype
+    torch::Tensor post_norm;   // [C], act dtype
+    torch::Tensor wq;          // [H*D, C], compute dtype
+    torch::Tensor wk;          // [KV*D, C]
+    torch::Tensor wv;          // [KV*D, C]
+    torch::Tensor wo;          // [C, H*D]
+    torch::Tensor bq, bk, bv;  // [H*D], [KV*D], [KV*D] act dtype; undefined when the family has none
+    torch::Tensor q_norm;      // [D] per-head RMSNorm (Qwen3); undefined otherwise
+    torch::Tensor k_norm;      // [D]
+    torch::Tensor w_gate;      // [F, C]
+    torch::Tensor w_up;        // [F, C]
+    torch::Tensor w_down;      // [C, F]
+};
+
+struct BaseWeights {
+    torch::Tensor embed;       // [V, C], compute dtype
+    std::vector<LayerWeights> layers;
+    torch::Tensor final_norm;  // [C], act dtype
+    torch::Tensor lm_head;     // [V, C], compute dtype; the same tensor as embed when tied
+};
+
+// Fetches named tensors from a checkpoint, checks shape and dtype, and converts them.
+class WeightLoader {
+  public:
+    WeightLoader(std::shared_ptr<model::SafetensorsFile> file, torch::ScalarType compute, torch::ScalarType act,
+                 torch::Device device)
+        : file_(std::move(file)), compute_(compute), act_(act), device_(device) {}
+
+    // A matrix used in matmuls, in the compute dtype (aliasing the mapping when dtypes match on CPU).
+    Result<torch::Tensor> matrix(const std::string & name, std::vector<int64_t> shape) const;
+    // A small vector (norm weights, biases) in the activation dtype.
+    Result<torch::Tensor> vector(const std::string & name, int64_t size) const;
+    bool contains(const std::string & name) const { return file_->contains(name); }
+
+  private:
+    Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape,
+                                torch::ScalarType dtype) const;
+
+    std::shared_ptr<model::SafetensorsFile> file_;
+    torch::ScalarType compute_;
+    torch::ScalarType act_;
+    torch::Device device_;
+};
+
+std::string shape_string(const std::vector<int64_t> & shape);
+
+}  // namespace tinkerd::engine

@@ -1,0 +1,51 @@
+// ModelConfig: the architecture-independent description of a decoder-only transformer,
+// parsed from a Hugging Face config.json. Validates what tinkerd supports and names what it does not.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace tinkerd::model {
+
+// Which family's code runs the model (one file per family in src/engine/arch/).
+enum class ArchFamily { LLAMA, QWEN2, QWEN3 };
+
+struct RopeScaling {
+    std::string type;  // "" (none) or "llama3"
+    double factor = 1.0;
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+    std::string architecture;  // e.g. "LlamaForCausalLM"
+    ArchFamily family = ArchFamily::LLAMA;
+    int64_t vocab_size = 0;
+    int64_t hidden_size = 0;        // C
+    int64_t intermediate_size = 0;  // F
+    int64_t n_layers = 0;
+    int64_t n_heads = 0;     // H
+    int64_t n_kv_heads = 0;  // KV heads (GQA), divides n_heads
+    int64_t head_dim = 0;    // D; from config or hidden_size / n_heads
+    int64_t max_position_embeddings = 0;
+    double rms_norm_eps = 1e-6;
+    double rope_theta = 10000.0;
+    RopeScaling rope_scaling;
+    bool tie_word_embeddings = false;
+    bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
+    bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
+    std::string torch_dtype;      // as declared: "float32", "bfloat16", "float16" or ""
+    int64_t bos_token_id = -1;
+    int64_t eos_token_id = -1;
+};
+
+// Parses config.json text. Errors: malformed JSON, missing or invalid fields, unsupported architecture
+// or hidden_act, rope_scaling types other than llama3 (each named in the message).
+Result<ModelConfig> parse_model_config(const std::string & json_text);
+// Reads <dir>/config.json and parses it.
+Result<ModelConfig> load_model_config(const std::string & model_dir);
+
+}  // namespace tinkerd::model

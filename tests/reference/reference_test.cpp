@@ -1,0 +1,191 @@
+// Replays the PyTorch reference fixtures through the engine in fp32: target logprobs, losses and LoRA
+// gradients for every loss, 5 AdamW steps, a batch mixing three adapters and the base model, and
+// packed vs one-sequence-at-a-time. Thresholds are the (logprobs 1e-5 abs, grads 1e-4 rel).
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "fixture.h"
+
+namespace tinkerd::testing {
+namespace {
+
+using engine::AdapterId;
+using engine::Engine;
+
+// An engine over the fixture's model with its adapters imported from init/<name>.
+struct EngineSetup {
+    std::unique_ptr<Engine> engine;
+    std::map<std::string, AdapterId> ids;
+
+    engine::ForwardBackwardInput input_for(const FixtureCall & call) const {
+        engine::ForwardBackwardInput in = call.input;
+        in.adapter = call.adapter ? ids.at(*call.adapter) : engine::BASE_MODEL;
+        return in;
+    }
+};
+
+EngineSetup make_setup(const Fixture & f, engine::ComputeDType dtype) {
+    EngineSetup s;
+    auto loaded = Engine::load(f.model_dir, {dtype, 2});
+    if (!loaded.ok()) {
+        throw std::runtime_error(loaded.error().message);
+    }
+    s.engine = std::move(loaded).value();
+    for (const auto & a : f.adapters) {
+        AdapterId id = s.engine->create_adapter(a.spec).value();
+        auto status = s.engine->import_adapter(id, f.tensors_under("init/" + a.name), false);
+        if (!status.ok()) {
+            throw std::runtime_error(status.error().message);
+        }
+        s.ids[a.name] = id;
+    }
+    return s;
+}
+
+std::vector<double> values(const engine::HostTensor & t) { return engine::host_tensor_values(t); }
+
+class ReferenceTest : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override { fixture_ = load_fixture(GetParam()); }
+    // stories260K has logits near 17, where fp32 rounding alone reaches a few 1e-6.
+    Fixture fixture_;
+};
+
+// fp32 tolerances. Logprobs: |got - want| <= 1e-5 + 1e-6·|want| (stories260K's targets have logprobs
+// near -20, where fp32 rounding alone gives ~1.5e-5; the tiny models stay under 1e-5 absolute).
+// Losses: 1e-5 relative to the number of summed terms, since the RL sums cancel.
+constexpr double LOGPROB_ATOL = 1e-5;
+constexpr double LOGPROB_RTOL = 1e-6;
+
+int64_t n_terms(const engine::ForwardBackwardInput & input) {
+    int64_t n = 0;
+    for (const auto & d : input.datums) {
+        n += static_cast<int64_t>(d.loss_inputs.at("target_tokens").bytes.size() / sizeof(int64_t));
+    }
+    return n;
+}
+
+// Checks one call's outputs against the fixture: logprobs per datum and the loss.
+void expect_call_matches(const Fixture & f, size_t c, const engine::ForwardBackwardOutput & out) {
+    const FixtureCall & call = f.calls[c];
+    ASSERT_EQ(out.logprobs.size(), call.input.datums.size());
+    for (size_t d = 0; d < out.logprobs.size(); ++d) {
+        auto expected = f.values("logprobs/" + std::to_string(c) + "/" + std::to_string(d));
+        EXPECT_EQ(out.logprobs[d].shape, call.input.datums[d].loss_inputs.at("target_tokens").shape);
+        EXPECT_LE(max_allclose_excess(values(out.logprobs[d]), expected, LOGPROB_RTOL), LOGPROB_ATOL)
+            << "call " << c << " datum " << d << ", max abs diff " << max_abs_diff(values(out.logprobs[d]), expected);
+    }
+    const double loss = out.metrics.at("loss:sum");
+    const double scale = std::max({1.0, std::abs(call.expected_loss), static_cast<double>(n_terms(call.input))});
+    EXPECT_NEAR(loss, call.expected_loss, 1e-5 * scale) << "call " << c;
+}
+
+void expect_grads_match(const std::map<std::string, engine::HostTensor> & got,
+                        const std::map<std::string, std::vector<double>> & expected, const std::string & what) {
+    ASSERT_EQ(got.size(), expected.size()) << what;
+    for (const auto & [key, want] : expected) {
+        ASSERT_TRUE(got.count(key)) << what << ": missing " << key;
+        EXPECT_LT(max_rel_diff(values(got.at(key)), want), 1e-4) << what << ": " << key;
+    }
+}
+
+std::map<std::string, std::vector<double>> fixture_grads(const Fixture & f, size_t c) {
+    std::map<std::string, std::vector<double>> out;
+    for (const auto & [key, t] : f.tensors_under("grad/" + std::to_string(c))) {
+        out[key] = values(t);
+    }
+    return out;
+}
+
+TEST_P(ReferenceTest, EachCallAloneMatchesLogprobsLossAndGradients) {
+    const Fixture & f = fixture_;
+    for (size_t c = 0; c < f.calls.size(); ++c) {
+        EngineSetup s = make_setup(f, engine::ComputeDType::FP32);
+        const bool train = f.calls[c].adapter.has_value();
+        auto results = s.engine->forward_backward({s.input_for(f.calls[c])}, train);
+        ASSERT_TRUE(results[0].ok()) << "call " << c << ": " << results[0].error().message;
+        expect_call_matches(f, c, *results[0]);
+        if (train) {
+            expect_grads_match(s.engine->export_gradients(s.ids.at(*f.calls[c].adapter)).value(),
+                               fixture_grads(f, c), f.name + " call " + std::to_string(c));
+        }
+    }
+}
+
+TEST_P(ReferenceTest, MixedBatchOfThreeAdaptersAndBaseEqualsEachAlone) {
+    const Fixture & f = fixture_;
+    EngineSetup s = make_setup(f, engine::ComputeDType::FP32);
+    std::vector<engine::ForwardBackwardInput> inputs;
+    for (const auto & call : f.calls) {
+        inputs.push_back(s.input_for(call));
+    }
+    // forward_backward rejects base-model inputs, so train the adapters and forward the base separately
+    // inside the same packed batch via forward(); first the full mixed forward:
+    auto forward = s.engine->forward_backward(inputs, false);
+    for (size_t c = 0; c < f.calls.size(); ++c) {
+        ASSERT_TRUE(forward[c].ok()) << forward[c].error().message;
+        expect_call_matches(f, c, *forward[c]);
+    }
+    inputs.pop_back();  // the base-model call (last) cannot train
+    ASSERT_FALSE(f.calls.back().adapter.has_value());
+    auto trained = s.engine->forward_backward(inputs, true);
+    std::map<std::string, std::map<std::string, std::vector<double>>> expected;  // adapter -> summed grads
+    for (size_t c = 0; c < inputs.size(); ++c) {
+        ASSERT_TRUE(trained[c].ok()) << trained[c].error().message;
+        expect_call_matches(f, c, *trained[c]);
+        for (auto & [key, g] : fixture_grads(f, c)) {
+            auto & sum = expected[*f.calls[c].adapter][key];
+            sum.resize(g.size(), 0.0);
+            for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+        }
+    }
+    for (const auto & [name, grads] : expected) {
+        expect_grads_match(s.engine->export_gradients(s.ids.at(name)).value(), grads, "mixed batch " + name);
+    }
+}
+
+TEST_P(ReferenceTest, PackedEqualsOneSequenceAtATime) {
+    const Fixture & f = fixture_;
+    EngineSetup s = make_setup(f, engine::ComputeDType::FP32);
+    const auto packed_input = s.input_for(f.calls[0]);
+    auto packed = s.engine->forward_backward({packed_input}, false);
+    ASSERT_TRUE(packed[0].ok());
+    for (size_t d = 0; d < packed_input.datums.size(); ++d) {
+        auto single_input = packed_input;
+        single_input.datums = {packed_input.datums[d]};
+        auto single = s.engine->forward_backward({single_input}, false);
+        ASSERT_TRUE(single[0].ok());
+        EXPECT_LE(max_allclose_excess(values(single[0]->logprobs[0]), values(packed[0]->logprobs[d]), LOGPROB_RTOL),
+                  LOGPROB_ATOL);
+    }
+}
+
+TEST_P(ReferenceTest, AdamWStepsMatchTorchOptimAdamW) {
+    const Fixture & f = fixture_;
+    for (size_t k = 0; k < f.adam.size(); ++k) {
+        const FixtureAdam & adam = f.adam[k];
+        EngineSetup s = make_setup(f, engine::ComputeDType::FP32);
+        const AdapterId id = s.ids.at(adam.adapter);
+        auto input = s.input_for(f.calls[adam.call]);
+        for (int step = 0; step < adam.steps; ++step) {
+            auto r = s.engine->forward_backward({input}, true);
+            ASSERT_TRUE(r[0].ok()) << r[0].error().message;
+            const double want = adam.expected_losses[step];
+            EXPECT_NEAR(r[0]->metrics.at("loss:sum"), want, 1e-5 * std::max(1.0, std::abs(want)))
+                << "adam " << k << " step " << step;
+            ASSERT_TRUE(s.engine->optim_step(id, adam.params).ok());
+        }
+        auto weights = s.engine->export_adapter(id, false).value();
+        for (const auto & [key, want] : f.tensors_under("adam_final/" + std::to_string(k))) {
+            EXPECT_LT(max_abs_diff(values(weights.at(key)), values(want)), 1e-3 * adam.params.learning_rate)
+                << "adam " << k << " " << key;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ReferenceTest,
+                         ::testing::Values("llama_tiny", "qwen3_tiny", "qwen2_tiny", "stories260K"));
+
+}  // namespace
+}  // namespace tinkerd::testing
