@@ -207,7 +207,8 @@ def generate_model(out_dir, dtype_name="f32", seed=0, cfg=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Generate a random SmolLM-135M-shaped HF Llama directory.")
+    ap = argparse.ArgumentParser(
+        description="Generate a random SmolLM-135M-shaped HF Llama directory.")
     ap.add_argument("out_dir")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--seed", type=int, default=0)

@@ -70,7 +70,8 @@ def rotate_half(x):
 class Attention(nn.Module):
     def __init__(self, cfg, w, p):
         super().__init__()
-        self.nh, self.nkv, self.hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+        self.nh, self.nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        self.hd = cfg["head_dim"]
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, frozen_linear(w[p + "self_attn." + name + ".weight"]))
 
@@ -307,6 +308,7 @@ def bench_one(model, opt, cfg, mode, name, args):
     ckpt = args.grad_ckpt == "on" or (args.grad_ckpt == "auto" and est > args.ckpt_above_gib)
     model.grad_ckpt = ckpt
     scoped = reset_peak_rss()
+    cpu0, wall0 = time.process_time(), time.perf_counter()  # cpu_per_wall < threads: contention
     fwd_times, _ = timed(lambda: forward_only(model, batch, mode), args.warmup, args.steps)
     step_times, loss = timed(lambda: train_step(model, opt, batch, mode), args.warmup, args.steps)
     real, padded = sum(lengths), len(lengths) * max(lengths)
@@ -320,20 +322,22 @@ def bench_one(model, opt, cfg, mode, name, args):
         "process_peak_rss_mb": round(process_peak_rss_mb(), 1),
         "grad_ckpt": ckpt, "est_activation_gib": round(est, 1), "loss": round(loss, 5),
         "warmup": args.warmup, "steps": args.steps, "threads": torch.get_num_threads(),
+        "cpu_per_wall": round((time.process_time() - cpu0) / (time.perf_counter() - wall0), 2),
         "fwd_times": [round(x, 4) for x in fwd_times],
         "step_times": [round(x, 4) for x in step_times], "torch": torch.__version__,
     }
 
 
 def print_table(rows, out=sys.stderr):
-    head = ("mode", "batch", "real", "padded", "ckpt", "fwd_s", "step_s", "tok/s", "peakMB")
-    fmt = "{:<5} {:<6} {:>5} {:>6} {:>5} {:>8} {:>8} {:>7} {:>7}"
+    head = ("mode", "batch", "real", "padded", "ckpt", "fwd_s", "step_s", "tok/s", "peakMB",
+            "cpu/wall")
+    fmt = "{:<5} {:<6} {:>5} {:>6} {:>5} {:>8} {:>8} {:>7} {:>7} {:>8}"
     print(fmt.format(*head), file=out)
     for r in rows:
         print(fmt.format(r["mode"], r["batch"], r["real_tokens"], r["padded_tokens"],
                          "yes" if r["grad_ckpt"] else "no", f"{r['fwd_s']:.2f}",
                          f"{r['step_s']:.2f}", f"{r['tokens_per_s']:.1f}",
-                         f"{r['peak_rss_mb']:.0f}"), file=out)
+                         f"{r['peak_rss_mb']:.0f}", f"{r['cpu_per_wall']:.2f}"), file=out)
     print(f"process peak RSS (getrusage maxrss): {process_peak_rss_mb():.0f} MB", file=out)
 
 
@@ -401,12 +405,19 @@ def check_checkpointing(model, params, batch):
 
 
 def check_padding(model, batch):
-    """The 5-token row's logits must not depend on its 3 padding tokens."""
+    """Real-token logits ignore later (padding) tokens; the loss is a mean over real labels."""
+    ids, am = batch["input_ids"], batch["attention_mask"]                    # [B,T]
     with torch.no_grad():
-        full = model(batch["input_ids"], batch["attention_mask"])[0, :5]          # [5,V]
-        alone = model(batch["input_ids"][:1, :5], batch["attention_mask"][:1, :5])[0]
-        err = (full - alone).abs().max().item()
-    return err <= 1e-9, f"padding max |dlogit| {err:.1e}"
+        logits = model(ids, am)                                                # [B,T,V]
+        alone = model(ids[:1, :5], am[:1, :5])[0]                              # [5,V]
+        err = (logits[0, :5] - alone).abs().max().item()
+        nll, count = 0.0, 0
+        for row, n in enumerate(am.sum(1).tolist()):  # next-token CE of real tokens only
+            nll += F.cross_entropy(logits[row, :n - 1], ids[row, 1:n], reduction="sum").item()
+            count += n - 1
+        loss_err = abs(causal_lm_loss(logits, batch["labels"]).item() - nll / count)
+    ok = err <= 1e-9 and loss_err <= 1e-9
+    return ok, f"causal/padding max |dlogit| {err:.1e}, loss vs per-token mean {loss_err:.1e}"
 
 
 def run_checks(cfg, w):

@@ -120,13 +120,8 @@ static torch::Tensor lora_delta(const torch::Tensor & x_seg, const Adapter & a, 
     return torch::matmul(h * a.scale, lora_b.t());                               // [n, out]
 }
 
-torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,
-                          const std::vector<RowSegment> & segments, int64_t layer, LoraTarget target) {
-    const auto act = x.scalar_type();
-    torch::Tensor y = torch::matmul(x.to(w.scalar_type()), w.t()).to(act);  // [T, out]
-    if (bias.defined()) {
-        y = y + bias;
-    }
+torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,
+                       int64_t layer, LoraTarget target) {
     bool any_lora = false;
     for (const RowSegment & s : segments) {
         any_lora = any_lora || (s.adapter && s.adapter->lora_a(layer, target));
@@ -142,11 +137,20 @@ torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, cons
         if (lora_a) {
             torch::Tensor delta = lora_delta(x.narrow(0, s.begin, s.end - s.begin), *s.adapter, *lora_a,
                                              *s.adapter->lora_b(layer, target));
-            y_seg = y_seg + delta.to(act);
+            y_seg = y_seg + delta.to(y.scalar_type());
         }
         pieces.push_back(y_seg);
     }
     return pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
+}
+
+torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,
+                          const std::vector<RowSegment> & segments, int64_t layer, LoraTarget target) {
+    torch::Tensor y = torch::matmul(x.to(w.scalar_type()), w.t()).to(x.scalar_type());  // [T, out]
+    if (bias.defined()) {
+        y = y + bias;
+    }
+    return add_lora(y, x, segments, layer, target);
 }
 
 }  // namespace tinkerd::engine

@@ -56,6 +56,11 @@ struct RowSegment {
     const Adapter * adapter = nullptr;
 };
 
+// y + each segment's LoRA delta for (layer, target): y [T, out] and x [T, in] in the act dtype.
+// Returns y itself when no segment's adapter targets this projection.
+torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,
+                       int64_t layer, LoraTarget target);
+
 // y = x·Wᵀ (+ bias) with each segment's LoRA delta added. x [T, in] act dtype; w [out, in] compute
 // dtype; returns [T, out] in the act dtype. layer = -1 selects the lm_head target.
 torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,

@@ -44,6 +44,7 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         if (!lw.ok()) {
             return lw.error();
         }
+        fuse_projections(*lw);
         weights_.layers.push_back(std::move(lw).value());
         LOG_DBG("engine", "loaded layer %lld/%lld", static_cast<long long>(layer + 1),
                 static_cast<long long>(c.n_layers));
@@ -73,9 +74,16 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
     const int64_t T = x.size(0);
     const auto & seg = batch.segments;
     torch::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);                                 // [T, C]
-    torch::Tensor q = lora_linear(h, w.wq, w.bq, seg, layer, LoraTarget::Q).view({T, c.n_heads, c.head_dim});
-    torch::Tensor k = lora_linear(h, w.wk, w.bk, seg, layer, LoraTarget::K).view({T, c.n_kv_heads, c.head_dim});
-    torch::Tensor v = lora_linear(h, w.wv, w.bv, seg, layer, LoraTarget::V).view({T, c.n_kv_heads, c.head_dim});
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    torch::Tensor qkv = torch::matmul(h.to(compute_), w.w_qkv.t()).to(act_);  // [T, q_dim + 2 kv_dim]
+    if (w.b_qkv.defined()) {
+        qkv = qkv + w.b_qkv;
+    }
+    torch::Tensor q = add_lora(qkv.narrow(1, 0, q_dim), h, seg, layer, LoraTarget::Q).view({T, c.n_heads, c.head_dim});
+    torch::Tensor k =
+        add_lora(qkv.narrow(1, q_dim, kv_dim), h, seg, layer, LoraTarget::K).view({T, c.n_kv_heads, c.head_dim});
+    torch::Tensor v = add_lora(qkv.narrow(1, q_dim + kv_dim, kv_dim), h, seg, layer, LoraTarget::V)
+                          .view({T, c.n_kv_heads, c.head_dim});
     family_->prepare_qk(w, c, q, k);
     q = apply_rope(q, cos, sin);
     k = apply_rope(k, cos, sin);

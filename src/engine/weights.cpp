@@ -44,4 +44,13 @@ Result<torch::Tensor> WeightLoader::vector(const std::string & name, int64_t siz
     return fetch(name, {size}, act_);
 }
 
+void fuse_projections(LayerWeights & w) {
+    w.w_qkv = torch::cat({w.wq, w.wk, w.wv}, 0);
+    if (w.bq.defined()) {
+        w.b_qkv = torch::cat({w.bq, w.bk, w.bv}, 0);
+    }
+    w.w_gate_up = torch::cat({w.w_gate, w.w_up}, 0);
+    w.wq = w.wk = w.wv = w.bq = w.bk = w.bv = w.w_gate = w.w_up = torch::Tensor();
+}
+
 }  // namespace tinkerd::engine

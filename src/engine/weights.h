@@ -31,7 +31,14 @@ struct LayerWeights {
     torch::Tensor w_gate;      // [F, C]
     torch::Tensor w_up;        // [F, C]
     torch::Tensor w_down;      // [C, F]
+    // Fused copies made after loading (one GEMM instead of three / two); the parts are then released.
+    torch::Tensor w_qkv;       // [H*D + 2*KV*D, C] = cat(wq, wk, wv)
+    torch::Tensor b_qkv;       // [H*D + 2*KV*D] or undefined
+    torch::Tensor w_gate_up;   // [2F, C] = cat(w_gate, w_up)
 };
+
+// Builds w_qkv / b_qkv / w_gate_up from the separate projections and drops the separate tensors.
+void fuse_projections(LayerWeights & w);
 
 struct BaseWeights {
     torch::Tensor embed;       // [V, C], compute dtype

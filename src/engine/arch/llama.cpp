@@ -59,8 +59,10 @@ Result<LayerWeights> DecoderFamily::load_layer(const WeightLoader & loader, cons
 
 torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const torch::Tensor & x,
                                  const std::vector<RowSegment> & segments, int64_t layer) const {
-    torch::Tensor gate = lora_linear(x, w.w_gate, {}, segments, layer, LoraTarget::GATE);  // [T, F]
-    torch::Tensor up = lora_linear(x, w.w_up, {}, segments, layer, LoraTarget::UP);        // [T, F]
+    const int64_t F = w.w_gate_up.size(0) / 2;
+    torch::Tensor gate_up = torch::matmul(x.to(w.w_gate_up.scalar_type()), w.w_gate_up.t()).to(x.scalar_type());
+    torch::Tensor gate = add_lora(gate_up.narrow(1, 0, F), x, segments, layer, LoraTarget::GATE);  // [T, F]
+    torch::Tensor up = add_lora(gate_up.narrow(1, F, F), x, segments, layer, LoraTarget::UP);      // [T, F]
     return lora_linear(torch::silu(gate) * up, w.w_down, {}, segments, layer, LoraTarget::DOWN);
 }
 

@@ -1,0 +1,60 @@
+# tinkerd — top-level commands. `make serve` and `make test` do the whole set-up on a fresh
+# Debian bookworm machine (they call scripts/install-deps.sh first).
+JOBS ?= 2
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+PYTHON ?= /usr/bin/python3
+PORT ?= 8000
+DATA_DIR ?= $(HOME)/.local/share/tinkerd
+
+.PHONY: all deps build serve test unit-test reference-test asan-test format format-check tidy bench fixtures clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS)
+
+serve: deps build
+	$(BUILD)/tinkerd --host 127.0.0.1 --port $(PORT) --data-dir $(DATA_DIR)
+
+fixtures: build
+	$(PYTHON) tests/reference/make_fixtures.py $(BUILD)/fixtures
+
+# Every tier: formatting, unit tests, reference replays, then the sanitizer build of the unit tests.
+test: deps format-check build fixtures
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
+	cd $(BUILD) && ctest --output-on-failure -L reference
+	$(MAKE) asan-test
+
+unit-test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
+
+reference-test: fixtures
+	cd $(BUILD) && ctest --output-on-failure -L reference
+
+# ASan + UBSan over the torch-free modules' unit tests (libtorch itself is not instrumented).
+asan-test:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTINKERD_SANITIZE=ON -DTINKERD_WITH_TORCH=OFF
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
+
+format:
+	./scripts/format.sh
+
+format-check:
+	./scripts/format.sh --check
+
+tidy: $(BUILD)/CMakeCache.txt
+	./scripts/tidy.sh $(BUILD)
+
+bench: deps build
+	./bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,163 @@
+// Tiny random model directories for the engine tests (see test_models.h).
+#include "test_models.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tinkerd::testing {
+
+namespace fs = std::filesystem;
+
+ScopedTempDir::ScopedTempDir(const std::string & prefix) {
+    std::string pattern = (fs::temp_directory_path() / (prefix + "_XXXXXX")).string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+        throw std::runtime_error("mkdtemp failed for " + pattern);
+    }
+    path_ = pattern;
+}
+
+ScopedTempDir::~ScopedTempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+}
+
+namespace {
+
+struct Dims {
+    const char * architecture;
+    int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim;
+    bool explicit_head_dim, tied, bias, qk_norm;
+};
+
+Dims dims_of(TinyFamily family) {
+    switch (family) {
+        case TinyFamily::LLAMA: return {"LlamaForCausalLM", 61, 16, 24, 2, 4, 2, 4, false, false, false, false};
+        case TinyFamily::QWEN3: return {"Qwen3ForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, true, false, true};
+        case TinyFamily::QWEN2: return {"Qwen2ForCausalLM", 47, 12, 20, 2, 3, 1, 4, false, false, true, false};
+    }
+    throw std::runtime_error("unknown tiny family");
+}
+
+uint16_t to_bf16_bits(float f) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, sizeof(bits));
+    const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even (no NaNs here)
+    return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+model::OwnedTensor make_tensor(const std::vector<double> & values, std::vector<int64_t> shape, model::DType dtype) {
+    model::OwnedTensor t{dtype, std::move(shape), {}};
+    if (dtype == model::DType::F32) {
+        t.bytes.resize(values.size() * 4);
+        for (size_t i = 0; i < values.size(); ++i) {
+            const float f = static_cast<float>(values[i]);
+            std::memcpy(t.bytes.data() + 4 * i, &f, 4);
+        }
+    } else if (dtype == model::DType::BF16) {
+        t.bytes.resize(values.size() * 2);
+        for (size_t i = 0; i < values.size(); ++i) {
+            const uint16_t b = to_bf16_bits(static_cast<float>(values[i]));
+            std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+        }
+    } else {
+        throw std::runtime_error("tiny models are F32 or BF16");
+    }
+    return t;
+}
+
+}  // namespace
+
+std::string tiny_config_json(TinyFamily family) {
+    const Dims d = dims_of(family);
+    nlohmann::json c = {{"architectures", {d.architecture}},
+                        {"vocab_size", d.vocab},
+                        {"hidden_size", d.hidden},
+                        {"intermediate_size", d.inter},
+                        {"num_hidden_layers", d.layers},
+                        {"num_attention_heads", d.heads},
+                        {"num_key_value_heads", d.kv_heads},
+                        {"max_position_embeddings", 64},
+                        {"rms_norm_eps", 1e-5},
+                        {"rope_theta", 10000.0},
+                        {"hidden_act", "silu"},
+                        {"tie_word_embeddings", d.tied},
+                        {"bos_token_id", 1},
+                        {"eos_token_id", 2}};
+    if (d.explicit_head_dim) {
+        c["head_dim"] = d.head_dim;
+    }
+    return c.dump(2);
+}
+
+std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, model::DType dtype, uint32_t seed) {
+    const Dims d = dims_of(family);
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::map<std::string, model::OwnedTensor> out;
+    // A [rows, cols] tensor with entries offset + std·N(0, 1).
+    auto add = [&](const std::string & name, std::vector<int64_t> shape, double std, double offset) {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        std::vector<double> v(static_cast<size_t>(n));
+        for (double & x : v) x = offset + std * normal(rng);
+        out[name] = make_tensor(v, std::move(shape), dtype);
+    };
+    const int64_t q_dim = d.heads * d.head_dim, kv_dim = d.kv_heads * d.head_dim;
+    const auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+    add("model.embed_tokens.weight", {d.vocab, d.hidden}, 1.0, 0.0);
+    for (int64_t l = 0; l < d.layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        add(p + "input_layernorm.weight", {d.hidden}, 0.1, 1.0);
+        add(p + "post_attention_layernorm.weight", {d.hidden}, 0.1, 1.0);
+        add(p + "self_attn.q_proj.weight", {q_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "self_attn.k_proj.weight", {kv_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "self_attn.v_proj.weight", {kv_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "self_attn.o_proj.weight", {d.hidden, q_dim}, inv_sqrt(q_dim), 0.0);
+        if (d.bias) {
+            add(p + "self_attn.q_proj.bias", {q_dim}, 0.1, 0.0);
+            add(p + "self_attn.k_proj.bias", {kv_dim}, 0.1, 0.0);
+            add(p + "self_attn.v_proj.bias", {kv_dim}, 0.1, 0.0);
+        }
+        if (d.qk_norm) {
+            add(p + "self_attn.q_norm.weight", {d.head_dim}, 0.1, 1.0);
+            add(p + "self_attn.k_norm.weight", {d.head_dim}, 0.1, 1.0);
+        }
+        add(p + "mlp.gate_proj.weight", {d.inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "mlp.up_proj.weight", {d.inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "mlp.down_proj.weight", {d.hidden, d.inter}, inv_sqrt(d.inter), 0.0);
+    }
+    add("model.norm.weight", {d.hidden}, 0.1, 1.0);
+    if (!d.tied) {
+        add("lm_head.weight", {d.vocab, d.hidden}, inv_sqrt(d.hidden), 0.0);
+    }
+    return out;
+}
+
+void write_model_dir(const std::string & dir, const std::string & config_json,
+                     const std::map<std::string, model::OwnedTensor> & tensors) {
+    {
+        std::ofstream out(dir + "/config.json", std::ios::binary);
+        out << config_json;
+        if (!out) {
+            throw std::runtime_error("cannot write " + dir + "/config.json");
+        }
+    }
+    auto status = model::write_safetensors(dir + "/model.safetensors", tensors);
+    if (!status.ok()) {
+        throw std::runtime_error(status.error().message);
+    }
+}
+
+void write_tiny_model(const std::string & dir, TinyFamily family, model::DType dtype, uint32_t seed) {
+    write_model_dir(dir, tiny_config_json(family), tiny_model_tensors(family, dtype, seed));
+}
+
+}  // namespace tinkerd::testing

@@ -1,0 +1,46 @@
+// Test-only helpers: tiny randomly initialised Hugging Face model directories (config.json +
+// model.safetensors) for the llama, qwen3 and qwen2 families, written by the tests themselves, and a
+// self-removing temporary directory. Torch-free; failures throw std::runtime_error.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "model/safetensors.h"
+
+namespace tinkerd::testing {
+
+enum class TinyFamily { LLAMA, QWEN3, QWEN2 };
+
+// A unique directory under the system temp dir, removed (with its contents) on destruction.
+class ScopedTempDir {
+  public:
+    explicit ScopedTempDir(const std::string & prefix = "tinkerd_test");
+    ~ScopedTempDir();
+    ScopedTempDir(const ScopedTempDir &) = delete;
+    ScopedTempDir & operator=(const ScopedTempDir &) = delete;
+    const std::string & path() const { return path_; }
+    std::string file(const std::string & name) const { return path_ + "/" + name; }
+
+  private:
+    std::string path_;
+};
+
+// config.json text of the family's tiny model. llama: vocab 61, hidden 16, 2 layers, 4 heads / 2 kv
+// heads, untied; qwen3: vocab 53, head_dim 8 != hidden / heads, tied embeddings, q/k norms;
+// qwen2: vocab 47, hidden 12, 3 heads / 1 kv head, q/k/v biases, untied.
+std::string tiny_config_json(TinyFamily family);
+
+// Every checkpoint tensor of the family's tiny model, random from a seeded std::mt19937, stored in
+// dtype (F32 or BF16; BF16 rounds to nearest even).
+std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, model::DType dtype, uint32_t seed);
+
+// Writes config_json and tensors as <dir>/config.json and <dir>/model.safetensors (dir must exist).
+void write_model_dir(const std::string & dir, const std::string & config_json,
+                     const std::map<std::string, model::OwnedTensor> & tensors);
+
+// write_model_dir(dir, tiny_config_json(family), tiny_model_tensors(family, dtype, seed)).
+void write_tiny_model(const std::string & dir, TinyFamily family, model::DType dtype, uint32_t seed);
+
+}  // namespace tinkerd::testing
