@@ -1,13 +1,12 @@
 // Training benchmark: times the engine's forward and forward_backward + optim_step (LoRA rank 32 on
 // every target, cross_entropy) on an equal-length and a mixed-length batch, and measures the machine's
 // fp32/bf16 matmul ceilings in the same process. Prints a table to stderr and JSON lines to stdout.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <sys/resource.h>
 #include <vector>
 
 #include <torch/torch.h>
@@ -19,7 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using tinkerd::engine::Engine;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -51,8 +52,8 @@ struct FlopCount {
 };
 
 FlopCount count_flops(const tinkerd::model::ModelConfig & c, const std::vector<int64_t> & lengths, int64_t rank) {
-    const double C = c.hidden_size, F = c.intermediate_size, q = c.n_heads * c.head_dim,
-                 kv = c.n_kv_heads * c.head_dim, V = c.vocab_size, L = c.n_layers;
+    const double C = c.hidden_size, F = c.intermediate_size, q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim,
+                 V = c.vocab_size, L = c.n_layers;
     const double linear_params = C * q + 2 * C * kv + q * C + 3 * C * F;
     const double lora_params = rank * ((C + q) + 2 * (C + kv) + (q + C) + 2 * (C + F) + (F + C) + (C + V));
     FlopCount f;
@@ -153,16 +154,17 @@ int main(int argc, char ** argv) {
         const Timing t = time_batch(**engine, input, steps);
         const FlopCount flops = count_flops(config, lengths, 32);
         int64_t tokens = 0;
-        for (int64_t len : lengths) tokens += len;
+        for (int64_t len : lengths)
+            tokens += len;
         const double train_gflops = flops.train() / t.step_s / 1e9;
         std::printf(
             "{\"impl\":\"tinkerd\",\"mode\":\"%s\",\"batch\":\"%s\",\"real_tokens\":%lld,\"fwd_s\":%.4f,"
             "\"step_s\":%.4f,\"optim_s\":%.4f,\"tokens_per_s\":%.1f,\"fwd_tokens_per_s\":%.1f,"
             "\"train_gflops\":%.1f,\"fwd_gflops\":%.1f,\"train_gflop\":%.1f,\"bf16_peak_frac\":%.3f,"
             "\"peak_rss_mb\":%.0f}\n",
-            (*engine)->compute_dtype_name().c_str(), name, static_cast<long long>(tokens), t.fwd_s, t.step_s,
-            t.optim_s, tokens / t.step_s, tokens / t.fwd_s, train_gflops, flops.forward() / t.fwd_s / 1e9,
-            flops.train() / 1e9, train_gflops / peak_bf16, peak_rss_mb());
+            (*engine)->compute_dtype_name().c_str(), name, static_cast<long long>(tokens), t.fwd_s, t.step_s, t.optim_s,
+            tokens / t.step_s, tokens / t.fwd_s, train_gflops, flops.forward() / t.fwd_s / 1e9, flops.train() / 1e9,
+            train_gflops / peak_bf16, peak_rss_mb());
         std::fflush(stdout);
     }
     return 0;

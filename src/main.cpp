@@ -73,10 +73,14 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
 
 bool parse_dtype(const std::string & name, tinkerd::engine::ComputeDType & out) {
     using tinkerd::engine::ComputeDType;
-    if (name == "auto") out = ComputeDType::AUTO;
-    else if (name == "bf16") out = ComputeDType::BF16;
-    else if (name == "fp32") out = ComputeDType::FP32;
-    else return false;
+    if (name == "auto")
+        out = ComputeDType::AUTO;
+    else if (name == "bf16")
+        out = ComputeDType::BF16;
+    else if (name == "fp32")
+        out = ComputeDType::FP32;
+    else
+        return false;
     return true;
 }
 

@@ -10,7 +10,9 @@ namespace tinkerd {
 
 static std::atomic<int> g_min_level{static_cast<int>(LogLevel::INFO)};
 
-void set_log_level(LogLevel level) { g_min_level = static_cast<int>(level); }
+void set_log_level(LogLevel level) {
+    g_min_level = static_cast<int>(level);
+}
 
 void log_line(LogLevel level, const char * component, const char * fmt, ...) {
     if (static_cast<int>(level) < g_min_level.load()) {

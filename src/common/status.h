@@ -20,16 +20,24 @@ struct Error {
     std::string message;
 };
 
-inline Error invalid_argument(std::string msg) { return {ErrorKind::INVALID_ARGUMENT, std::move(msg)}; }
-inline Error not_found(std::string msg) { return {ErrorKind::NOT_FOUND, std::move(msg)}; }
-inline Error unsupported(std::string msg) { return {ErrorKind::UNSUPPORTED, std::move(msg)}; }
-inline Error internal_error(std::string msg) { return {ErrorKind::INTERNAL, std::move(msg)}; }
+inline Error invalid_argument(std::string msg) {
+    return {ErrorKind::INVALID_ARGUMENT, std::move(msg)};
+}
+inline Error not_found(std::string msg) {
+    return {ErrorKind::NOT_FOUND, std::move(msg)};
+}
+inline Error unsupported(std::string msg) {
+    return {ErrorKind::UNSUPPORTED, std::move(msg)};
+}
+inline Error internal_error(std::string msg) {
+    return {ErrorKind::INTERNAL, std::move(msg)};
+}
 
 // Result<T>: either a value or an Error. Result<void> carries only success or an Error.
 template <typename T>
 class [[nodiscard]] Result {
   public:
-    Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+    Result(T value) : data_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
     Result(Error error) : data_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
     bool ok() const { return std::holds_alternative<T>(data_); }
@@ -63,10 +71,10 @@ class [[nodiscard]] Result<void> {
 }  // namespace tinkerd
 
 // Propagates an error from an expression returning Result<...>.
-#define TRY_STATUS(expr)                          \
-    do {                                          \
-        const auto & tinkerd_status_ = (expr);   \
-        if (!tinkerd_status_.ok()) {              \
-            return tinkerd_status_.error();       \
-        }                                         \
+#define TRY_STATUS(expr)                       \
+    do {                                       \
+        const auto & tinkerd_status_ = (expr); \
+        if (!tinkerd_status_.ok()) {           \
+            return tinkerd_status_.error();    \
+        }                                      \
     } while (0)

@@ -40,9 +40,9 @@ RopeTables::RopeTables(const model::ModelConfig & config, torch::ScalarType dtyp
 }
 
 void RopeTables::grow(int64_t n_positions) {
-    torch::Tensor pos = torch::arange(n_positions, torch::kFloat64);   // [n]
-    torch::Tensor freqs = torch::outer(pos, inv_freq_);                 // [n, D/2]
-    torch::Tensor emb = torch::cat({freqs, freqs}, -1);                 // [n, D]
+    torch::Tensor pos = torch::arange(n_positions, torch::kFloat64);  // [n]
+    torch::Tensor freqs = torch::outer(pos, inv_freq_);               // [n, D/2]
+    torch::Tensor emb = torch::cat({freqs, freqs}, -1);               // [n, D]
     cos_ = emb.cos().to(device_, dtype_);
     sin_ = emb.sin().to(device_, dtype_);
 }

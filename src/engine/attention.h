@@ -2,10 +2,10 @@
 // sequences: each sequence attends only to itself, with no padding and no FLOPs spent across rows.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <map>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "model/model_config.h"
 
@@ -27,8 +27,8 @@ class RopeTables {
 
   private:
     void grow(int64_t n_positions);
-    torch::Tensor inv_freq_;  // [D/2] float64
-    torch::Tensor cos_, sin_; // [n, D]
+    torch::Tensor inv_freq_;   // [D/2] float64
+    torch::Tensor cos_, sin_;  // [n, D]
     torch::ScalarType dtype_;
     torch::Device device_;
 };

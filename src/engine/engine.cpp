@@ -10,10 +10,14 @@ namespace tinkerd::engine {
 
 static Result<torch::ScalarType> choose_compute_dtype(ComputeDType requested, const std::string & model_dir) {
     switch (requested) {
-        case ComputeDType::FP32: return torch::kFloat32;
-        case ComputeDType::BF16: return torch::kBFloat16;
-        case ComputeDType::FP64: return torch::kFloat64;
-        case ComputeDType::AUTO: break;
+        case ComputeDType::FP32:
+            return torch::kFloat32;
+        case ComputeDType::BF16:
+            return torch::kBFloat16;
+        case ComputeDType::FP64:
+            return torch::kFloat64;
+        case ComputeDType::AUTO:
+            break;
     }
     auto file = model::SafetensorsFile::open_model_dir(model_dir);
     if (!file.ok()) {
@@ -27,8 +31,8 @@ static Result<torch::ScalarType> choose_compute_dtype(ComputeDType requested, co
 }
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, const EngineOptions & options) {
-    const int threads = options.n_threads > 0 ? options.n_threads
-                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads =
+        options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(threads);  // libtorch defaults to 1 here; see docs/benchmarks.md
     auto compute = choose_compute_dtype(options.dtype, model_dir);
     if (!compute.ok()) {
@@ -52,9 +56,12 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, cons
 
 std::string EngineImpl::compute_dtype_name() const {
     switch (transformer_->compute_dtype()) {
-        case torch::kBFloat16: return "bf16";
-        case torch::kFloat64: return "fp64";
-        default: return "fp32";
+        case torch::kBFloat16:
+            return "bf16";
+        case torch::kFloat64:
+            return "fp64";
+        default:
+            return "fp32";
     }
 }
 
@@ -67,8 +74,8 @@ Result<AdapterId> EngineImpl::create_adapter(const LoraSpec & spec) {
     }
     const AdapterId id = next_id_++;
     const uint64_t seed = spec.seed ? *spec.seed : next_seed_++;
-    adapters_[id] = std::make_unique<Adapter>(
-        make_adapter(id, spec, config(), lora_dtype_, transformer_->device(), seed));
+    adapters_[id] =
+        std::make_unique<Adapter>(make_adapter(id, spec, config(), lora_dtype_, transformer_->device(), seed));
     return id;
 }
 
@@ -199,8 +206,8 @@ Result<void> EngineImpl::import_adapter(AdapterId id, const std::map<std::string
     return {};
 }
 
-Result<std::vector<int64_t>> greedy_generate(Engine & engine, AdapterId id, std::vector<int64_t> prompt,
-                                             int64_t n_new, const std::vector<int64_t> & stop_ids) {
+Result<std::vector<int64_t>> greedy_generate(Engine & engine, AdapterId id, std::vector<int64_t> prompt, int64_t n_new,
+                                             const std::vector<int64_t> & stop_ids) {
     std::vector<int64_t> generated;
     for (int64_t i = 0; i < n_new; ++i) {
         auto logits = engine.last_logits(id, prompt);

@@ -43,8 +43,8 @@ inline constexpr AdapterId BASE_MODEL = 0;  // rows with this id run the bare ba
 using HostTensor = model::OwnedTensor;
 
 struct Datum {
-    std::vector<int64_t> tokens;                      // model input, N tokens
-    std::map<std::string, HostTensor> loss_inputs;   // target_tokens [N] or [N,K], weights, ...
+    std::vector<int64_t> tokens;                    // model input, N tokens
+    std::map<std::string, HostTensor> loss_inputs;  // target_tokens [N] or [N,K], weights, ...
 };
 
 struct ForwardBackwardInput {
@@ -112,8 +112,8 @@ class Engine {
 
 // Greedy decoding by repeated full forwards (no KV cache): appends up to n_new tokens, stopping
 // after the first token in stop_ids (which is returned).
-Result<std::vector<int64_t>> greedy_generate(Engine & engine, AdapterId id, std::vector<int64_t> prompt,
-                                             int64_t n_new, const std::vector<int64_t> & stop_ids);
+Result<std::vector<int64_t>> greedy_generate(Engine & engine, AdapterId id, std::vector<int64_t> prompt, int64_t n_new,
+                                             const std::vector<int64_t> & stop_ids);
 
 // Host tensor helpers.
 HostTensor make_host_tensor_f32(std::vector<int64_t> shape, const std::vector<float> & values);

@@ -2,10 +2,10 @@
 // adapters, optimizer, import/export) and forward_backward.cpp (packing, losses, gradients).
 #pragma once
 
-#include <torch/torch.h>
-
 #include <map>
 #include <memory>
+
+#include <torch/torch.h>
 
 #include "engine/engine.h"
 #include "engine/losses.h"

@@ -2,20 +2,20 @@
 // failing inputs name the problem and change nothing (alone or next to a valid input), optim_step
 // touches only its adapter, export/import with optimizer resumes bit-exactly, fresh adapters equal
 // the base model, seeded initialisation, and which PEFT keys each LoRA target set creates.
+#include "engine/engine.h"
+
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
 
-#include "engine/engine.h"
 #include "test_models.h"
 
 namespace tinkerd::testing {
 namespace {
 
 using engine::AdapterId;
-using engine::Datum;
 using engine::Engine;
 using engine::ForwardBackwardInput;
 using engine::HostTensor;
@@ -24,13 +24,15 @@ using State = std::map<std::string, HostTensor>;
 // Weights, optimizer state and accumulated gradients of an adapter, for bitwise comparisons.
 State snapshot(const Engine & e, AdapterId id) {
     State s = e.export_adapter(id, true).value();
-    const State grads = e.export_gradients(id).value();  // a named copy: .value() of a temporary dangles
-    for (const auto & [key, g] : grads) s["grad:" + key] = g;
+    const State grads = e.export_gradients(id).value();  // named: looping over .value() of a temporary dangles
+    for (const auto & [key, g] : grads)
+        s["grad:" + key] = g;
     return s;
 }
 
 bool same(const State & a, const State & b) {
-    if (a.size() != b.size()) return false;
+    if (a.size() != b.size())
+        return false;
     for (const auto & [key, t] : a) {
         auto it = b.find(key);
         if (it == b.end() || it->second.dtype != t.dtype || it->second.shape != t.shape || it->second.bytes != t.bytes)
@@ -43,15 +45,18 @@ double max_abs(const State & s, const std::string & prefix) {
     double m = 0;
     for (const auto & [key, t] : s)
         if (key.rfind(prefix, 0) == 0 && key.find(".exp_avg") == std::string::npos)
-            for (double x : engine::host_tensor_values(t)) m = std::max(m, std::abs(x));
+            for (double x : engine::host_tensor_values(t))
+                m = std::max(m, std::abs(x));
     return m;
 }
 
 // max |a - b| / max |b| (1 when the sizes differ or b is all zero)
 double max_rel_diff(const std::vector<double> & a, const std::vector<double> & b) {
     double diff = 0, scale = 0;
-    if (a.size() != b.size()) return 1.0;
-    for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
+    if (a.size() != b.size())
+        return 1.0;
+    for (size_t i = 0; i < a.size(); ++i)
+        diff = std::max(diff, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
     return scale > 0 ? diff / scale : 1.0;
 }
 
@@ -66,9 +71,9 @@ class EngineTest : public ::testing::Test {
         EXPECT_TRUE(loaded.ok()) << loaded.error().message;
         return std::move(loaded).value();
     }
-    AdapterId adapter(uint64_t seed, int64_t rank = 4) {
+    AdapterId adapter(uint64_t seed) {
         engine::LoraSpec spec;
-        spec.rank = rank;
+        spec.rank = 4;
         spec.alpha = 8.0;
         spec.seed = seed;
         return engine_->create_adapter(spec).value();
@@ -82,9 +87,11 @@ class EngineTest : public ::testing::Test {
         for (int64_t n : {9, 6}) {
             std::vector<int64_t> tokens(n), targets(n);
             std::vector<float> weights(n);
-            for (int64_t i = 0; i < n; ++i) tokens[i] = tok(rng), targets[i] = tok(rng), weights[i] = w(rng);
-            in.datums.push_back({tokens, {{"target_tokens", engine::make_host_tensor_i64({n}, targets)},
-                                          {"weights", engine::make_host_tensor_f32({n}, weights)}}});
+            for (int64_t i = 0; i < n; ++i)
+                tokens[i] = tok(rng), targets[i] = tok(rng), weights[i] = w(rng);
+            in.datums.push_back({tokens,
+                                 {{"target_tokens", engine::make_host_tensor_i64({n}, targets)},
+                                  {"weights", engine::make_host_tensor_f32({n}, weights)}}});
         }
         return in;
     }
@@ -95,7 +102,9 @@ class EngineTest : public ::testing::Test {
         return r[0].ok() ? r[0]->metrics.at("loss:sum") : NAN;
     }
     // Zeroes an adapter's gradients by re-importing its own weights.
-    void reset_grads(AdapterId id) { ASSERT_TRUE(engine_->import_adapter(id, engine_->export_adapter(id, false).value(), false).ok()); }
+    void reset_grads(AdapterId id) {
+        ASSERT_TRUE(engine_->import_adapter(id, engine_->export_adapter(id, false).value(), false).ok());
+    }
     // Valid importance_sampling input whose loss overflows fp32 (ratio exp(lp + 1000)).
     ForwardBackwardInput infinite_loss_input(AdapterId id) {
         auto in = ce_input(id, 6);
@@ -186,9 +195,11 @@ TEST_F(EngineTest, FailingInputsNameTheProblemAndChangeNothing) {
     };
     add("unknown loss", {"hinge"}, [](auto & in) { in.loss_fn = "hinge"; });
     add("unknown config key", {"clip_low_threshold"}, [](auto & in) { in.loss_fn_config["clip_low_threshold"] = 0.5; });
-    add("missing targets", {"missing", "target_tokens"}, [](auto & in) { in.datums[1].loss_inputs.erase("target_tokens"); });
+    add("missing targets", {"missing", "target_tokens"},
+        [](auto & in) { in.datums[1].loss_inputs.erase("target_tokens"); });
     add("targets shape", {"target_tokens", "shape"}, [&](auto & in) {
-        in.datums[0].loss_inputs["target_tokens"] = engine::make_host_tensor_i64({n + 1}, std::vector<int64_t>(n + 1, 0));
+        in.datums[0].loss_inputs["target_tokens"] =
+            engine::make_host_tensor_i64({n + 1}, std::vector<int64_t>(n + 1, 0));
     });
     add("input token out of vocab", {"61", "vocabulary"}, [](auto & in) { in.datums[1].tokens[2] = 61; });
     add("target out of vocab", {"-3", "vocabulary"}, [&](auto & in) {
@@ -207,11 +218,13 @@ TEST_F(EngineTest, FailingInputsNameTheProblemAndChangeNothing) {
     cases.push_back({"missing advantages", rl, {"missing", "advantages"}});
     cases.back().input.datums[0].loss_inputs.erase("advantages");
     cases.push_back({"infinite loss", rl, {"not finite"}});  // ratio exp(lp + 1000) overflows fp32
-    cases.back().input.datums[0].loss_inputs["logprobs"] = engine::make_host_tensor_f32({n}, std::vector<float>(n, -1000.0f));
+    cases.back().input.datums[0].loss_inputs["logprobs"] =
+        engine::make_host_tensor_f32({n}, std::vector<float>(n, -1000.0f));
     for (const Case & c : cases) {
         auto r = engine_->forward_backward({c.input}, true);
         ASSERT_FALSE(r[0].ok()) << c.what;
-        for (const auto & w : c.words) EXPECT_NE(r[0].error().message.find(w), std::string::npos) << c.what << ": " << r[0].error().message;
+        for (const auto & w : c.words)
+            EXPECT_NE(r[0].error().message.find(w), std::string::npos) << c.what << ": " << r[0].error().message;
         EXPECT_TRUE(same(before, snapshot(*engine_, id))) << c.what << " changed the adapter";
     }
     auto bad_step = adam_;
@@ -321,7 +334,8 @@ TEST_F(EngineTest, FreshAdapterGivesExactlyTheBaseModelsOutputs) {
     base_in.adapter = engine::BASE_MODEL;
     auto r = engine_->forward_backward({in, base_in}, false);
     ASSERT_TRUE(r[0].ok() && r[1].ok());
-    for (size_t d = 0; d < in.datums.size(); ++d) EXPECT_EQ(r[0]->logprobs[d].bytes, r[1]->logprobs[d].bytes);
+    for (size_t d = 0; d < in.datums.size(); ++d)
+        EXPECT_EQ(r[0]->logprobs[d].bytes, r[1]->logprobs[d].bytes);
     EXPECT_EQ(engine_->last_logits(id, in.datums[0].tokens).value(),
               engine_->last_logits(engine::BASE_MODEL, in.datums[0].tokens).value());
     run(in, true);
@@ -338,16 +352,21 @@ TEST_F(EngineTest, SeedsDetermineTheInitialisation) {
     ASSERT_EQ(a.size(), static_cast<size_t>(2 * (7 * c.n_layers + 1)));
     const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
     const std::map<std::string, std::pair<int64_t, int64_t>> in_out = {
-        {"q_proj", {c.hidden_size, q}},  {"k_proj", {c.hidden_size, kv}},  {"v_proj", {c.hidden_size, kv}},
-        {"o_proj", {q, c.hidden_size}},  {"gate_proj", {c.hidden_size, c.intermediate_size}},
-        {"up_proj", {c.hidden_size, c.intermediate_size}}, {"down_proj", {c.intermediate_size, c.hidden_size}},
+        {"q_proj", {c.hidden_size, q}},
+        {"k_proj", {c.hidden_size, kv}},
+        {"v_proj", {c.hidden_size, kv}},
+        {"o_proj", {q, c.hidden_size}},
+        {"gate_proj", {c.hidden_size, c.intermediate_size}},
+        {"up_proj", {c.hidden_size, c.intermediate_size}},
+        {"down_proj", {c.intermediate_size, c.hidden_size}},
         {"lm_head", {c.hidden_size, c.vocab_size}}};
     for (const auto & [key, t] : a) {
         const std::string module = key.substr(0, key.find(".lora_"));
         const auto [in, out] = in_out.at(module.substr(module.rfind('.') + 1));
         const auto v = engine::host_tensor_values(t);
         double m = 0;
-        for (double x : v) m = std::max(m, std::abs(x));
+        for (double x : v)
+            m = std::max(m, std::abs(x));
         if (key.find("lora_A") != std::string::npos) {
             EXPECT_EQ(t.shape, (std::vector<int64_t>{4, in})) << key;
             const double bound = 1.0 / std::sqrt(static_cast<double>(in));
@@ -361,11 +380,7 @@ TEST_F(EngineTest, SeedsDetermineTheInitialisation) {
 }
 
 TEST_F(EngineTest, UnembedOnlyAdapterHasOnlyLmHeadKeys) {
-    engine::LoraSpec spec;
-    spec.rank = 3;
-    spec.train_attn = false;
-    spec.train_mlp = false;
-    spec.train_unembed = true;
+    engine::LoraSpec spec{/*rank=*/3, /*alpha=*/32.0, /*attn=*/false, /*mlp=*/false, /*unembed=*/true, {}};
     const AdapterId id = engine_->create_adapter(spec).value();
     const State w = engine_->export_adapter(id, false).value();
     ASSERT_EQ(w.size(), 2u);
@@ -373,6 +388,8 @@ TEST_F(EngineTest, UnembedOnlyAdapterHasOnlyLmHeadKeys) {
     EXPECT_EQ(w.rbegin()->first, "base_model.model.lm_head.lora_B.weight");
     run(ce_input(id, 4), true);
     EXPECT_EQ(engine_->export_gradients(id).value().size(), 2u);
+    const auto g = grads(id);
+    EXPECT_GT(*std::max_element(g.begin(), g.end()), 0.0);
     spec.train_unembed = false;
     EXPECT_FALSE(engine_->create_adapter(spec).ok());  // no target at all
 }

@@ -32,8 +32,8 @@ Result<LossConfig> EngineImpl::validate_input(const ForwardBackwardInput & input
         }
         for (int64_t token : datum.tokens) {
             if (token < 0 || token >= vocab) {
-                return invalid_argument(where + "token id " + std::to_string(token) + " is outside the vocabulary [0, " +
-                                        std::to_string(vocab) + ")");
+                return invalid_argument(where + "token id " + std::to_string(token) +
+                                        " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
             }
         }
         auto status = validate_loss_inputs(*loss, datum, vocab);
@@ -91,9 +91,9 @@ void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
     const auto act = transformer_->act_dtype();
     const auto device = transformer_->device();
     PackedBatch batch = pack(planned);
-    torch::Tensor hidden = transformer_->hidden_states(batch);          // [T, C]
+    torch::Tensor hidden = transformer_->hidden_states(batch);            // [T, C]
     torch::Tensor logits = transformer_->logits(hidden, batch.segments);  // [T, V]
-    torch::Tensor lse = torch::logsumexp(logits, -1);                   // [T]
+    torch::Tensor lse = torch::logsumexp(logits, -1);                     // [T]
     std::vector<torch::Tensor> losses;
     for (PlannedInput & p : planned) {
         ForwardBackwardOutput out;
@@ -126,12 +126,13 @@ void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
 // adapter's inputs all succeeded and its gradients are finite.
 void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std::vector<torch::Tensor> & losses,
                                  std::vector<Result<ForwardBackwardOutput>> & results) {
-    std::map<Adapter *, bool> adapter_ok;
+    // Failed inputs (non-finite loss) are left out of the sum, so they contribute no gradient; the
+    // other inputs of the same adapter still accumulate theirs.
+    std::map<Adapter *, bool> adapter_ok;  // adapter -> has at least one successful input
     torch::Tensor total;
     for (size_t i = 0; i < planned.size(); ++i) {
         const bool ok = results[planned[i].index].ok();
-        auto [it, fresh] = adapter_ok.emplace(planned[i].adapter, ok);
-        it->second = it->second && ok;
+        adapter_ok[planned[i].adapter] |= ok;
         if (ok) {
             total = total.defined() ? total + losses[i] : losses[i];
         }
@@ -163,7 +164,7 @@ void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std:
         }
         if (!finite) {
             for (auto & p : planned) {
-                if (p.adapter == adapter) {
+                if (p.adapter == adapter && results[p.index].ok()) {
                     results[p.index] = invalid_argument("the gradient is not finite; nothing was accumulated");
                 }
             }
@@ -173,8 +174,8 @@ void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std:
 
 std::vector<Result<ForwardBackwardOutput>> EngineImpl::forward_backward(
     const std::vector<ForwardBackwardInput> & inputs, bool backward) {
-    std::vector<Result<ForwardBackwardOutput>> results(inputs.size(), Result<ForwardBackwardOutput>(
-                                                                          internal_error("not run")));
+    std::vector<Result<ForwardBackwardOutput>> results(inputs.size(),
+                                                       Result<ForwardBackwardOutput>(internal_error("not run")));
     std::vector<PlannedInput> planned;
     for (size_t i = 0; i < inputs.size(); ++i) {
         auto loss = validate_input(inputs[i], backward);
@@ -206,8 +207,8 @@ std::vector<Result<ForwardBackwardOutput>> EngineImpl::forward_backward(
 Result<std::vector<float>> EngineImpl::last_logits(AdapterId id, const std::vector<int64_t> & tokens) {
     Datum datum;
     datum.tokens = tokens;
-    datum.loss_inputs["target_tokens"] = make_host_tensor_i64({static_cast<int64_t>(tokens.size())},
-                                                              std::vector<int64_t>(tokens.size(), 0));
+    datum.loss_inputs["target_tokens"] =
+        make_host_tensor_i64({static_cast<int64_t>(tokens.size())}, std::vector<int64_t>(tokens.size(), 0));
     ForwardBackwardInput input{id, {datum}, "cross_entropy", {}};
     auto status = validate_input(input, false);
     if (!status.ok()) {

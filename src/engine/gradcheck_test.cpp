@@ -33,7 +33,9 @@ std::string layer_key(int layer, const std::string & module, const char * ab) {
     return "base_model.model.model.layers." + std::to_string(layer) + (mlp ? ".mlp." : ".self_attn.") + module +
            ".lora_" + ab + ".weight";
 }
-std::string head_key(const char * ab) { return std::string("base_model.model.lm_head.lora_") + ab + ".weight"; }
+std::string head_key(const char * ab) {
+    return std::string("base_model.model.lm_head.lora_") + ab + ".weight";
+}
 
 // An FP64 engine over a tiny model with one rank-2 adapter holding random nonzero A and B.
 class GradCheck {
@@ -41,9 +43,11 @@ class GradCheck {
     explicit GradCheck(TinyFamily family) : rng_(1234) {
         write_tiny_model(dir_.path(), family, model::DType::F32, 99);
         auto loaded = Engine::load(dir_.path(), {engine::ComputeDType::FP64, 1});
-        if (!loaded.ok()) throw std::runtime_error(loaded.error().message);
+        if (!loaded.ok())
+            throw std::runtime_error(loaded.error().message);
         engine_ = std::move(loaded).value();
-        if (engine_->compute_dtype_name() != "fp64") throw std::runtime_error("engine is not fp64");
+        if (engine_->compute_dtype_name() != "fp64")
+            throw std::runtime_error("engine is not fp64");
         engine::LoraSpec spec;
         spec.rank = 2;
         spec.alpha = 4.0;
@@ -54,7 +58,8 @@ class GradCheck {
         for (const auto & [key, t] : exported) {
             const bool is_b = key.find("lora_B") != std::string::npos;
             std::vector<double> v(engine::host_tensor_values(t).size());
-            for (double & x : v) x = (is_b ? 0.1 : 0.3) * normal(rng_);
+            for (double & x : v)
+                x = (is_b ? 0.1 : 0.3) * normal(rng_);
             weights_[key] = std::move(v);
             shapes_[key] = t.shape;
         }
@@ -68,25 +73,30 @@ class GradCheck {
 
     void import(const Weights & w) {
         std::map<std::string, HostTensor> tensors;
-        for (const auto & [key, v] : w) tensors[key] = f64_tensor(shapes_.at(key), v);
+        for (const auto & [key, v] : w)
+            tensors[key] = f64_tensor(shapes_.at(key), v);
         auto status = engine_->import_adapter(id_, tensors, false);
-        if (!status.ok()) throw std::runtime_error(status.error().message);
+        if (!status.ok())
+            throw std::runtime_error(status.error().message);
     }
 
     double loss(const ForwardBackwardInput & input, const Weights & w) {
         import(w);
         auto r = engine_->forward_backward({input}, false);
-        if (!r[0].ok()) throw std::runtime_error(r[0].error().message);
+        if (!r[0].ok())
+            throw std::runtime_error(r[0].error().message);
         return r[0]->metrics.at("loss:sum");
     }
 
     Weights gradients(const ForwardBackwardInput & input) {
         import(weights_);  // also zeroes the accumulated gradients
         auto r = engine_->forward_backward({input}, true);
-        if (!r[0].ok()) throw std::runtime_error(r[0].error().message);
+        if (!r[0].ok())
+            throw std::runtime_error(r[0].error().message);
         Weights g;
         const auto grads = engine_->export_gradients(id_).value();
-        for (const auto & [key, t] : grads) g[key] = engine::host_tensor_values(t);
+        for (const auto & [key, t] : grads)
+            g[key] = engine::host_tensor_values(t);
         return g;
     }
 
@@ -98,19 +108,22 @@ class GradCheck {
         for (int64_t i = 0; i < n; ++i) {
             std::vector<double> onehot(n, 0.0);
             onehot[i] = 1.0;
-            Datum d{tokens, {{"target_tokens", engine::make_host_tensor_i64({n}, targets)},
-                             {"weights", f64_tensor({n}, onehot)}}};
+            Datum d{
+                tokens,
+                {{"target_tokens", engine::make_host_tensor_i64({n}, targets)}, {"weights", f64_tensor({n}, onehot)}}};
             inputs.push_back({id_, {d}, "cross_entropy", {}});
         }
         std::vector<double> lp;
-        for (auto & r : engine_->forward_backward(inputs, false)) lp.push_back(-r.value().metrics.at("loss:sum"));
+        for (auto & r : engine_->forward_backward(inputs, false))
+            lp.push_back(-r.value().metrics.at("loss:sum"));
         return lp;
     }
 
     std::vector<int64_t> random_tokens(int64_t n) {
         std::uniform_int_distribution<int64_t> pick(0, vocab() - 1);
         std::vector<int64_t> t(n);
-        for (auto & x : t) x = pick(rng_);
+        for (auto & x : t)
+            x = pick(rng_);
         return t;
     }
 
@@ -121,21 +134,22 @@ class GradCheck {
                               double max_rel = 1e-6) {
         const Weights g = gradients(train_input);
         const std::vector<std::string> keys = {
-            layer_key(0, "q_proj", "A"),    layer_key(1, "gate_proj", "A"), head_key("A"),
-            layer_key(1, "v_proj", "A"),    layer_key(0, "down_proj", "B"), layer_key(1, "o_proj", "B"),
-            head_key("B"),                  layer_key(0, "k_proj", "B")};
+            layer_key(0, "q_proj", "A"),    layer_key(1, "gate_proj", "A"), head_key("A"), layer_key(1, "v_proj", "A"),
+            layer_key(0, "down_proj", "B"), layer_key(1, "o_proj", "B"),    head_key("B"), layer_key(0, "k_proj", "B")};
         std::mt19937 pick(42);
         std::vector<double> fds;
         for (const std::string & key : keys) {
             const std::vector<double> & gk = g.at(key);
             double gmax = 0;
-            for (double x : gk) gmax = std::max(gmax, std::abs(x));
+            for (double x : gk)
+                gmax = std::max(gmax, std::abs(x));
             if (max_rel > 0) {
                 EXPECT_GT(gmax, 1e-8) << key << ": gradient is zero";
             }
             std::vector<size_t> large;  // entries with a gradient big enough for a relative check
             for (size_t i = 0; i < gk.size(); ++i) {
-                if (std::abs(gk[i]) >= 0.25 * gmax) large.push_back(i);
+                if (std::abs(gk[i]) >= 0.25 * gmax)
+                    large.push_back(i);
             }
             const size_t i = large[std::uniform_int_distribution<size_t>(0, large.size() - 1)(pick)];
             const double eps = 1e-6;
@@ -166,7 +180,8 @@ class GradCheck {
 std::vector<double> uniform(std::mt19937 & rng, size_t n, double lo, double hi) {
     std::uniform_real_distribution<double> u(lo, hi);
     std::vector<double> v(n);
-    for (double & x : v) x = u(rng);
+    for (double & x : v)
+        x = u(rng);
     return v;
 }
 
@@ -236,7 +251,8 @@ TEST(GradCheck, PpoWithRatiosInsideAndOutsideTheClipRange) {
     for (auto & d : is.datums) {
         auto a = engine::host_tensor_values(d.loss_inputs.at("advantages"));
         for (double & x : a) {
-            if (k % ratios.size() == 1 || k % ratios.size() == 2) x = 0.0;
+            if (k % ratios.size() == 1 || k % ratios.size() == 2)
+                x = 0.0;
             ++k;
         }
         d.loss_inputs["advantages"] = f64_tensor(d.loss_inputs.at("advantages").shape, a);
@@ -255,9 +271,11 @@ TEST(GradCheck, PpoWithEveryTokenClippedHasZeroGradient) {
     const double loss = gc.loss(in, gc.weights());
     EXPECT_GT(std::abs(loss), 0.1);
     for (const auto & [key, g] : gc.gradients(in)) {
-        for (double x : g) ASSERT_EQ(x, 0.0) << key;
+        for (double x : g)
+            ASSERT_EQ(x, 0.0) << key;
     }
-    for (double fd : gc.check(in, in, /*max_rel=*/0)) EXPECT_LT(std::abs(fd), 1e-8);
+    for (double fd : gc.check(in, in, /*max_rel=*/0))
+        EXPECT_LT(std::abs(fd), 1e-8);
 }
 
 TEST(GradCheck, CispoTreatsTheClippedRatioAsAConstant) {
@@ -276,7 +294,8 @@ TEST(GradCheck, CispoTreatsTheClippedRatioAsAConstant) {
         const auto targets = engine::host_tensor_values(d.loss_inputs.at("target_tokens"));
         const auto lp = gc.logprobs(d.tokens, std::vector<int64_t>(targets.begin(), targets.end()));
         std::vector<double> w(q.size());
-        for (size_t i = 0; i < q.size(); ++i) w[i] = std::clamp(std::exp(lp[i] - q[i]), 0.7, 3.0) * a[i];
+        for (size_t i = 0; i < q.size(); ++i)
+            w[i] = std::clamp(std::exp(lp[i] - q[i]), 0.7, 3.0) * a[i];
         const auto shape = d.loss_inputs.at("advantages").shape;
         d.loss_inputs = {{"target_tokens", d.loss_inputs.at("target_tokens")}, {"weights", f64_tensor(shape, w)}};
     }
@@ -293,8 +312,8 @@ TEST(GradCheck, CispoTreatsTheClippedRatioAsAConstant) {
 TEST(GradCheck, DroWithBeta) {
     for (TinyFamily family : {TinyFamily::LLAMA, TinyFamily::QWEN3}) {
         GradCheck gc(family);
-        auto in = rl_input(gc, "dro", uniform(gc.rng(), 12, 0.5, 2.0), uniform(gc.rng(), 12, -1.0, 1.0),
-                           {{"beta", 0.3}});
+        auto in =
+            rl_input(gc, "dro", uniform(gc.rng(), 12, 0.5, 2.0), uniform(gc.rng(), 12, -1.0, 1.0), {{"beta", 0.3}});
         gc.check(in, in);
     }
 }

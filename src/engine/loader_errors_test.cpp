@@ -42,21 +42,26 @@ void write_raw_safetensors(const std::string & path, const Tensors & tensors,
         if (auto it = dtype_overrides.find(name); it != dtype_overrides.end()) {
             dtype = it->second.first;
             int64_t numel = 1;
-            for (int64_t d : t.shape) numel *= d;
+            for (int64_t d : t.shape)
+                numel *= d;
             bytes.assign(static_cast<size_t>(numel) * it->second.second, '\x3c');
         }
-        header[name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + bytes.size()}}};
+        header[name] = {
+            {"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + bytes.size()}}};
         data += bytes;
     }
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');
     std::ofstream out(path, std::ios::binary);
     const uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+    for (int i = 0; i < 8; ++i)
+        out.put(static_cast<char>(n >> (8 * i)));
     out << text << data;
 }
 
-bool contains(const std::string & text, const std::string & word) { return text.find(word) != std::string::npos; }
+bool contains(const std::string & text, const std::string & word) {
+    return text.find(word) != std::string::npos;
+}
 
 class LoaderErrorsTest : public ::testing::Test {
   protected:
@@ -66,8 +71,9 @@ class LoaderErrorsTest : public ::testing::Test {
 };
 
 TEST_F(LoaderErrorsTest, EveryTinyFamilyLoadsInF32AndBf16) {
-    const std::pair<TinyFamily, const char *> families[] = {
-        {TinyFamily::LLAMA, "LlamaForCausalLM"}, {TinyFamily::QWEN3, "Qwen3ForCausalLM"}, {TinyFamily::QWEN2, "Qwen2ForCausalLM"}};
+    const std::pair<TinyFamily, const char *> families[] = {{TinyFamily::LLAMA, "LlamaForCausalLM"},
+                                                            {TinyFamily::QWEN3, "Qwen3ForCausalLM"},
+                                                            {TinyFamily::QWEN2, "Qwen2ForCausalLM"}};
     for (const auto & [family, arch] : families) {
         for (model::DType dtype : {model::DType::F32, model::DType::BF16}) {
             ScopedTempDir dir("loader_ok");
@@ -98,7 +104,8 @@ TEST_F(LoaderErrorsTest, TruncatedSafetensorsNamesTheTruncatedTensor) {
     for (ComputeDType dtype : {ComputeDType::AUTO, ComputeDType::FP32}) {
         const std::string msg = load_error(dir_.path(), dtype);
         EXPECT_TRUE(contains(msg, "truncated")) << msg;
-        EXPECT_TRUE(contains(msg, "model.layers.1.self_attn.v_proj.weight") || contains(msg, "model.norm.weight")) << msg;
+        EXPECT_TRUE(contains(msg, "model.layers.1.self_attn.v_proj.weight") || contains(msg, "model.norm.weight"))
+            << msg;
     }
 }
 

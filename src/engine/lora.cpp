@@ -1,15 +1,15 @@
 // LoRA adapters: construction, PEFT naming and the segmented LoRA linear.
 #include "engine/lora.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 namespace tinkerd::engine {
 
 const char * lora_target_name(LoraTarget target) {
-    static const char * names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-                                   "lm_head"};
+    static const char * names[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                   "gate_proj", "up_proj", "down_proj", "lm_head"};
     return names[static_cast<int>(target)];
 }
 
@@ -17,14 +17,20 @@ ProjectionShape projection_shape(const model::ModelConfig & c, LoraTarget target
     const int64_t q_dim = c.n_heads * c.head_dim;
     const int64_t kv_dim = c.n_kv_heads * c.head_dim;
     switch (target) {
-        case LoraTarget::Q: return {c.hidden_size, q_dim};
+        case LoraTarget::Q:
+            return {c.hidden_size, q_dim};
         case LoraTarget::K:
-        case LoraTarget::V: return {c.hidden_size, kv_dim};
-        case LoraTarget::O: return {q_dim, c.hidden_size};
+        case LoraTarget::V:
+            return {c.hidden_size, kv_dim};
+        case LoraTarget::O:
+            return {q_dim, c.hidden_size};
         case LoraTarget::GATE:
-        case LoraTarget::UP: return {c.hidden_size, c.intermediate_size};
-        case LoraTarget::DOWN: return {c.intermediate_size, c.hidden_size};
-        case LoraTarget::LM_HEAD: return {c.hidden_size, c.vocab_size};
+        case LoraTarget::UP:
+            return {c.hidden_size, c.intermediate_size};
+        case LoraTarget::DOWN:
+            return {c.intermediate_size, c.hidden_size};
+        case LoraTarget::LM_HEAD:
+            return {c.hidden_size, c.vocab_size};
     }
     return {};
 }
@@ -44,18 +50,21 @@ static bool is_targeted(const LoraSpec & spec, LoraTarget target) {
         case LoraTarget::Q:
         case LoraTarget::K:
         case LoraTarget::V:
-        case LoraTarget::O: return spec.train_attn;
+        case LoraTarget::O:
+            return spec.train_attn;
         case LoraTarget::GATE:
         case LoraTarget::UP:
-        case LoraTarget::DOWN: return spec.train_mlp;
-        case LoraTarget::LM_HEAD: return spec.train_unembed;
+        case LoraTarget::DOWN:
+            return spec.train_mlp;
+        case LoraTarget::LM_HEAD:
+            return spec.train_unembed;
     }
     return false;
 }
 
 // Appends the A/B pair of one projection and returns the index of A.
-static int add_pair(Adapter & a, const ProjectionShape & shape, int64_t layer, LoraTarget target,
-                    at::Generator & gen, const torch::TensorOptions & options) {
+static int add_pair(Adapter & a, const ProjectionShape & shape, int64_t layer, LoraTarget target, at::Generator & gen,
+                    const torch::TensorOptions & options) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(shape.in));
     torch::Tensor lora_a = torch::rand({a.spec.rank, shape.in}, gen, torch::kFloat64) * (2 * bound) - bound;
     torch::Tensor lora_b = torch::zeros({shape.out, a.spec.rank}, torch::kFloat64);
@@ -83,15 +92,14 @@ Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConf
     for (int64_t layer = 0; layer < config.n_layers; ++layer) {
         for (int t = 0; t < N_LAYER_TARGETS; ++t) {
             auto target = static_cast<LoraTarget>(t);
-            a.layer_index[layer][t] =
-                is_targeted(spec, target)
-                    ? add_pair(a, projection_shape(config, target), layer, target, gen, options)
-                    : -1;
+            a.layer_index[layer][t] = is_targeted(spec, target)
+                                          ? add_pair(a, projection_shape(config, target), layer, target, gen, options)
+                                          : -1;
         }
     }
     if (is_targeted(spec, LoraTarget::LM_HEAD)) {
-        a.lm_head_index = add_pair(a, projection_shape(config, LoraTarget::LM_HEAD), -1, LoraTarget::LM_HEAD, gen,
-                                   options);
+        a.lm_head_index =
+            add_pair(a, projection_shape(config, LoraTarget::LM_HEAD), -1, LoraTarget::LM_HEAD, gen, options);
     }
     return a;
 }
@@ -117,7 +125,7 @@ const torch::Tensor * Adapter::lora_b(int64_t layer, LoraTarget target) const {
 static torch::Tensor lora_delta(const torch::Tensor & x_seg, const Adapter & a, const torch::Tensor & lora_a,
                                 const torch::Tensor & lora_b) {
     torch::Tensor h = torch::matmul(x_seg.to(lora_a.scalar_type()), lora_a.t());  // [n, R]
-    return torch::matmul(h * a.scale, lora_b.t());                               // [n, out]
+    return torch::matmul(h * a.scale, lora_b.t());                                // [n, out]
 }
 
 torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,

@@ -3,11 +3,11 @@
 // Semantics per row r of adapter a: y[r] = x[r]·Wᵀ + (alpha/R)·(x[r]·A_aᵀ)·B_aᵀ.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <array>
 #include <string>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "engine/engine.h"
 
@@ -28,12 +28,12 @@ ProjectionShape projection_shape(const model::ModelConfig & config, LoraTarget t
 struct Adapter {
     AdapterId id = BASE_MODEL;
     LoraSpec spec;
-    double scale = 1.0;                // alpha / rank
-    std::vector<std::string> names;    // PEFT keys, one per parameter, A then B per projection
-    std::vector<torch::Tensor> params; // leaves with requires_grad; A [R, in], B [out, R]
-    std::vector<torch::Tensor> grads;  // accumulated gradients, same shapes
+    double scale = 1.0;                              // alpha / rank
+    std::vector<std::string> names;                  // PEFT keys, one per parameter, A then B per projection
+    std::vector<torch::Tensor> params;               // leaves with requires_grad; A [R, in], B [out, R]
+    std::vector<torch::Tensor> grads;                // accumulated gradients, same shapes
     std::vector<torch::Tensor> exp_avg, exp_avg_sq;  // AdamW moments
-    int64_t step = 0;                  // AdamW steps taken
+    int64_t step = 0;                                // AdamW steps taken
     // index of A in params for [layer][target]; -1 = not targeted. B is at index + 1.
     std::vector<std::array<int, N_LAYER_TARGETS>> layer_index;
     int lm_head_index = -1;
@@ -43,8 +43,8 @@ struct Adapter {
 };
 
 // Builds an adapter: A kaiming-uniform (bound 1/sqrt(in), as PEFT), B zero, moments zero.
-Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config,
-                     torch::ScalarType dtype, torch::Device device, uint64_t seed);
+Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
+                     torch::Device device, uint64_t seed);
 
 // PEFT key of a projection's A or B matrix, e.g. "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
 std::string peft_key(int64_t layer, LoraTarget target, bool is_b);

@@ -9,18 +9,23 @@
 namespace tinkerd::engine {
 
 static const std::map<std::string, LossKind> & loss_names() {
-    static const std::map<std::string, LossKind> names = {
-        {"cross_entropy", LossKind::CROSS_ENTROPY}, {"importance_sampling", LossKind::IMPORTANCE_SAMPLING},
-        {"ppo", LossKind::PPO}, {"cispo", LossKind::CISPO}, {"dro", LossKind::DRO}};
+    static const std::map<std::string, LossKind> names = {{"cross_entropy", LossKind::CROSS_ENTROPY},
+                                                          {"importance_sampling", LossKind::IMPORTANCE_SAMPLING},
+                                                          {"ppo", LossKind::PPO},
+                                                          {"cispo", LossKind::CISPO},
+                                                          {"dro", LossKind::DRO}};
     return names;
 }
 
 static std::set<std::string> allowed_config_keys(LossKind kind) {
     switch (kind) {
         case LossKind::PPO:
-        case LossKind::CISPO: return {"clip_low_threshold", "clip_high_threshold"};
-        case LossKind::DRO: return {"beta"};
-        default: return {};
+        case LossKind::CISPO:
+            return {"clip_low_threshold", "clip_high_threshold"};
+        case LossKind::DRO:
+            return {"beta"};
+        default:
+            return {};
     }
 }
 
@@ -42,9 +47,12 @@ Result<LossConfig> parse_loss(const std::string & name, const std::map<std::stri
         if (!std::isfinite(value)) {
             return invalid_argument("loss_fn_config key '" + key + "' must be finite");
         }
-        if (key == "clip_low_threshold") loss.clip_low = value;
-        if (key == "clip_high_threshold") loss.clip_high = value;
-        if (key == "beta") loss.beta = value;
+        if (key == "clip_low_threshold")
+            loss.clip_low = value;
+        if (key == "clip_high_threshold")
+            loss.clip_high = value;
+        if (key == "beta")
+            loss.beta = value;
     }
     if (loss.clip_low > loss.clip_high) {
         return invalid_argument("loss_fn_config: clip_low_threshold must not exceed clip_high_threshold");
@@ -58,8 +66,8 @@ static Result<void> check_float_input(const std::string & key, const HostTensor 
         return invalid_argument("loss_fn_inputs['" + key + "'] must be float32, got " + model::dtype_name(t.dtype));
     }
     if (t.shape != expected_shape) {
-        return invalid_argument("loss_fn_inputs['" + key + "'] has shape " + shape_string(t.shape) +
-                                ", expected " + shape_string(expected_shape) + " (the shape of target_tokens)");
+        return invalid_argument("loss_fn_inputs['" + key + "'] has shape " + shape_string(t.shape) + ", expected " +
+                                shape_string(expected_shape) + " (the shape of target_tokens)");
     }
     for (double x : host_tensor_values(t)) {
         if (!std::isfinite(x)) {
@@ -76,8 +84,8 @@ static Result<void> check_targets(const HostTensor & t, int64_t n_tokens, bool a
     }
     const bool shape_ok = (t.shape.size() == 1 || (allow_2d && t.shape.size() == 2)) && t.shape[0] == n_tokens;
     if (!shape_ok) {
-        return invalid_argument("loss_fn_inputs['target_tokens'] has shape " + shape_string(t.shape) +
-                                ", expected [" + std::to_string(n_tokens) + "]" +
+        return invalid_argument("loss_fn_inputs['target_tokens'] has shape " + shape_string(t.shape) + ", expected [" +
+                                std::to_string(n_tokens) + "]" +
                                 (allow_2d ? " or [" + std::to_string(n_tokens) + ",K]" : "") +
                                 " (one row per input token)");
     }
@@ -93,9 +101,8 @@ static Result<void> check_targets(const HostTensor & t, int64_t n_tokens, bool a
 
 Result<void> validate_loss_inputs(const LossConfig & loss, const Datum & datum, int64_t vocab_size) {
     const bool is_ce = loss.kind == LossKind::CROSS_ENTROPY;
-    const std::set<std::string> allowed =
-        is_ce ? std::set<std::string>{"target_tokens", "weights"}
-              : std::set<std::string>{"target_tokens", "logprobs", "advantages"};
+    const std::set<std::string> allowed = is_ce ? std::set<std::string>{"target_tokens", "weights"}
+                                                : std::set<std::string>{"target_tokens", "logprobs", "advantages"};
     for (const auto & [key, value] : datum.loss_inputs) {
         if (!allowed.count(key)) {
             return invalid_argument("loss_fn_inputs key '" + key + "' is not used by this loss_fn");
@@ -122,11 +129,12 @@ torch::Tensor datum_loss(const LossConfig & loss, const torch::Tensor & lp,
         auto w = in.find("weights");
         return w == in.end() ? -lp.sum() : -(lp * w->second).sum();
     }
-    const torch::Tensor & q = in.at("logprobs");     // sampler logprobs [N]
+    const torch::Tensor & q = in.at("logprobs");      // sampler logprobs [N]
     const torch::Tensor & adv = in.at("advantages");  // [N]
     torch::Tensor ratio = torch::exp(lp - q);
     switch (loss.kind) {
-        case LossKind::IMPORTANCE_SAMPLING: return -(ratio * adv).sum();
+        case LossKind::IMPORTANCE_SAMPLING:
+            return -(ratio * adv).sum();
         case LossKind::PPO: {
             torch::Tensor clipped = torch::clamp(ratio, loss.clip_low, loss.clip_high);
             return -torch::min(ratio * adv, clipped * adv).sum();
@@ -135,8 +143,10 @@ torch::Tensor datum_loss(const LossConfig & loss, const torch::Tensor & lp,
             torch::Tensor weight = torch::clamp(ratio, loss.clip_low, loss.clip_high).detach();
             return -(weight * lp * adv).sum();
         }
-        case LossKind::DRO: return -(lp * adv - 0.5 * loss.beta * (lp - q).pow(2)).sum();
-        default: break;
+        case LossKind::DRO:
+            return -(lp * adv - 0.5 * loss.beta * (lp - q).pow(2)).sum();
+        default:
+            break;
     }
     return lp.sum() * 0;
 }

@@ -2,10 +2,10 @@
 // logprobs, with the validation of their names, config keys and per-datum inputs. All are sums.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <map>
 #include <string>
+
+#include <torch/torch.h>
 
 #include "engine/engine.h"
 

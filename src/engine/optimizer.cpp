@@ -6,8 +6,10 @@
 namespace tinkerd::engine {
 
 Result<void> validate_adam_params(const AdamParams & p) {
-    const std::pair<const char *, double> fields[] = {{"learning_rate", p.learning_rate}, {"beta1", p.beta1},
-                                                      {"beta2", p.beta2},   {"eps", p.eps},
+    const std::pair<const char *, double> fields[] = {{"learning_rate", p.learning_rate},
+                                                      {"beta1", p.beta1},
+                                                      {"beta2", p.beta2},
+                                                      {"eps", p.eps},
                                                       {"weight_decay", p.weight_decay},
                                                       {"grad_clip_norm", p.grad_clip_norm}};
     for (const auto & [name, value] : fields) {

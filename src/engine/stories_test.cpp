@@ -55,7 +55,8 @@ TEST_F(StoriesTest, Fp32GreedyDecodingMatchesEveryPrompt) {
     for (const auto & [prompt, g] : expected_["generation"].items()) {
         const auto ids = g["prompt_ids"].get<std::vector<int64_t>>();
         const auto want = g["greedy_48_ids"].get<std::vector<int64_t>>();
-        auto got = engine::greedy_generate(*engine, engine::BASE_MODEL, ids, static_cast<int64_t>(want.size()), STOP_IDS);
+        auto got =
+            engine::greedy_generate(*engine, engine::BASE_MODEL, ids, static_cast<int64_t>(want.size()), STOP_IDS);
         ASSERT_TRUE(got.ok()) << prompt << ": " << got.error().message;
         EXPECT_EQ(*got, want) << "prompt '" << prompt << "'";
     }
@@ -71,11 +72,13 @@ TEST_F(StoriesTest, Fp32LogitsAtTheLastPromptPositionMatch) {
         const std::vector<float> & v = *logits;
         ASSERT_EQ(v.size(), 512u);
         const auto first8 = want["first8"].get<std::vector<double>>();
-        for (size_t i = 0; i < first8.size(); ++i) EXPECT_NEAR(v[i], first8[i], 1e-4) << prompt << " logit " << i;
+        for (size_t i = 0; i < first8.size(); ++i)
+            EXPECT_NEAR(v[i], first8[i], 1e-4) << prompt << " logit " << i;
         EXPECT_EQ(std::max_element(v.begin(), v.end()) - v.begin(), want["argmax"].get<int64_t>()) << prompt;
         const double m = *std::max_element(v.begin(), v.end());
         double sum = 0;
-        for (float x : v) sum += std::exp(static_cast<double>(x) - m);
+        for (float x : v)
+            sum += std::exp(static_cast<double>(x) - m);
         EXPECT_NEAR(m + std::log(sum), want["logsumexp"].get<double>(), 1e-4) << prompt;
     }
 }
@@ -91,7 +94,8 @@ TEST_F(StoriesTest, Fp32GreedyFromBosMatches255Tokens) {
 }
 
 TEST_F(StoriesTest, Bf16CheckpointLoadsAsBf16AndDecodesTheSharedStoryPrefix) {
-    if (!std::filesystem::exists(stories_dir() + "/hf-bf16/config.json")) GTEST_SKIP() << "no hf-bf16";
+    if (!std::filesystem::exists(stories_dir() + "/hf-bf16/config.json"))
+        GTEST_SKIP() << "no hf-bf16";
     auto engine = load("hf-bf16", engine::ComputeDType::AUTO);
     ASSERT_NE(engine, nullptr);
     EXPECT_EQ(engine->compute_dtype_name(), "bf16");
@@ -110,7 +114,8 @@ TEST_F(StoriesTest, Bf16CheckpointLoadsAsBf16AndDecodesTheSharedStoryPrefix) {
     ASSERT_TRUE(logits.ok());
     EXPECT_EQ(std::max_element(logits->begin(), logits->end()) - logits->begin(), want["argmax"].get<int64_t>());
     const auto first8 = want["first8"].get<std::vector<double>>();
-    for (size_t i = 0; i < first8.size(); ++i) EXPECT_NEAR((*logits)[i], first8[i], 0.1 + 0.02 * std::abs(first8[i]));
+    for (size_t i = 0; i < first8.size(); ++i)
+        EXPECT_NEAR((*logits)[i], first8[i], 0.1 + 0.02 * std::abs(first8[i]));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Tiny random model directories for the engine tests (see test_models.h).
+// Tiny random model directories for the engine tests (see test_models.h): seeded normal weights
+// scaled per tensor kind, written with model::write_safetensors.
 #include "test_models.h"
 
 #include <cmath>
@@ -39,9 +40,12 @@ struct Dims {
 
 Dims dims_of(TinyFamily family) {
     switch (family) {
-        case TinyFamily::LLAMA: return {"LlamaForCausalLM", 61, 16, 24, 2, 4, 2, 4, false, false, false, false};
-        case TinyFamily::QWEN3: return {"Qwen3ForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, true, false, true};
-        case TinyFamily::QWEN2: return {"Qwen2ForCausalLM", 47, 12, 20, 2, 3, 1, 4, false, false, true, false};
+        case TinyFamily::LLAMA:
+            return {"LlamaForCausalLM", 61, 16, 24, 2, 4, 2, 4, false, false, false, false};
+        case TinyFamily::QWEN3:
+            return {"Qwen3ForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, true, false, true};
+        case TinyFamily::QWEN2:
+            return {"Qwen2ForCausalLM", 47, 12, 20, 2, 3, 1, 4, false, false, true, false};
     }
     throw std::runtime_error("unknown tiny family");
 }
@@ -105,9 +109,11 @@ std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, 
     // A [rows, cols] tensor with entries offset + std·N(0, 1).
     auto add = [&](const std::string & name, std::vector<int64_t> shape, double std, double offset) {
         int64_t n = 1;
-        for (int64_t s : shape) n *= s;
+        for (int64_t s : shape)
+            n *= s;
         std::vector<double> v(static_cast<size_t>(n));
-        for (double & x : v) x = offset + std * normal(rng);
+        for (double & x : v)
+            x = offset + std * normal(rng);
         out[name] = make_tensor(v, std::move(shape), dtype);
     };
     const int64_t q_dim = d.heads * d.head_dim, kv_dim = d.kv_heads * d.head_dim;

@@ -7,25 +7,38 @@ namespace tinkerd::engine {
 
 torch::ScalarType to_torch_dtype(model::DType dtype) {
     switch (dtype) {
-        case model::DType::F32: return torch::kFloat32;
-        case model::DType::F16: return torch::kFloat16;
-        case model::DType::BF16: return torch::kBFloat16;
-        case model::DType::F64: return torch::kFloat64;
-        case model::DType::I64: return torch::kInt64;
-        case model::DType::I32: return torch::kInt32;
+        case model::DType::F32:
+            return torch::kFloat32;
+        case model::DType::F16:
+            return torch::kFloat16;
+        case model::DType::BF16:
+            return torch::kBFloat16;
+        case model::DType::F64:
+            return torch::kFloat64;
+        case model::DType::I64:
+            return torch::kInt64;
+        case model::DType::I32:
+            return torch::kInt32;
     }
     return torch::kFloat32;
 }
 
 Result<model::DType> from_torch_dtype(torch::ScalarType dtype) {
     switch (dtype) {
-        case torch::kFloat32: return model::DType::F32;
-        case torch::kFloat16: return model::DType::F16;
-        case torch::kBFloat16: return model::DType::BF16;
-        case torch::kFloat64: return model::DType::F64;
-        case torch::kInt64: return model::DType::I64;
-        case torch::kInt32: return model::DType::I32;
-        default: return unsupported("no host dtype for torch dtype " + std::string(c10::toString(dtype)));
+        case torch::kFloat32:
+            return model::DType::F32;
+        case torch::kFloat16:
+            return model::DType::F16;
+        case torch::kBFloat16:
+            return model::DType::BF16;
+        case torch::kFloat64:
+            return model::DType::F64;
+        case torch::kInt64:
+            return model::DType::I64;
+        case torch::kInt32:
+            return model::DType::I32;
+        default:
+            return unsupported("no host dtype for torch dtype " + std::string(c10::toString(dtype)));
     }
 }
 

@@ -5,8 +5,8 @@
 
 namespace tinkerd::engine {
 
-Transformer::Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamily> family,
-                         torch::ScalarType compute, torch::ScalarType act, torch::Device device)
+Transformer::Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamily> family, torch::ScalarType compute,
+                         torch::ScalarType act, torch::Device device)
     : config_(std::move(config)),
       family_(std::move(family)),
       compute_(compute),
@@ -73,7 +73,7 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
     const auto & c = config_;
     const int64_t T = x.size(0);
     const auto & seg = batch.segments;
-    torch::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);                                 // [T, C]
+    torch::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);  // [T, C]
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     torch::Tensor qkv = torch::matmul(h.to(compute_), w.w_qkv.t()).to(act_);  // [T, q_dim + 2 kv_dim]
     if (w.b_qkv.defined()) {

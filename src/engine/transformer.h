@@ -2,11 +2,11 @@
 // with per-row LoRA adapters. Autograd provides the backward (only LoRA parameters require grad).
 #pragma once
 
-#include <torch/torch.h>
-
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "engine/arch/family.h"
 #include "engine/attention.h"

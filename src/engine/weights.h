@@ -2,11 +2,11 @@
 // the dtype allows) and shape-checked by name. Knows tensor names only through the family code.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "common/status.h"
 #include "model/model_config.h"
@@ -32,16 +32,16 @@ struct LayerWeights {
     torch::Tensor w_up;        // [F, C]
     torch::Tensor w_down;      // [C, F]
     // Fused copies made after loading (one GEMM instead of three / two); the parts are then released.
-    torch::Tensor w_qkv;       // [H*D + 2*KV*D, C] = cat(wq, wk, wv)
-    torch::Tensor b_qkv;       // [H*D + 2*KV*D] or undefined
-    torch::Tensor w_gate_up;   // [2F, C] = cat(w_gate, w_up)
+    torch::Tensor w_qkv;      // [H*D + 2*KV*D, C] = cat(wq, wk, wv)
+    torch::Tensor b_qkv;      // [H*D + 2*KV*D] or undefined
+    torch::Tensor w_gate_up;  // [2F, C] = cat(w_gate, w_up)
 };
 
 // Builds w_qkv / b_qkv / w_gate_up from the separate projections and drops the separate tensors.
 void fuse_projections(LayerWeights & w);
 
 struct BaseWeights {
-    torch::Tensor embed;       // [V, C], compute dtype
+    torch::Tensor embed;  // [V, C], compute dtype
     std::vector<LayerWeights> layers;
     torch::Tensor final_norm;  // [C], act dtype
     torch::Tensor lm_head;     // [V, C], compute dtype; the same tensor as embed when tied

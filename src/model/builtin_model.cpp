@@ -27,10 +27,12 @@ struct Shape {
 
 OwnedTensor random_tensor(std::vector<int64_t> shape, float stddev, float mean, std::mt19937_64 & rng) {
     int64_t n = 1;
-    for (int64_t d : shape) n *= d;
+    for (int64_t d : shape)
+        n *= d;
     std::normal_distribution<float> dist(mean, stddev);
     std::vector<float> values(n);
-    for (float & v : values) v = stddev == 0 ? mean : dist(rng);
+    for (float & v : values)
+        v = stddev == 0 ? mean : dist(rng);
     OwnedTensor t{DType::F32, std::move(shape), {}};
     t.bytes.resize(values.size() * sizeof(float));
     std::memcpy(t.bytes.data(), values.data(), t.bytes.size());

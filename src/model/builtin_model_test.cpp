@@ -1,11 +1,11 @@
 // Tests for the built-in model generator: valid config and tensors, determinism, no rewrite when current.
 #include "model/builtin_model.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "model/model_config.h"
 #include "model/safetensors.h"

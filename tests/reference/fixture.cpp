@@ -69,8 +69,8 @@ static FixtureAdam parse_adam(const json & j) {
     adam.call = j.at("call");
     adam.steps = j.at("steps");
     const json & p = j.at("params");
-    adam.params = {p.at("learning_rate"), p.at("beta1"), p.at("beta2"), p.at("eps"), p.at("weight_decay"),
-                   p.at("grad_clip_norm")};
+    adam.params = {p.at("learning_rate"), p.at("beta1"),        p.at("beta2"),
+                   p.at("eps"),           p.at("weight_decay"), p.at("grad_clip_norm")};
     adam.expected_losses = j.at("expected_losses").get<std::vector<double>>();
     return adam;
 }

@@ -43,7 +43,9 @@ EngineSetup make_setup(const Fixture & f, engine::ComputeDType dtype) {
     return s;
 }
 
-std::vector<double> values(const engine::HostTensor & t) { return engine::host_tensor_values(t); }
+std::vector<double> values(const engine::HostTensor & t) {
+    return engine::host_tensor_values(t);
+}
 
 class ReferenceTest : public ::testing::TestWithParam<std::string> {
   protected:
@@ -57,7 +59,9 @@ class ReferenceTest : public ::testing::TestWithParam<std::string> {
 // differs from its float64 result by 3.6e-5, so no fp32 engine can meet 1e-5 there; it gets 4e-5.
 // Losses: 1e-5 relative to the number of summed terms, since the RL sums cancel.
 constexpr double LOGPROB_RTOL = 1e-6;
-double logprob_atol(const Fixture & f) { return f.name == "stories260K" ? 4e-5 : 1e-5; }
+double logprob_atol(const Fixture & f) {
+    return f.name == "stories260K" ? 4e-5 : 1e-5;
+}
 
 int64_t n_terms(const engine::ForwardBackwardInput & input) {
     int64_t n = 0;
@@ -108,8 +112,8 @@ TEST_P(ReferenceTest, EachCallAloneMatchesLogprobsLossAndGradients) {
         ASSERT_TRUE(results[0].ok()) << "call " << c << ": " << results[0].error().message;
         expect_call_matches(f, c, *results[0]);
         if (train) {
-            expect_grads_match(s.engine->export_gradients(s.ids.at(*f.calls[c].adapter)).value(),
-                               fixture_grads(f, c), f.name + " call " + std::to_string(c));
+            expect_grads_match(s.engine->export_gradients(s.ids.at(*f.calls[c].adapter)).value(), fixture_grads(f, c),
+                               f.name + " call " + std::to_string(c));
         }
     }
 }
@@ -138,7 +142,8 @@ TEST_P(ReferenceTest, MixedBatchOfThreeAdaptersAndBaseEqualsEachAlone) {
         for (auto & [key, g] : fixture_grads(f, c)) {
             auto & sum = expected[*f.calls[c].adapter][key];
             sum.resize(g.size(), 0.0);
-            for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+            for (size_t i = 0; i < g.size(); ++i)
+                sum[i] += g[i];
         }
     }
     for (const auto & [name, grads] : expected) {

@@ -3,10 +3,10 @@
 // Qwen3-MoE) subclasses and overrides only what differs, then registers itself in registry.cpp.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <memory>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "engine/lora.h"
 #include "engine/weights.h"

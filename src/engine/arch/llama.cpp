@@ -73,6 +73,8 @@ class LlamaFamily final : public DecoderFamily {
 };
 }  // namespace
 
-std::unique_ptr<DecoderFamily> make_llama_family() { return std::make_unique<LlamaFamily>(); }
+std::unique_ptr<DecoderFamily> make_llama_family() {
+    return std::make_unique<LlamaFamily>();
+}
 
 }  // namespace tinkerd::engine

@@ -12,6 +12,8 @@ class Qwen2Family final : public DecoderFamily {
 
 }  // namespace
 
-std::unique_ptr<DecoderFamily> make_qwen2_family() { return std::make_unique<Qwen2Family>(); }
+std::unique_ptr<DecoderFamily> make_qwen2_family() {
+    return std::make_unique<Qwen2Family>();
+}
 
 }  // namespace tinkerd::engine

@@ -38,6 +38,8 @@ class Qwen3Family final : public DecoderFamily {
 
 }  // namespace
 
-std::unique_ptr<DecoderFamily> make_qwen3_family() { return std::make_unique<Qwen3Family>(); }
+std::unique_ptr<DecoderFamily> make_qwen3_family() {
+    return std::make_unique<Qwen3Family>();
+}
 
 }  // namespace tinkerd::engine

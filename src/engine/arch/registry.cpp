@@ -5,9 +5,12 @@ namespace tinkerd::engine {
 
 std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family) {
     switch (family) {
-        case model::ArchFamily::LLAMA: return make_llama_family();
-        case model::ArchFamily::QWEN2: return make_qwen2_family();
-        case model::ArchFamily::QWEN3: return make_qwen3_family();
+        case model::ArchFamily::LLAMA:
+            return make_llama_family();
+        case model::ArchFamily::QWEN2:
+            return make_qwen2_family();
+        case model::ArchFamily::QWEN3:
+            return make_qwen3_family();
     }
     return make_llama_family();
 }
