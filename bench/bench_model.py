@@ -1,5 +1,6 @@
 # Benchmark model files: a minimal safetensors reader/writer (F32, BF16) and a
-# deterministic generator of a random SmolLM-135M-shaped Hugging Face
+# model-directory loader (config.json + weights), and a deterministic generator
+# of a random SmolLM-135M-shaped Hugging Face
 # LlamaForCausalLM directory (config.json + model.safetensors, tied lm_head).
 # CLI: python3 bench/bench_model.py OUT_DIR --dtype f32|bf16 [--seed 0]
 import argparse
@@ -130,6 +131,16 @@ def read_safetensors(path, names=None):
                 t = t.view(torch.bfloat16)
             out[name] = t.reshape(info["shape"])
     return out, metadata
+
+
+def load_model_dir(model_dir, dtype=torch.float32):
+    """HF model dir -> (config dict, weights dict converted to `dtype`)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    cfg.setdefault("rope_theta", 10000.0)
+    w, _ = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    return cfg, {k: v.to(dtype) for k, v in w.items()}
 
 
 # ---------------------------------------------------------------- generator

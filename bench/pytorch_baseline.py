@@ -161,16 +161,6 @@ def causal_lm_loss(logits, labels):
                            ignore_index=-100, reduction="mean")
 
 
-def load_weights(model_dir, dtype=torch.float32):
-    """config dict + weights dict converted to `dtype` (fp32 copy if stored bf16)."""
-    with open(os.path.join(model_dir, "config.json")) as f:
-        cfg = json.load(f)
-    cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
-    cfg.setdefault("rope_theta", 10000.0)
-    w, _ = bench_model.read_safetensors(os.path.join(model_dir, "model.safetensors"))
-    return cfg, {k: v.to(dtype) for k, v in w.items()}
-
-
 # ---------------------------------------------------------------- PEFT-style LoRA
 
 class LoraLinear(nn.Module):
@@ -248,12 +238,27 @@ def _proc_status_mb(key):
     return float("nan")
 
 
+def _libc_call(name, *args):
+    try:
+        return getattr(ctypes.CDLL("libc.so.6"), name)(*args)
+    except (OSError, AttributeError):
+        return None
+
+
+def set_malloc_mmap_threshold(mib):
+    """glibc: blocks >= mib MiB are mmap'd (returned to the OS on free), trim at 2x.
+
+    glibc's dynamic default settles near 32 MiB; with per-layer checkpointing on the
+    padded batch that leaves ~0.3-0.5 GB of freed heap per layer resident, so
+    checkpointed configs use 4 MiB (RSS then tracks live tensors).
+    """
+    ok = _libc_call("mallopt", -3, mib << 20) == 1          # M_MMAP_THRESHOLD
+    return ok and _libc_call("mallopt", -1, 2 * mib << 20) == 1  # M_TRIM_THRESHOLD
+
+
 def reset_peak_rss():
     """Resets VmHWM (Linux clear_refs 5) after returning freed heap to the OS."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    _libc_call("malloc_trim", 0)
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -307,6 +312,8 @@ def bench_one(model, opt, cfg, mode, name, args):
     est = estimate_train_gib(cfg, lengths)
     ckpt = args.grad_ckpt == "on" or (args.grad_ckpt == "auto" and est > args.ckpt_above_gib)
     model.grad_ckpt = ckpt
+    mmap_mib = 4 if ckpt else 32
+    mmap_mib = mmap_mib if set_malloc_mmap_threshold(mmap_mib) else None
     scoped = reset_peak_rss()
     cpu0, wall0 = time.process_time(), time.perf_counter()  # cpu_per_wall < threads: contention
     fwd_times, _ = timed(lambda: forward_only(model, batch, mode), args.warmup, args.steps)
@@ -320,7 +327,8 @@ def bench_one(model, opt, cfg, mode, name, args):
         "peak_rss_mb": round(_proc_status_mb("VmHWM") if scoped else process_peak_rss_mb(), 1),
         "peak_rss_scope": "config" if scoped else "process",
         "process_peak_rss_mb": round(process_peak_rss_mb(), 1),
-        "grad_ckpt": ckpt, "est_activation_gib": round(est, 1), "loss": round(loss, 5),
+        "grad_ckpt": ckpt, "est_activation_gib": round(est, 1), "malloc_mmap_mib": mmap_mib,
+        "loss": round(loss, 5),
         "warmup": args.warmup, "steps": args.steps, "threads": torch.get_num_threads(),
         "cpu_per_wall": round((time.process_time() - cpu0) / (time.perf_counter() - wall0), 2),
         "fwd_times": [round(x, 4) for x in fwd_times],
@@ -456,21 +464,17 @@ def parse_args(argv):
         args.warmup, args.steps = 1, 1
     args.batches = [b for b in args.batches.split(",") if b]
     args.modes = [m for m in args.modes.split(",") if m]
-    for b in args.batches:
-        if b not in BATCHES:
-            ap.error(f"unknown batch {b!r}")
-    for m in args.modes:
-        if m not in ("fp32", "bf16"):
-            ap.error(f"unknown mode {m!r}")
-    if args.steps < 1 or args.warmup < 0:
-        ap.error("need --steps >= 1 and --warmup >= 0")
+    bad = [b for b in args.batches if b not in BATCHES]
+    bad += [m for m in args.modes if m not in ("fp32", "bf16")]
+    if bad or args.steps < 1 or args.warmup < 0:
+        ap.error(f"unknown batch/mode {bad}, or --steps < 1, or --warmup < 0")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg, w = load_weights(args.model_dir)  # fp32 copy of the base weights
+    cfg, w = bench_model.load_model_dir(args.model_dir)  # fp32 copy of the base weights
     if (args.check or args.check_only) and not run_checks(cfg, w):
         return 1
     if args.check_only:

@@ -74,16 +74,35 @@ PackedBatch EngineImpl::pack(std::vector<PlannedInput> & planned) const {
     return batch;
 }
 
-// Target logprobs of one datum: rows [first, first+N) of logits; targets [N] or [N,K].
-static torch::Tensor target_logprobs(const torch::Tensor & logits, const torch::Tensor & lse, int64_t first,
-                                     const torch::Tensor & targets) {
-    const int64_t n = targets.size(0);
-    torch::Tensor rows = logits.narrow(0, first, n);  // [N, V]
-    torch::Tensor norm = lse.narrow(0, first, n);     // [N]
-    if (targets.dim() == 1) {
-        return rows.gather(1, targets.unsqueeze(1)).squeeze(1) - norm;  // [N]
+// Every row's target ids as one [T, Kmax] index (2-D targets use K columns, 1-D ones column 0; unused
+// cells point at token 0), so the logprobs come from one gather instead of a slice of [T, V] per datum.
+static torch::Tensor packed_target_index(const std::vector<std::map<std::string, torch::Tensor>> & inputs,
+                                         int64_t n_rows) {
+    int64_t k_max = 1;
+    for (const auto & in : inputs) {
+        const auto & t = in.at("target_tokens");
+        k_max = std::max<int64_t>(k_max, t.dim() == 2 ? t.size(1) : 1);
     }
-    return rows.gather(1, targets) - norm.unsqueeze(1);  // [N, K]
+    torch::Tensor index = torch::zeros({n_rows, k_max}, torch::kInt64);
+    int64_t row = 0;
+    for (const auto & in : inputs) {
+        torch::Tensor t = in.at("target_tokens").to(torch::kCPU);
+        t = t.dim() == 1 ? t.unsqueeze(1) : t;  // [N, K]
+        index.narrow(0, row, t.size(0)).narrow(1, 0, t.size(1)).copy_(t);
+        row += t.size(0);
+    }
+    return index;
+}
+
+// A datum's loss inputs as tensors: target ids int64, everything else in the act dtype.
+static std::map<std::string, torch::Tensor> loss_input_tensors(const Datum & datum, torch::ScalarType act,
+                                                               torch::Device device) {
+    std::map<std::string, torch::Tensor> inputs;
+    for (const auto & [key, host] : datum.loss_inputs) {
+        torch::Tensor t = host_to_tensor(host).to(device);
+        inputs[key] = key == "target_tokens" ? t.to(torch::kInt64) : t.to(act);
+    }
+    return inputs;
 }
 
 void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
@@ -94,18 +113,25 @@ void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
     torch::Tensor hidden = transformer_->hidden_states(batch);            // [T, C]
     torch::Tensor logits = transformer_->logits(hidden, batch.segments);  // [T, V]
     torch::Tensor lse = torch::logsumexp(logits, -1);                     // [T]
+    std::vector<std::map<std::string, torch::Tensor>> datum_inputs;       // in packed row order
+    for (const PlannedInput & p : planned) {
+        for (const Datum & datum : p.input->datums) {
+            datum_inputs.push_back(loss_input_tensors(datum, act, device));
+        }
+    }
+    torch::Tensor index = packed_target_index(datum_inputs, logits.size(0)).to(device);
+    torch::Tensor picked = logits.gather(1, index) - lse.unsqueeze(1);  // [T, Kmax]
     std::vector<torch::Tensor> losses;
+    size_t d = 0;
     for (PlannedInput & p : planned) {
         ForwardBackwardOutput out;
         torch::Tensor total = torch::zeros({}, torch::TensorOptions().dtype(act).device(device));
         int64_t row = p.first_row;
         for (const Datum & datum : p.input->datums) {
-            std::map<std::string, torch::Tensor> inputs;
-            for (const auto & [key, host] : datum.loss_inputs) {
-                torch::Tensor t = host_to_tensor(host).to(device);
-                inputs[key] = key == "target_tokens" ? t.to(torch::kInt64) : t.to(act);
-            }
-            torch::Tensor lp = target_logprobs(logits, lse, row, inputs.at("target_tokens"));
+            const auto & inputs = datum_inputs[d++];
+            const torch::Tensor & targets = inputs.at("target_tokens");
+            torch::Tensor rows = picked.narrow(0, row, targets.size(0));  // [N, Kmax]
+            torch::Tensor lp = targets.dim() == 1 ? rows.select(1, 0) : rows.narrow(1, 0, targets.size(1));
             total = total + datum_loss(p.loss, lp, inputs);
             out.logprobs.push_back(tensor_to_host(lp, model::DType::F32));
             row += static_cast<int64_t>(datum.tokens.size());

@@ -137,19 +137,27 @@ torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const s
     if (!any_lora) {
         return y;
     }
-    std::vector<torch::Tensor> pieces;
-    pieces.reserve(segments.size());
-    for (const RowSegment & s : segments) {
-        torch::Tensor y_seg = y.narrow(0, s.begin, s.end - s.begin);
-        const torch::Tensor * lora_a = s.adapter ? s.adapter->lora_a(layer, target) : nullptr;
-        if (lora_a) {
-            torch::Tensor delta = lora_delta(x.narrow(0, s.begin, s.end - s.begin), *s.adapter, *lora_a,
-                                             *s.adapter->lora_b(layer, target));
-            y_seg = y_seg + delta.to(y.scalar_type());
-        }
-        pieces.push_back(y_seg);
+    if (segments.size() == 1) {
+        const RowSegment & s = segments[0];
+        return y + lora_delta(x, *s.adapter, *s.adapter->lora_a(layer, target), *s.adapter->lora_b(layer, target))
+                       .to(y.scalar_type());
     }
-    return pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
+    // split (not narrow): the backward is one cat, not a zero-filled [T, ·] gradient per segment.
+    std::vector<int64_t> sizes;
+    for (const RowSegment & s : segments) {
+        sizes.push_back(s.end - s.begin);
+    }
+    auto y_parts = y.split_with_sizes(sizes, 0);
+    auto x_parts = x.split_with_sizes(sizes, 0);
+    for (size_t i = 0; i < segments.size(); ++i) {
+        const Adapter * a = segments[i].adapter;
+        const torch::Tensor * lora_a = a ? a->lora_a(layer, target) : nullptr;
+        if (lora_a) {
+            y_parts[i] =
+                y_parts[i] + lora_delta(x_parts[i], *a, *lora_a, *a->lora_b(layer, target)).to(y.scalar_type());
+        }
+    }
+    return torch::cat(y_parts, 0);
 }
 
 torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,

@@ -79,11 +79,11 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
     if (w.b_qkv.defined()) {
         qkv = qkv + w.b_qkv;
     }
-    torch::Tensor q = add_lora(qkv.narrow(1, 0, q_dim), h, seg, layer, LoraTarget::Q).view({T, c.n_heads, c.head_dim});
-    torch::Tensor k =
-        add_lora(qkv.narrow(1, q_dim, kv_dim), h, seg, layer, LoraTarget::K).view({T, c.n_kv_heads, c.head_dim});
-    torch::Tensor v = add_lora(qkv.narrow(1, q_dim + kv_dim, kv_dim), h, seg, layer, LoraTarget::V)
-                          .view({T, c.n_kv_heads, c.head_dim});
+    // split (not narrow): its backward is one cat instead of a zero-filled [T, q_dim + 2 kv_dim] per part.
+    auto parts = qkv.split_with_sizes({q_dim, kv_dim, kv_dim}, 1);
+    torch::Tensor q = add_lora(parts[0], h, seg, layer, LoraTarget::Q).reshape({T, c.n_heads, c.head_dim});
+    torch::Tensor k = add_lora(parts[1], h, seg, layer, LoraTarget::K).reshape({T, c.n_kv_heads, c.head_dim});
+    torch::Tensor v = add_lora(parts[2], h, seg, layer, LoraTarget::V).reshape({T, c.n_kv_heads, c.head_dim});
     family_->prepare_qk(w, c, q, k);
     q = apply_rope(q, cos, sin);
     k = apply_rope(k, cos, sin);

@@ -61,8 +61,9 @@ torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const torch::Tensor & x
                                  const std::vector<RowSegment> & segments, int64_t layer) const {
     const int64_t F = w.w_gate_up.size(0) / 2;
     torch::Tensor gate_up = torch::matmul(x.to(w.w_gate_up.scalar_type()), w.w_gate_up.t()).to(x.scalar_type());
-    torch::Tensor gate = add_lora(gate_up.narrow(1, 0, F), x, segments, layer, LoraTarget::GATE);  // [T, F]
-    torch::Tensor up = add_lora(gate_up.narrow(1, F, F), x, segments, layer, LoraTarget::UP);      // [T, F]
+    auto parts = gate_up.split(F, 1);  // split: one cat in the backward, no zero-filled slices
+    torch::Tensor gate = add_lora(parts[0], x, segments, layer, LoraTarget::GATE);  // [T, F]
+    torch::Tensor up = add_lora(parts[1], x, segments, layer, LoraTarget::UP);      // [T, F]
     return lora_linear(torch::silu(gate) * up, w.w_down, {}, segments, layer, LoraTarget::DOWN);
 }
 

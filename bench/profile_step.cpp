@@ -1,0 +1,65 @@
+// Profiles one engine training step (forward_backward + optim_step) with libtorch's legacy profiler and
+// prints the time per op kind (self time, top 25). Usage: profile_step MODEL_DIR auto|bf16|fp32 [equal|mixed]
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
+
+#include "engine/engine.h"
+
+namespace {
+
+tinkerd::engine::ForwardBackwardInput make_input(const std::vector<int64_t> & lengths, int64_t vocab,
+                                                 tinkerd::engine::AdapterId id) {
+    std::mt19937_64 rng(1);
+    std::uniform_int_distribution<int64_t> token(3, vocab - 1);
+    tinkerd::engine::ForwardBackwardInput input;
+    input.adapter = id;
+    for (int64_t len : lengths) {
+        tinkerd::engine::Datum d;
+        std::vector<int64_t> targets(len);
+        for (int64_t i = 0; i < len; ++i) {
+            d.tokens.push_back(token(rng));
+            targets[i] = token(rng);
+        }
+        d.loss_inputs["target_tokens"] = tinkerd::engine::make_host_tensor_i64({len}, targets);
+        input.datums.push_back(std::move(d));
+    }
+    return input;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    if (argc < 3) {
+        std::fprintf(stderr, "usage: profile_step MODEL_DIR auto|bf16|fp32 [equal|mixed]\n");
+        return 2;
+    }
+    tinkerd::engine::EngineOptions options;
+    options.n_threads = 2;
+    const std::string dtype = argv[2];
+    options.dtype = dtype == "bf16"   ? tinkerd::engine::ComputeDType::BF16
+                    : dtype == "fp32" ? tinkerd::engine::ComputeDType::FP32
+                                      : tinkerd::engine::ComputeDType::AUTO;
+    auto engine = tinkerd::engine::Engine::load(argv[1], options).value();
+    auto id = engine->create_adapter({32, 32.0, true, true, true, 1}).value();
+    const bool mixed = argc > 3 && std::string(argv[3]) == "mixed";
+    std::vector<int64_t> lengths =
+        mixed ? std::vector<int64_t>{64, 256, 256, 256, 256, 256, 256, 1024} : std::vector<int64_t>{256, 256, 256, 256};
+    auto input = make_input(lengths, engine->config().vocab_size, id);
+    (void)engine->forward_backward({input}, true);  // warm-up
+    const std::string trace = "/tmp/tinkerd_profile.json";
+    {
+        torch::autograd::profiler::RecordProfile guard(trace);
+        (void)engine->forward_backward({input}, true);
+        (void)engine->optim_step(id, {});
+    }
+    std::fprintf(stderr, "trace written to %s; summarise with bench/summarise_profile.py\n", trace.c_str());
+    return 0;
+}
