@@ -18,8 +18,7 @@ std::string fixtures_dir() {
     if (const char * dir = std::getenv("TINKERD_FIXTURES_DIR")) {
         return dir;
     }
-    const char * build = std::getenv("TINKERD_BUILD_DIR");
-    return std::string(build ? build : "build") + "/fixtures";
+    return TINKERD_DEFAULT_FIXTURES_DIR;  // <build dir>/fixtures, where `make fixtures` writes them
 }
 
 static engine::HostTensor parse_tensor(const json & j) {

@@ -45,7 +45,7 @@ struct Fixture {
     std::vector<double> values(const std::string & name) const;
 };
 
-// The fixtures directory: $TINKERD_FIXTURES_DIR or <build dir>/fixtures.
+// The fixtures directory: $TINKERD_FIXTURES_DIR, else <build dir>/fixtures.
 std::string fixtures_dir();
 Fixture load_fixture(const std::string & case_name);
 
