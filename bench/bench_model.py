@@ -1,7 +1,6 @@
-# Benchmark model files: a minimal safetensors reader/writer (F32, BF16) and a
-# model-directory loader (config.json + weights), and a deterministic generator
-# of a random SmolLM-135M-shaped Hugging Face
-# LlamaForCausalLM directory (config.json + model.safetensors, tied lm_head).
+# Benchmark model files: minimal safetensors read/write (F32, BF16), loading an HF
+# model dir into (config, weights), and a deterministic generator of a random
+# SmolLM-135M-shaped LlamaForCausalLM dir (config.json + model.safetensors, tied).
 # CLI: python3 bench/bench_model.py OUT_DIR --dtype f32|bf16 [--seed 0]
 import argparse
 import json

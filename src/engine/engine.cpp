@@ -74,8 +74,8 @@ Result<AdapterId> EngineImpl::create_adapter(const LoraSpec & spec) {
     }
     const AdapterId id = next_id_++;
     const uint64_t seed = spec.seed ? *spec.seed : next_seed_++;
-    adapters_[id] =
-        std::make_unique<Adapter>(make_adapter(id, spec, config(), lora_dtype_, transformer_->device(), seed));
+    adapters_[id] = std::make_unique<Adapter>(
+        make_adapter(id, spec, config(), lora_dtype_, lora_dtype_, transformer_->device(), seed));
     return id;
 }
 

