@@ -11,30 +11,8 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
+#include "bench_batches.h"
 #include "engine/engine.h"
-
-namespace {
-
-tinkerd::engine::ForwardBackwardInput make_input(const std::vector<int64_t> & lengths, int64_t vocab,
-                                                 tinkerd::engine::AdapterId id) {
-    std::mt19937_64 rng(1);
-    std::uniform_int_distribution<int64_t> token(3, vocab - 1);
-    tinkerd::engine::ForwardBackwardInput input;
-    input.adapter = id;
-    for (int64_t len : lengths) {
-        tinkerd::engine::Datum d;
-        std::vector<int64_t> targets(len);
-        for (int64_t i = 0; i < len; ++i) {
-            d.tokens.push_back(token(rng));
-            targets[i] = token(rng);
-        }
-        d.loss_inputs["target_tokens"] = tinkerd::engine::make_host_tensor_i64({len}, targets);
-        input.datums.push_back(std::move(d));
-    }
-    return input;
-}
-
-}  // namespace
 
 int main(int argc, char ** argv) {
     if (argc < 3) {

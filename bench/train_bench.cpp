@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "bench_batches.h"
 #include "engine/engine.h"
 
 namespace {
@@ -64,25 +65,6 @@ FlopCount count_flops(const tinkerd::model::ModelConfig & c, const std::vector<i
         f.attention += 2.0 * 2.0 * len * len * q * L;
     }
     return f;
-}
-
-tinkerd::engine::ForwardBackwardInput make_batch(const std::vector<int64_t> & lengths, int64_t vocab,
-                                                 tinkerd::engine::AdapterId adapter, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int64_t> token(3, vocab - 1);
-    tinkerd::engine::ForwardBackwardInput input;
-    input.adapter = adapter;
-    for (int64_t len : lengths) {
-        tinkerd::engine::Datum d;
-        std::vector<int64_t> targets(len);
-        for (int64_t i = 0; i < len; ++i) {
-            d.tokens.push_back(token(rng));
-            targets[i] = token(rng);
-        }
-        d.loss_inputs["target_tokens"] = tinkerd::engine::make_host_tensor_i64({len}, targets);
-        input.datums.push_back(std::move(d));
-    }
-    return input;
 }
 
 struct Timing {
@@ -141,16 +123,17 @@ int main(int argc, char ** argv) {
         std::fprintf(stderr, "bench: %s\n", engine.error().message.c_str());
         return 1;
     }
-    const double peak_fp32 = matmul_gflops(4096, 576, 1536, torch::kFloat32);
-    const double peak_bf16 = matmul_gflops(4096, 576, 1536, torch::kBFloat16);
-    std::printf("{\"impl\":\"gemm\",\"threads\":%d,\"fp32_gflops\":%.1f,\"bf16_gflops\":%.1f}\n", threads, peak_fp32,
-                peak_bf16);
     const auto & config = (*engine)->config();
     const auto adapter = (*engine)->create_adapter({32, 32.0, true, true, true, 1}).value();
-    const std::pair<const char *, std::vector<int64_t>> batches[] = {
-        {"equal", {256, 256, 256, 256}}, {"mixed", {64, 256, 256, 256, 256, 256, 256, 1024}}};
+    const std::pair<const char *, std::vector<int64_t>> batches[] = {{"equal", tinkerd::bench::EQUAL_LENGTHS},
+                                                                     {"mixed", tinkerd::bench::MIXED_LENGTHS}};
     for (const auto & [name, lengths] : batches) {
-        const auto input = make_batch(lengths, config.vocab_size, adapter, 42);
+        const auto input = tinkerd::bench::make_batch(lengths, config.vocab_size, adapter, 42);
+        // The ceilings are measured next to each timing: this shared VM's speed drifts by 2-4x over minutes.
+        const double peak_fp32 = matmul_gflops(4096, 576, 1536, torch::kFloat32);
+        const double peak_bf16 = matmul_gflops(4096, 576, 1536, torch::kBFloat16);
+        std::printf("{\"impl\":\"gemm\",\"threads\":%d,\"fp32_gflops\":%.1f,\"bf16_gflops\":%.1f}\n", threads,
+                    peak_fp32, peak_bf16);
         const Timing t = time_batch(**engine, input, steps);
         const FlopCount flops = count_flops(config, lengths, 32);
         int64_t tokens = 0;
@@ -161,10 +144,10 @@ int main(int argc, char ** argv) {
             "{\"impl\":\"tinkerd\",\"mode\":\"%s\",\"batch\":\"%s\",\"real_tokens\":%lld,\"fwd_s\":%.4f,"
             "\"step_s\":%.4f,\"optim_s\":%.4f,\"tokens_per_s\":%.1f,\"fwd_tokens_per_s\":%.1f,"
             "\"train_gflops\":%.1f,\"fwd_gflops\":%.1f,\"train_gflop\":%.1f,\"bf16_peak_frac\":%.3f,"
-            "\"peak_rss_mb\":%.0f}\n",
+            "\"bf16_gflops\":%.1f,\"peak_rss_mb\":%.0f}\n",
             (*engine)->compute_dtype_name().c_str(), name, static_cast<long long>(tokens), t.fwd_s, t.step_s, t.optim_s,
             tokens / t.step_s, tokens / t.fwd_s, train_gflops, flops.forward() / t.fwd_s / 1e9, flops.train() / 1e9,
-            train_gflops / peak_bf16, peak_rss_mb());
+            train_gflops / peak_bf16, peak_bf16, peak_rss_mb());
         std::fflush(stdout);
     }
     return 0;
