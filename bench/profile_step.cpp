@@ -2,10 +2,6 @@
 // prints the time per op kind (self time, top 25). Usage: profile_step MODEL_DIR auto|bf16|fp32 [equal|mixed]
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <map>
-#include <random>
-#include <sstream>
 #include <string>
 
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -28,9 +24,8 @@ int main(int argc, char ** argv) {
     auto engine = tinkerd::engine::Engine::load(argv[1], options).value();
     auto id = engine->create_adapter({32, 32.0, true, true, true, 1}).value();
     const bool mixed = argc > 3 && std::string(argv[3]) == "mixed";
-    std::vector<int64_t> lengths =
-        mixed ? std::vector<int64_t>{64, 256, 256, 256, 256, 256, 256, 1024} : std::vector<int64_t>{256, 256, 256, 256};
-    auto input = make_input(lengths, engine->config().vocab_size, id);
+    const auto & lengths = mixed ? tinkerd::bench::MIXED_LENGTHS : tinkerd::bench::EQUAL_LENGTHS;
+    auto input = tinkerd::bench::make_batch(lengths, engine->config().vocab_size, id, 1);
     (void)engine->forward_backward({input}, true);  // warm-up
     const std::string trace = "/tmp/tinkerd_profile.json";
     {
