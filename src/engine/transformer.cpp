@@ -44,7 +44,7 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         if (!lw.ok()) {
             return lw.error();
         }
-        fuse_projections(*lw);
+        fuse_projections(*lw, *file);
         weights_.layers.push_back(std::move(lw).value());
         LOG_DBG("engine", "loaded layer %lld/%lld", static_cast<long long>(layer + 1),
                 static_cast<long long>(c.n_layers));

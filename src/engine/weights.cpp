@@ -33,7 +33,9 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & name, const std::v
     if (mapped.scalar_type() == dtype && device_.is_cpu()) {
         return mapped;  // zero-copy: stays in the page cache, counted once
     }
-    return mapped.to(device_, dtype).contiguous();
+    torch::Tensor converted = mapped.to(device_, dtype).contiguous();
+    file_->release_pages(view->data, view->n_bytes);  // the mapped original is no longer needed
+    return converted;
 }
 
 Result<torch::Tensor> WeightLoader::matrix(const std::string & name, std::vector<int64_t> shape) const {
@@ -44,12 +46,15 @@ Result<torch::Tensor> WeightLoader::vector(const std::string & name, int64_t siz
     return fetch(name, {size}, act_);
 }
 
-void fuse_projections(LayerWeights & w) {
+void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file) {
     w.w_qkv = torch::cat({w.wq, w.wk, w.wv}, 0);
     if (w.bq.defined()) {
         w.b_qkv = torch::cat({w.bq, w.bk, w.bv}, 0);
     }
     w.w_gate_up = torch::cat({w.w_gate, w.w_up}, 0);
+    for (const torch::Tensor * part : {&w.wq, &w.wk, &w.wv, &w.w_gate, &w.w_up}) {
+        file.release_pages(part->data_ptr(), part->nbytes());  // no-op unless it aliases the mapping
+    }
     w.wq = w.wk = w.wv = w.bq = w.bk = w.bv = w.w_gate = w.w_up = torch::Tensor();
 }
 

@@ -37,8 +37,9 @@ struct LayerWeights {
     torch::Tensor w_gate_up;  // [2F, C] = cat(w_gate, w_up)
 };
 
-// Builds w_qkv / b_qkv / w_gate_up from the separate projections and drops the separate tensors.
-void fuse_projections(LayerWeights & w);
+// Builds w_qkv / b_qkv / w_gate_up from the separate projections, drops the separate tensors and
+// releases their mapped pages, so the checkpoint is not resident twice.
+void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file);
 
 struct BaseWeights {
     torch::Tensor embed;  // [V, C], compute dtype

@@ -465,4 +465,23 @@ Result<void> write_safetensors(const std::string & path, const std::map<std::str
     return written;
 }
 
+bool SafetensorsFile::release_pages(const void * data, size_t n_bytes) const {
+    const auto begin = reinterpret_cast<uintptr_t>(data);
+    const auto end = begin + n_bytes;
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    for (const Mapping & m : mappings_) {
+        const auto map_begin = reinterpret_cast<uintptr_t>(m.addr);
+        if (begin < map_begin || end > map_begin + m.size) {
+            continue;
+        }
+        const uintptr_t first = (begin + page - 1) / page * page;  // whole pages only
+        const uintptr_t last = end / page * page;
+        if (last > first) {
+            madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
+        }
+        return true;
+    }
+    return false;
+}
+
 }  // namespace tinkerd::model

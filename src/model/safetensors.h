@@ -48,6 +48,10 @@ class SafetensorsFile {
     Result<TensorView> get(const std::string & name) const;
     std::vector<std::string> names() const;
     const std::map<std::string, std::string> & metadata() const { return metadata_; }
+    // Drops the resident pages wholly inside [data, data + n_bytes) when that range lies in one of the
+    // mappings (a later read faults them back in from the file), so a tensor that was copied elsewhere
+    // stops counting twice in RSS. Returns false, and does nothing, for any other range.
+    bool release_pages(const void * data, size_t n_bytes) const;
 
   private:
     SafetensorsFile() = default;

@@ -284,5 +284,25 @@ TEST(SafetensorsStories, OpensBF16Checkpoint) {
     check_stories("hf-bf16", DType::BF16);
 }
 
+TEST(SafetensorsRelease, DropsOnlyMappedRangesAndKeepsTheDataReadable) {
+    const std::string dir = ::testing::TempDir() + "/release_pages";
+    std::filesystem::create_directories(dir);
+    std::vector<float> values(1 << 16);
+    for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = static_cast<float>(i) * 0.5f;
+    }
+    OwnedTensor t{DType::F32, {static_cast<int64_t>(values.size())}, {}};
+    t.bytes.resize(values.size() * sizeof(float));
+    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    ASSERT_TRUE(write_safetensors(dir + "/big.safetensors", {{"w", t}}).ok());
+    auto file = SafetensorsFile::open(dir + "/big.safetensors");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    TensorView view = (*file)->get("w").value();
+    EXPECT_TRUE((*file)->release_pages(view.data, view.n_bytes));
+    EXPECT_FALSE((*file)->release_pages(values.data(), t.bytes.size()));  // not in the mapping: untouched
+    EXPECT_EQ(std::memcmp(view.data, values.data(), view.n_bytes), 0);    // faulted back in from the file
+    EXPECT_EQ(values[12345], 12345 * 0.5f);
+}
+
 }  // namespace
 }  // namespace tinkerd::model
