@@ -16,14 +16,14 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char * config_prefix = "config.json: ";
+constexpr const char * CONFIG_PREFIX = "config.json: ";
 
 bool is_present(const json & obj, const std::string & key) {
     return obj.contains(key) && !obj.at(key).is_null();
 }
 
 Error missing_field(const std::string & key) {
-    return invalid_argument(config_prefix + ("missing field '" + key + "'"));
+    return invalid_argument(CONFIG_PREFIX + ("missing field '" + key + "'"));
 }
 
 Result<int64_t> as_int(const json & value, const std::string & key) {
@@ -35,7 +35,7 @@ Result<int64_t> as_int(const json & value, const std::string & key) {
     if (std::floor(x) == x && std::fabs(x) < 9.0e18) {
         return static_cast<int64_t>(x);
     }
-    return invalid_argument(config_prefix + ("field '" + key + "' must be an integer, got " + value.dump()));
+    return invalid_argument(CONFIG_PREFIX + ("field '" + key + "' must be an integer, got " + value.dump()));
 }
 
 Result<int64_t> required_int(const json & obj, const std::string & key) {
@@ -54,7 +54,7 @@ Result<double> optional_double(const json & obj, const std::string & key, double
         return fallback;
     }
     if (!obj.at(key).is_number()) {
-        return invalid_argument(config_prefix + ("field '" + key + "' must be a number, got " + obj.at(key).dump()));
+        return invalid_argument(CONFIG_PREFIX + ("field '" + key + "' must be a number, got " + obj.at(key).dump()));
     }
     return obj.at(key).get<double>();
 }
@@ -64,7 +64,7 @@ Result<bool> optional_bool(const json & obj, const std::string & key, bool fallb
         return fallback;
     }
     if (!obj.at(key).is_boolean()) {
-        return invalid_argument(config_prefix + ("field '" + key + "' must be a boolean, got " + obj.at(key).dump()));
+        return invalid_argument(CONFIG_PREFIX + ("field '" + key + "' must be a boolean, got " + obj.at(key).dump()));
     }
     return obj.at(key).get<bool>();
 }
@@ -74,7 +74,7 @@ Result<std::string> optional_string(const json & obj, const std::string & key) {
         return std::string();
     }
     if (!obj.at(key).is_string()) {
-        return invalid_argument(config_prefix + ("field '" + key + "' must be a string, got " + obj.at(key).dump()));
+        return invalid_argument(CONFIG_PREFIX + ("field '" + key + "' must be a string, got " + obj.at(key).dump()));
     }
     return obj.at(key).get<std::string>();
 }
@@ -99,7 +99,7 @@ Result<void> parse_architecture(const json & obj, ModelConfig & config) {
         config.attention_bias = attention_bias.value();
         config.qk_norm = true;
     } else {
-        return unsupported(config_prefix + ("unsupported architecture '" + config.architecture +
+        return unsupported(CONFIG_PREFIX + ("unsupported architecture '" + config.architecture +
                                             "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"));
     }
     return {};
@@ -121,7 +121,7 @@ Result<void> parse_required_sizes(const json & obj, ModelConfig & config) {
         TRY_STATUS(value);
         *field.target = value.value();
         if (*field.target <= 0) {
-            return invalid_argument(config_prefix + (std::string("field '") + field.key + "' must be positive, got " +
+            return invalid_argument(CONFIG_PREFIX + (std::string("field '") + field.key + "' must be positive, got " +
                                                      std::to_string(*field.target)));
         }
     }
@@ -134,12 +134,12 @@ Result<void> parse_attention_sizes(const json & obj, ModelConfig & config) {
     TRY_STATUS(kv_heads);
     config.n_kv_heads = kv_heads.value();
     if (config.n_kv_heads <= 0 || config.n_heads % config.n_kv_heads != 0) {
-        return invalid_argument(config_prefix + ("num_key_value_heads (" + std::to_string(config.n_kv_heads) +
+        return invalid_argument(CONFIG_PREFIX + ("num_key_value_heads (" + std::to_string(config.n_kv_heads) +
                                                  ") must be positive and divide num_attention_heads (" +
                                                  std::to_string(config.n_heads) + ")"));
     }
     if (!is_present(obj, "head_dim") && config.hidden_size % config.n_heads != 0) {
-        return invalid_argument(config_prefix + ("hidden_size (" + std::to_string(config.hidden_size) +
+        return invalid_argument(CONFIG_PREFIX + ("hidden_size (" + std::to_string(config.hidden_size) +
                                                  ") is not divisible by num_attention_heads (" +
                                                  std::to_string(config.n_heads) + ") and head_dim is not given"));
     }
@@ -147,14 +147,14 @@ Result<void> parse_attention_sizes(const json & obj, ModelConfig & config) {
     TRY_STATUS(head_dim);
     config.head_dim = head_dim.value();
     if (config.head_dim <= 0) {
-        return invalid_argument(config_prefix +
+        return invalid_argument(CONFIG_PREFIX +
                                 ("field 'head_dim' must be positive, got " + std::to_string(config.head_dim)));
     }
     auto max_pos = optional_int(obj, "max_position_embeddings", 2048);
     TRY_STATUS(max_pos);
     config.max_position_embeddings = max_pos.value();
     if (config.max_position_embeddings <= 0) {
-        return invalid_argument(config_prefix + std::string("field 'max_position_embeddings' must be positive"));
+        return invalid_argument(CONFIG_PREFIX + std::string("field 'max_position_embeddings' must be positive"));
     }
     return {};
 }
@@ -166,7 +166,7 @@ Result<double> required_positive_double(const json & obj, const std::string & ke
     auto value = optional_double(obj, key, 0.0);
     TRY_STATUS(value);
     if (!(value.value() > 0.0)) {
-        return invalid_argument(config_prefix + ("field '" + label + "' must be positive"));
+        return invalid_argument(CONFIG_PREFIX + ("field '" + label + "' must be positive"));
     }
     return value.value();
 }
@@ -187,7 +187,7 @@ Result<void> parse_llama3_scaling(const json & scaling, RopeScaling & out) {
         as_int(scaling.at("original_max_position_embeddings"), "rope_scaling.original_max_position_embeddings");
     TRY_STATUS(original);
     if (original.value() <= 0 || high.value() <= low.value()) {
-        return invalid_argument(config_prefix +
+        return invalid_argument(CONFIG_PREFIX +
                                 std::string("rope_scaling: need original_max_position_embeddings > 0 and "
                                             "high_freq_factor > low_freq_factor"));
     }
@@ -203,14 +203,14 @@ Result<void> parse_rope(const json & obj, ModelConfig & config) {
     TRY_STATUS(theta);
     config.rope_theta = theta.value();
     if (!(config.rope_theta > 0.0)) {
-        return invalid_argument(config_prefix + std::string("field 'rope_theta' must be positive"));
+        return invalid_argument(CONFIG_PREFIX + std::string("field 'rope_theta' must be positive"));
     }
     if (!is_present(obj, "rope_scaling")) {
         return {};
     }
     const json & scaling = obj.at("rope_scaling");
     if (!scaling.is_object()) {
-        return invalid_argument(config_prefix +
+        return invalid_argument(CONFIG_PREFIX +
                                 ("field 'rope_scaling' must be an object or null, got " + scaling.dump()));
     }
     auto type =
@@ -225,7 +225,7 @@ Result<void> parse_rope(const json & obj, ModelConfig & config) {
     if (type.value().empty()) {
         return missing_field("rope_scaling.rope_type");
     }
-    return unsupported(config_prefix +
+    return unsupported(CONFIG_PREFIX +
                        ("unsupported rope_scaling type '" + type.value() + "' (supported: llama3, default)"));
 }
 
@@ -247,18 +247,18 @@ Result<void> parse_misc(const json & obj, ModelConfig & config) {
     TRY_STATUS(eps);
     config.rms_norm_eps = eps.value();
     if (!(config.rms_norm_eps > 0.0)) {
-        return invalid_argument(config_prefix + std::string("field 'rms_norm_eps' must be positive"));
+        return invalid_argument(CONFIG_PREFIX + std::string("field 'rms_norm_eps' must be positive"));
     }
     auto act = optional_string(obj, "hidden_act");
     TRY_STATUS(act);
     if (!act.value().empty() && act.value() != "silu") {
-        return unsupported(config_prefix + ("unsupported hidden_act '" + act.value() + "' (supported: silu)"));
+        return unsupported(CONFIG_PREFIX + ("unsupported hidden_act '" + act.value() + "' (supported: silu)"));
     }
     for (const char * flag : {"mlp_bias", "use_sliding_window"}) {
         auto enabled = optional_bool(obj, flag, false);
         TRY_STATUS(enabled);
         if (enabled.value()) {
-            return unsupported(config_prefix + (std::string(flag) + " = true is not supported"));
+            return unsupported(CONFIG_PREFIX + (std::string(flag) + " = true is not supported"));
         }
     }
     auto tie = optional_bool(obj, "tie_word_embeddings", false);
@@ -284,10 +284,10 @@ Result<ModelConfig> parse_model_config(const std::string & json_text) {
     try {
         obj = json::parse(json_text);
     } catch (const json::exception & e) {
-        return invalid_argument(config_prefix + std::string("not valid JSON: ") + e.what());
+        return invalid_argument(CONFIG_PREFIX + std::string("not valid JSON: ") + e.what());
     }
     if (!obj.is_object()) {
-        return invalid_argument(config_prefix + std::string("top level is not a JSON object"));
+        return invalid_argument(CONFIG_PREFIX + std::string("top level is not a JSON object"));
     }
     ModelConfig config;
     TRY_STATUS(parse_architecture(obj, config));

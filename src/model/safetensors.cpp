@@ -28,13 +28,13 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t header_length_bytes = 8;
-constexpr size_t data_alignment = 8;
-constexpr const char * metadata_key = "__metadata__";
-constexpr DType all_dtypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32};
+constexpr size_t HEADER_LENGTH_BYTES = 8;
+constexpr size_t DATA_ALIGNMENT = 8;
+constexpr const char * METADATA_KEY = "__metadata__";
+constexpr DType ALL_DTYPES[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32};
 
 std::optional<DType> parse_dtype(const std::string & name) {
-    for (DType dtype : all_dtypes) {
+    for (DType dtype : ALL_DTYPES) {
         if (name == dtype_name(dtype)) {
             return dtype;
         }
@@ -66,7 +66,7 @@ Result<std::pair<void *, size_t>> map_file(const std::string & path) {
         return invalid_argument(path + ": not a regular file");
     }
     size_t size = static_cast<size_t>(st.st_size);
-    if (size < header_length_bytes) {
+    if (size < HEADER_LENGTH_BYTES) {
         ::close(fd);
         return invalid_argument(path + ": file is too small (" + std::to_string(size) + " bytes) to be safetensors");
     }
@@ -296,17 +296,17 @@ Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     const size_t file_size = mapped->second;
 
     uint64_t header_len = read_u64_le(bytes);
-    if (header_len > file_size - header_length_bytes) {
+    if (header_len > file_size - HEADER_LENGTH_BYTES) {
         return invalid_argument(path + ": header length " + std::to_string(header_len) + " exceeds the file size " +
                                 std::to_string(file_size));
     }
-    auto header = parse_header_json(path, reinterpret_cast<const char *>(bytes) + header_length_bytes, header_len);
+    auto header = parse_header_json(path, reinterpret_cast<const char *>(bytes) + HEADER_LENGTH_BYTES, header_len);
     TRY_STATUS(header);
-    const uint8_t * data = bytes + header_length_bytes + header_len;
-    const size_t data_size = file_size - header_length_bytes - header_len;
+    const uint8_t * data = bytes + HEADER_LENGTH_BYTES + header_len;
+    const size_t data_size = file_size - HEADER_LENGTH_BYTES - header_len;
 
     for (const auto & [name, entry] : header->items()) {
-        if (name == metadata_key) {
+        if (name == METADATA_KEY) {
             auto metadata = parse_metadata(path, entry);
             TRY_STATUS(metadata);
             file->metadata_ = std::move(metadata.value());
@@ -389,7 +389,7 @@ Result<std::string> build_header(const std::map<std::string, OwnedTensor> & tens
                                  const std::map<std::string, std::string> & metadata) {
     json header = json::object();
     if (!metadata.empty()) {
-        header[metadata_key] = metadata;
+        header[METADATA_KEY] = metadata;
     }
     uint64_t offset = 0;
     for (const auto & [name, tensor] : tensors) {
@@ -401,7 +401,7 @@ Result<std::string> build_header(const std::map<std::string, OwnedTensor> & tens
             numel *= static_cast<uint64_t>(d);
         }
         uint64_t needed = numel * dtype_size(tensor.dtype);
-        if (name == metadata_key || needed != tensor.bytes.size()) {
+        if (name == METADATA_KEY || needed != tensor.bytes.size()) {
             return invalid_argument("write_safetensors: tensor '" + name + "' needs " + std::to_string(needed) +
                                     " bytes but has " + std::to_string(tensor.bytes.size()));
         }
@@ -410,7 +410,7 @@ Result<std::string> build_header(const std::map<std::string, OwnedTensor> & tens
         offset += needed;
     }
     std::string text = header.dump();
-    while ((header_length_bytes + text.size()) % data_alignment != 0) {
+    while ((HEADER_LENGTH_BYTES + text.size()) % DATA_ALIGNMENT != 0) {
         text.push_back(' ');
     }
     return text;
@@ -425,9 +425,9 @@ Result<void> write_all(std::FILE * out, const void * data, size_t size, const st
 
 Result<void> write_file_contents(std::FILE * out, const std::string & path, const std::string & header,
                                  const std::map<std::string, OwnedTensor> & tensors) {
-    uint8_t length_bytes[header_length_bytes];
+    uint8_t length_bytes[HEADER_LENGTH_BYTES];
     uint64_t header_len = header.size();
-    for (size_t i = 0; i < header_length_bytes; ++i) {
+    for (size_t i = 0; i < HEADER_LENGTH_BYTES; ++i) {
         length_bytes[i] = static_cast<uint8_t>(header_len >> (8 * i));
     }
     TRY_STATUS(write_all(out, length_bytes, sizeof(length_bytes), path));
