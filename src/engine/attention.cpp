@@ -81,24 +81,22 @@ static torch::Tensor causal_mask(int64_t len, torch::ScalarType dtype, torch::De
 }
 
 // Attention for B sequences of the same length L. q [B, L, H, D], k/v [B, L, KV, D] -> [B, L, H*D].
-static torch::Tensor attend_equal_lengths(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
-                                          torch::ScalarType mm) {
-    const auto act = q.scalar_type();
+static torch::Tensor attend_equal_lengths(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v) {
     const int64_t B = q.size(0), L = q.size(1), H = q.size(2), D = q.size(3), KV = k.size(2);
     const int64_t G = H / KV;
     // Group query heads by their kv head: [B*KV, G*L, D].
-    torch::Tensor qg = q.to(mm).view({B, L, KV, G, D}).permute({0, 2, 3, 1, 4}).reshape({B * KV, G * L, D});
-    torch::Tensor kg = k.to(mm).permute({0, 2, 1, 3}).reshape({B * KV, L, D});
-    torch::Tensor vg = v.to(mm).permute({0, 2, 1, 3}).reshape({B * KV, L, D});
-    torch::Tensor scores = torch::bmm(qg, kg.transpose(1, 2)).to(act) * (1.0 / std::sqrt(static_cast<double>(D)));
-    scores = scores.view({B * KV, G, L, L}) + causal_mask(L, act, scores.device());
-    torch::Tensor probs = torch::softmax(scores, -1).view({B * KV, G * L, L}).to(mm);
-    torch::Tensor out = torch::bmm(probs, vg).to(act);  // [B*KV, G*L, D]
+    torch::Tensor qg = q.view({B, L, KV, G, D}).permute({0, 2, 3, 1, 4}).reshape({B * KV, G * L, D});
+    torch::Tensor kg = k.permute({0, 2, 1, 3}).reshape({B * KV, L, D});
+    torch::Tensor vg = v.permute({0, 2, 1, 3}).reshape({B * KV, L, D});
+    torch::Tensor scores = torch::bmm(qg, kg.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(D)));
+    scores = scores.view({B * KV, G, L, L}) + causal_mask(L, scores.scalar_type(), scores.device());
+    torch::Tensor probs = torch::softmax(scores, -1).view({B * KV, G * L, L});
+    torch::Tensor out = torch::bmm(probs, vg);  // [B*KV, G*L, D]
     return out.view({B, KV, G, L, D}).permute({0, 3, 1, 2, 4}).reshape({B, L, H * D});
 }
 
 torch::Tensor packed_causal_attention(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
-                                      const SequenceLayout & layout, torch::ScalarType matmul_dtype) {
+                                      const SequenceLayout & layout) {
     const int64_t H = q.size(1), D = q.size(2), KV = k.size(1);
     std::map<int64_t, std::vector<size_t>> by_length;  // length -> sequence indices
     for (size_t i = 0; i < layout.lengths.size(); ++i) {
@@ -106,7 +104,7 @@ torch::Tensor packed_causal_attention(const torch::Tensor & q, const torch::Tens
     }
     if (by_length.size() == 1) {  // common case: one shape, rows already in order
         const int64_t L = layout.lengths[0], B = static_cast<int64_t>(layout.lengths.size());
-        return attend_equal_lengths(q.view({B, L, H, D}), k.view({B, L, KV, D}), v.view({B, L, KV, D}), matmul_dtype)
+        return attend_equal_lengths(q.view({B, L, H, D}), k.view({B, L, KV, D}), v.view({B, L, KV, D}))
             .view({B * L, H * D});
     }
     std::vector<torch::Tensor> outputs;
@@ -123,8 +121,7 @@ torch::Tensor packed_causal_attention(const torch::Tensor & q, const torch::Tens
         auto gather = [&](const torch::Tensor & x, int64_t heads) {
             return x.index_select(0, index).view({B, len, heads, D});
         };
-        outputs.push_back(
-            attend_equal_lengths(gather(q, H), gather(k, KV), gather(v, KV), matmul_dtype).view({B * len, H * D}));
+        outputs.push_back(attend_equal_lengths(gather(q, H), gather(k, KV), gather(v, KV)).view({B * len, H * D}));
         order.insert(order.end(), rows.begin(), rows.end());
     }
     // Row j of the concatenation belongs at packed row order[j]; invert that permutation.

@@ -1,4 +1,5 @@
 // Engine loading, adapter lifecycle, AdamW steps and PEFT-named import/export.
+#include <optional>
 #include <thread>
 
 #include "common/log.h"
@@ -8,7 +9,8 @@
 
 namespace tinkerd::engine {
 
-static Result<torch::ScalarType> choose_compute_dtype(ComputeDType requested, const std::string & model_dir) {
+// The requested base-weight dtype; nullopt (AUTO) lets the checkpoint decide.
+static std::optional<torch::ScalarType> requested_dtype(ComputeDType requested) {
     switch (requested) {
         case ComputeDType::FP32:
             return torch::kFloat32;
@@ -19,32 +21,19 @@ static Result<torch::ScalarType> choose_compute_dtype(ComputeDType requested, co
         case ComputeDType::AUTO:
             break;
     }
-    auto file = model::SafetensorsFile::open_model_dir(model_dir);
-    if (!file.ok()) {
-        return file.error();
-    }
-    auto embed = (*file)->get("model.embed_tokens.weight");
-    if (!embed.ok()) {
-        return not_found("missing tensor 'model.embed_tokens.weight' in the checkpoint");
-    }
-    return embed->dtype == model::DType::BF16 ? torch::kBFloat16 : torch::kFloat32;
+    return std::nullopt;
 }
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, const EngineOptions & options) {
     const int threads =
         options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(threads);  // libtorch defaults to 1 here; see docs/benchmarks.md
-    auto compute = choose_compute_dtype(options.dtype, model_dir);
-    if (!compute.ok()) {
-        return compute.error();
-    }
-    const torch::ScalarType act = *compute == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
     try {
-        auto transformer = Transformer::load(model_dir, *compute, act, torch::kCPU);
+        auto transformer = Transformer::load(model_dir, requested_dtype(options.dtype), torch::kCPU);
         if (!transformer.ok()) {
             return transformer.error();
         }
-        std::unique_ptr<Engine> engine = std::make_unique<EngineImpl>(std::move(transformer).value(), act);
+        std::unique_ptr<Engine> engine = std::make_unique<EngineImpl>(std::move(transformer).value());
         LOG_INF("engine", "loaded %s (%s, %lld layers, %s weights, %d threads)", model_dir.c_str(),
                 engine->config().architecture.c_str(), static_cast<long long>(engine->config().n_layers),
                 engine->compute_dtype_name().c_str(), threads);
@@ -74,8 +63,8 @@ Result<AdapterId> EngineImpl::create_adapter(const LoraSpec & spec) {
     }
     const AdapterId id = next_id_++;
     const uint64_t seed = spec.seed ? *spec.seed : next_seed_++;
-    adapters_[id] = std::make_unique<Adapter>(
-        make_adapter(id, spec, config(), lora_dtype_, lora_dtype_, transformer_->device(), seed));
+    adapters_[id] =
+        std::make_unique<Adapter>(make_adapter(id, spec, config(), lora_dtype(), transformer_->device(), seed));
     return id;
 }
 

@@ -15,8 +15,7 @@ namespace tinkerd::engine {
 
 class EngineImpl final : public Engine {
   public:
-    EngineImpl(std::unique_ptr<Transformer> transformer, torch::ScalarType lora_dtype)
-        : transformer_(std::move(transformer)), lora_dtype_(lora_dtype) {}
+    explicit EngineImpl(std::unique_ptr<Transformer> transformer) : transformer_(std::move(transformer)) {}
 
     const model::ModelConfig & config() const override { return transformer_->config(); }
     std::string compute_dtype_name() const override;
@@ -42,6 +41,8 @@ class EngineImpl final : public Engine {
         int64_t first_row;  // first packed row of its first datum
     };
 
+    // LoRA parameters, gradients and moments share the activations' dtype: fp32 (fp64 in gradient checks).
+    torch::ScalarType lora_dtype() const { return transformer_->act_dtype(); }
     Result<Adapter *> find_adapter(AdapterId id);
     Result<LossConfig> validate_input(const ForwardBackwardInput & input, bool backward);
     PackedBatch pack(std::vector<PlannedInput> & planned) const;
@@ -52,7 +53,6 @@ class EngineImpl final : public Engine {
                          std::vector<Result<ForwardBackwardOutput>> & results);
 
     std::unique_ptr<Transformer> transformer_;
-    torch::ScalarType lora_dtype_;
     std::map<AdapterId, std::unique_ptr<Adapter>> adapters_;
     AdapterId next_id_ = 1;
     uint64_t next_seed_ = 0x5eed;

@@ -81,10 +81,9 @@ static int add_pair(Adapter & a, const ProjectionShape & shape, int64_t layer, L
 }
 
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
-                     torch::ScalarType matmul_dtype, torch::Device device, uint64_t seed) {
+                     torch::Device device, uint64_t seed) {
     Adapter a;
     a.id = id;
-    a.matmul_dtype = matmul_dtype;
     a.spec = spec;
     a.scale = spec.alpha / static_cast<double>(spec.rank);
     auto gen = at::detail::createCPUGenerator(seed);
@@ -125,9 +124,10 @@ const torch::Tensor * Adapter::lora_b(int64_t layer, LoraTarget target) const {
 // (x·Aᵀ)·Bᵀ·scale for one segment; x_seg [n, in] act dtype, A [R, in], B [out, R] in the LoRA dtype.
 static torch::Tensor lora_delta(const torch::Tensor & x_seg, const Adapter & a, const torch::Tensor & lora_a,
                                 const torch::Tensor & lora_b) {
-    const auto dt = a.matmul_dtype;
-    torch::Tensor h = torch::matmul(x_seg.to(dt), lora_a.to(dt).t());  // [n, R]
-    return torch::matmul(h * a.scale, lora_b.to(dt).t());              // [n, out]
+    // In the LoRA dtype (fp32) also in bf16 mode: bf16 LoRA matmuls put reference LoRA gradients off by
+    // up to 124% (cancelling sums).
+    torch::Tensor h = torch::matmul(x_seg.to(lora_a.scalar_type()), lora_a.t());  // [n, R]
+    return torch::matmul(h * a.scale, lora_b.t());                                // [n, out]
 }
 
 torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,

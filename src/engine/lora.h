@@ -28,10 +28,7 @@ ProjectionShape projection_shape(const model::ModelConfig & config, LoraTarget t
 struct Adapter {
     AdapterId id = BASE_MODEL;
     LoraSpec spec;
-    double scale = 1.0;  // alpha / rank
-    // dtype of the LoRA matmuls. The engine uses the LoRA dtype (fp32): with bf16 matmuls the LoRA
-    // gradients of the reference fixtures were off by up to 124% (cancelling sums), so they stay exact.
-    torch::ScalarType matmul_dtype = torch::kFloat32;
+    double scale = 1.0;                              // alpha / rank
     std::vector<std::string> names;                  // PEFT keys, one per parameter, A then B per projection
     std::vector<torch::Tensor> params;               // leaves with requires_grad; A [R, in], B [out, R]
     std::vector<torch::Tensor> grads;                // accumulated gradients, same shapes
@@ -47,7 +44,7 @@ struct Adapter {
 
 // Builds an adapter: A kaiming-uniform (bound 1/sqrt(in), as PEFT), B zero, moments zero.
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
-                     torch::ScalarType matmul_dtype, torch::Device device, uint64_t seed);
+                     torch::Device device, uint64_t seed);
 
 // PEFT key of a projection's A or B matrix, e.g. "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
 std::string peft_key(int64_t layer, LoraTarget target, bool is_b);

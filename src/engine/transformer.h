@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,10 @@ struct PackedBatch {
 
 class Transformer {
   public:
-    // compute: dtype of the big matrices (bf16, fp32 or fp64); act: dtype of activations (fp32 or fp64).
-    static Result<std::unique_ptr<Transformer>> load(const std::string & model_dir, torch::ScalarType compute,
-                                                     torch::ScalarType act, torch::Device device);
+    // requested: dtype of the big matrices (bf16, fp32 or fp64); nullopt = the checkpoint's own (BF16 ->
+    // bf16, else fp32). Activations are fp32 (fp64 when the matrices are fp64).
+    static Result<std::unique_ptr<Transformer>> load(const std::string & model_dir,
+                                                     std::optional<torch::ScalarType> requested, torch::Device device);
 
     const model::ModelConfig & config() const { return config_; }
     torch::ScalarType compute_dtype() const { return compute_; }
