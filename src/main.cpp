@@ -1,14 +1,19 @@
 // tinkerd entry point: reads flags (design.md §2), loads the served models (or generates the built-in
-// one) and reports what it serves. The Tinker HTTP API arrives with issue 3; until then tinkerd loads
-// the models, checks them with one forward pass, and exits.
+// one), opens the data dir, and serves the Tinker API over HTTP until SIGINT/SIGTERM.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <pthread.h>
 #include <string>
 #include <vector>
 
+#include "api/app.h"
 #include "common/log.h"
 #include "engine/engine.h"
+#include "http/server.h"
 #include "model/builtin_model.h"
+#include "model/hf_cache.h"
 
 namespace {
 
@@ -20,18 +25,66 @@ struct Flags {
     std::string api_keys_file;
     std::string dtype = "auto";
     int threads = 0;
+    int io_threads = 2;
+    double session_timeout_seconds = 120;
+    double poll_timeout_seconds = 25;
+    long long max_body_bytes = 256LL << 20;
 };
 
 const char * USAGE =
-    "usage: tinkerd [--model NAME=DIR ...] [--host H] [--port P] [--data-dir D] [--api-keys FILE]\n"
-    "               [--dtype auto|bf16|fp32] [--threads N]\n"
-    "  --model NAME=DIR  serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
-    "                    Without --model, a small built-in model is generated in DATA_DIR/builtin-model.\n"
-    "  --host, --port    where to listen (default 127.0.0.1:8000)\n"
-    "  --data-dir        database, checkpoints and the built-in model (default ~/.local/share/tinkerd)\n"
-    "  --api-keys        file with one API key per line (tenants); without it any tml-... key is accepted\n"
-    "  --dtype           base-weight precision: auto (the checkpoint's own), bf16 or fp32 (LoRA is fp32)\n"
-    "  --threads         compute threads (default: every core)\n";
+    "usage: tinkerd [--model NAME=DIR | --model ORG/NAME ...] [--host H] [--port P] [--data-dir D]\n"
+    "               [--api-keys FILE] [--dtype auto|bf16|fp32] [--threads N] [--io-threads N]\n"
+    "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
+    "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
+    "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
+    "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
+    "                     in DATA_DIR/builtin-model and served as tinkerd/builtin-tiny.\n"
+    "  --host, --port     where to listen (default 127.0.0.1:8000; port 0 picks a free one)\n"
+    "  --data-dir         database, checkpoints and the built-in model (default ~/.local/share/tinkerd)\n"
+    "  --api-keys         file with one 'KEY [NAME]' per line, one tenant each; without it any tml-... key\n"
+    "                     is accepted and all belong to one tenant (dev mode)\n"
+    "  --dtype            base-weight precision: auto (the checkpoint's own), bf16 or fp32 (LoRA is fp32)\n"
+    "  --threads          compute threads (default: every core); --io-threads HTTP threads (default 2)\n"
+    "  --session-timeout-seconds  a session without heartbeat for this long expires: its models are\n"
+    "                     unloaded, its checkpoints kept (default 120)\n"
+    "  --poll-timeout-seconds     how long retrieve_future holds a poll before try_again (default 25)\n"
+    "  --max-body-bytes   request size limit, larger requests get 413 (default 268435456)\n";
+
+bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
+    if (flag == "--model") {
+        const auto eq = value.find('=');
+        if (eq == 0 || (eq != std::string::npos && eq + 1 == value.size())) {
+            std::fprintf(stderr, "error: --model expects NAME=DIR or ORG/NAME, got '%s'\n", value.c_str());
+            return false;
+        }
+        flags.models.emplace_back(eq == std::string::npos ? value : value.substr(0, eq),
+                                  eq == std::string::npos ? "" : value.substr(eq + 1));
+    } else if (flag == "--host") {
+        flags.host = value;
+    } else if (flag == "--port") {
+        flags.port = std::atoi(value.c_str());
+    } else if (flag == "--data-dir") {
+        flags.data_dir = value;
+    } else if (flag == "--api-keys") {
+        flags.api_keys_file = value;
+    } else if (flag == "--dtype") {
+        flags.dtype = value;
+    } else if (flag == "--threads") {
+        flags.threads = std::atoi(value.c_str());
+    } else if (flag == "--io-threads") {
+        flags.io_threads = std::max(1, std::atoi(value.c_str()));
+    } else if (flag == "--session-timeout-seconds") {
+        flags.session_timeout_seconds = std::atof(value.c_str());
+    } else if (flag == "--poll-timeout-seconds") {
+        flags.poll_timeout_seconds = std::atof(value.c_str());
+    } else if (flag == "--max-body-bytes") {
+        flags.max_body_bytes = std::atoll(value.c_str());
+    } else {
+        std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
+        return false;
+    }
+    return true;
+}
 
 bool parse_flags(int argc, char ** argv, Flags & flags) {
     for (int i = 1; i < argc; ++i) {
@@ -43,30 +96,14 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
             std::fprintf(stderr, "error: %s needs a value\n", arg.c_str());
             return false;
         }
-        const std::string value = argv[++i];
-        if (arg == "--model") {
-            auto eq = value.find('=');
-            if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
-                std::fprintf(stderr, "error: --model expects NAME=DIR, got '%s'\n", value.c_str());
-                return false;
-            }
-            flags.models.emplace_back(value.substr(0, eq), value.substr(eq + 1));
-        } else if (arg == "--host") {
-            flags.host = value;
-        } else if (arg == "--port") {
-            flags.port = std::atoi(value.c_str());
-        } else if (arg == "--data-dir") {
-            flags.data_dir = value;
-        } else if (arg == "--api-keys") {
-            flags.api_keys_file = value;
-        } else if (arg == "--dtype") {
-            flags.dtype = value;
-        } else if (arg == "--threads") {
-            flags.threads = std::atoi(value.c_str());
-        } else {
-            std::fprintf(stderr, "error: unknown flag '%s'\n", arg.c_str());
+        if (!parse_value(arg, argv[++i], flags)) {
             return false;
         }
+    }
+    if (flags.port < 0 || flags.port > 65535 || flags.session_timeout_seconds <= 0 || flags.poll_timeout_seconds <= 0 ||
+        flags.max_body_bytes < 1024) {
+        std::fprintf(stderr, "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024\n");
+        return false;
     }
     return true;
 }
@@ -84,6 +121,55 @@ bool parse_dtype(const std::string & name, tinkerd::engine::ComputeDType & out) 
     return true;
 }
 
+// Fills in DIR for ORG/NAME models from the HF cache, and the built-in model when none is given.
+bool resolve_model_dirs(Flags & flags) {
+    if (flags.models.empty()) {
+        const std::string dir = flags.data_dir + "/builtin-model";
+        LOG_INF("main", "no --model given: using the built-in model in %s", dir.c_str());
+        auto status = tinkerd::model::ensure_builtin_model(dir);
+        if (!status.ok()) {
+            LOG_ERR("main", "cannot create the built-in model: %s", status.error().message.c_str());
+            return false;
+        }
+        flags.models.emplace_back(tinkerd::model::BUILTIN_MODEL_NAME, dir);
+    }
+    for (auto & [name, dir] : flags.models) {
+        if (!dir.empty()) {
+            continue;
+        }
+        auto snapshot = tinkerd::model::resolve_hf_snapshot(tinkerd::model::hf_hub_cache_dir(), name);
+        if (!snapshot.ok()) {
+            LOG_ERR("main", "%s", snapshot.error().message.c_str());
+            return false;
+        }
+        dir = *snapshot;
+    }
+    return true;
+}
+
+using EngineList = std::vector<std::unique_ptr<tinkerd::engine::Engine>>;
+
+bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
+    for (const auto & [name, dir] : flags.models) {
+        LOG_INF("main", "loading model %s from %s ...", name.c_str(), dir.c_str());
+        auto engine = tinkerd::engine::Engine::load(dir, options);
+        if (!engine.ok()) {
+            LOG_ERR("main", "cannot load %s: %s", name.c_str(), engine.error().message.c_str());
+            return false;
+        }
+        auto logits = (*engine)->last_logits(tinkerd::engine::BASE_MODEL, {0});
+        if (!logits.ok()) {
+            LOG_ERR("main", "self-check forward of %s failed: %s", name.c_str(), logits.error().message.c_str());
+            return false;
+        }
+        LOG_INF("main", "loaded %s (%s, %lld layers, vocab %lld, %s weights)", name.c_str(),
+                (*engine)->config().architecture.c_str(), static_cast<long long>((*engine)->config().n_layers),
+                static_cast<long long>((*engine)->config().vocab_size), (*engine)->compute_dtype_name().c_str());
+        engines.push_back(std::move(engine).value());
+    }
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -92,9 +178,9 @@ int main(int argc, char ** argv) {
         std::fputs(USAGE, stderr);
         return 2;
     }
-    tinkerd::engine::EngineOptions options;
-    options.n_threads = flags.threads;
-    if (!parse_dtype(flags.dtype, options.dtype)) {
+    tinkerd::engine::EngineOptions engine_options;
+    engine_options.n_threads = flags.threads;
+    if (!parse_dtype(flags.dtype, engine_options.dtype)) {
         std::fprintf(stderr, "error: --dtype must be auto, bf16 or fp32, got '%s'\n", flags.dtype.c_str());
         return 2;
     }
@@ -102,33 +188,64 @@ int main(int argc, char ** argv) {
         const char * home = std::getenv("HOME");
         flags.data_dir = std::string(home ? home : ".") + "/.local/share/tinkerd";
     }
-    if (flags.models.empty()) {
-        const std::string dir = flags.data_dir + "/builtin-model";
-        LOG_INF("main", "no --model given: using the built-in model in %s", dir.c_str());
-        auto status = tinkerd::model::ensure_builtin_model(dir);
-        if (!status.ok()) {
-            LOG_ERR("main", "cannot create the built-in model: %s", status.error().message.c_str());
-            return 1;
+    tinkerd::api::Auth auth;
+    if (!flags.api_keys_file.empty()) {
+        auto loaded = tinkerd::api::Auth::from_file(flags.api_keys_file);
+        if (!loaded.ok()) {
+            LOG_ERR("main", "%s", loaded.error().message.c_str());
+            return 2;
         }
-        flags.models.emplace_back(tinkerd::model::BUILTIN_MODEL_NAME, dir);
+        auth = std::move(loaded).value();
+        LOG_INF("main", "%zu API key(s) from %s", auth.key_count(), flags.api_keys_file.c_str());
     }
-    for (const auto & [name, dir] : flags.models) {
-        LOG_INF("main", "loading model %s from %s", name.c_str(), dir.c_str());
-        auto engine = tinkerd::engine::Engine::load(dir, options);
-        if (!engine.ok()) {
-            LOG_ERR("main", "cannot load %s: %s", name.c_str(), engine.error().message.c_str());
-            return 1;
-        }
-        auto logits = (*engine)->last_logits(tinkerd::engine::BASE_MODEL, {0});
-        if (!logits.ok()) {
-            LOG_ERR("main", "self-check forward of %s failed: %s", name.c_str(), logits.error().message.c_str());
-            return 1;
-        }
-        LOG_INF("main", "serving %s (%s, vocab %lld, %s weights)", name.c_str(),
-                (*engine)->config().architecture.c_str(), static_cast<long long>((*engine)->config().vocab_size),
-                (*engine)->compute_dtype_name().c_str());
+    // Every thread started from here on inherits the blocked signals; main waits for them below.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+    EngineList engines;
+    if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
+        return 1;
     }
-    LOG_WRN("main", "the Tinker HTTP API (%s:%d) is not implemented yet (issue 3): models verified, exiting",
-            flags.host.c_str(), flags.port);
+    std::vector<tinkerd::api::ServedModelSpec> served;
+    for (size_t i = 0; i < engines.size(); ++i) {
+        served.push_back({flags.models[i].first, engines[i].get()});
+    }
+    tinkerd::api::AppOptions app_options;
+    app_options.data_dir = flags.data_dir;
+    app_options.session_timeout_seconds = flags.session_timeout_seconds;
+    app_options.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
+    auto app = tinkerd::api::App::create(app_options, std::move(auth), served);
+    if (!app.ok()) {
+        LOG_ERR("main", "cannot open data dir %s: %s", flags.data_dir.c_str(), app.error().message.c_str());
+        return 1;
+    }
+    (*app)->start();
+    tinkerd::http::ServerOptions server_options;
+    server_options.host = flags.host;
+    server_options.port = flags.port;
+    server_options.io_threads = flags.io_threads;
+    server_options.max_body_bytes = static_cast<size_t>(flags.max_body_bytes);
+    tinkerd::api::App * app_ptr = app->get();
+    tinkerd::http::Server server(server_options,
+                                 [app_ptr](tinkerd::http::Request && request, tinkerd::http::Respond respond) {
+                                     app_ptr->handle(std::move(request), std::move(respond));
+                                 });
+    auto started = server.start();
+    if (!started.ok()) {
+        LOG_ERR("main", "cannot listen on %s:%d: %s", flags.host.c_str(), flags.port, started.error().message.c_str());
+        return 1;
+    }
+    LOG_INF("main", "tinkerd listening on http://%s:%d (data dir %s)", flags.host.c_str(), server.port(),
+            flags.data_dir.c_str());
+    LOG_INF("main", "point the SDK at it: export TINKER_BASE_URL=http://%s:%d TINKER_API_KEY=tml-%s",
+            flags.host.c_str(), server.port(), flags.api_keys_file.empty() ? "anything" : "<your key>");
+    int received = 0;
+    sigwait(&signals, &received);
+    LOG_INF("main", "signal %d: shutting down", received);
+    server.stop();
+    (*app)->stop();
     return 0;
 }

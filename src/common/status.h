@@ -12,6 +12,7 @@ enum class ErrorKind {
     INVALID_ARGUMENT,  // the caller's input is wrong (HTTP 400)
     NOT_FOUND,         // a named thing does not exist (HTTP 404)
     UNSUPPORTED,       // valid but not supported by this server (HTTP 400)
+    TOO_LARGE,         // a body or decompressed payload over a configured limit (HTTP 413)
     INTERNAL,          // our fault (HTTP 500)
 };
 
@@ -28,6 +29,9 @@ inline Error not_found(std::string msg) {
 }
 inline Error unsupported(std::string msg) {
     return {ErrorKind::UNSUPPORTED, std::move(msg)};
+}
+inline Error too_large(std::string msg) {
+    return {ErrorKind::TOO_LARGE, std::move(msg)};
 }
 inline Error internal_error(std::string msg) {
     return {ErrorKind::INTERNAL, std::move(msg)};

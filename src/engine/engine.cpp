@@ -172,7 +172,7 @@ Result<void> EngineImpl::import_adapter(AdapterId id, const std::map<std::string
             updates.emplace_back(dst, std::move(t).value());
         }
     }
-    int64_t step = a.step;
+    int64_t step = 0;  // weights only: a fresh optimizer (moments zeroed below, bias correction restarts)
     if (with_optimizer) {
         auto it = tensors.find("optimizer.step");
         if (it == tensors.end() || host_tensor_values(it->second).size() != 1) {

@@ -1,0 +1,339 @@
+// App set-up and dispatch: opening the database (recovering from a crash), starting the workers,
+// the route table, authentication, and the lookups (runs, checkpoints, sessions) every handler shares.
+#include "api/app.h"
+
+#include <filesystem>
+
+#include "common/log.h"
+
+namespace tinkerd::api {
+
+Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vector<ServedModelSpec> models) {
+    std::unique_ptr<App> app(new App());
+    app->options_ = std::move(options);
+    app->auth_ = std::move(auth);
+    std::error_code ec;
+    std::filesystem::create_directories(app->options_.data_dir, ec);
+    auto db = store::Database::open(app->options_.data_dir + "/tinkerd.db");
+    if (!db.ok()) {
+        return db.error();
+    }
+    app->db_ = std::move(db).value();
+    // Nothing is in memory after a start: pending futures of a crashed process can never finish.
+    auto failed = app->db_->fail_pending_futures("server restarted before this request finished", now_seconds());
+    if (failed.ok() && *failed > 0) {
+        LOG_WRN("api", "%lld request(s) pending at the last shutdown are now failed (server restarted)",
+                static_cast<long long>(*failed));
+    }
+    TRY_STATUS(app->db_->mark_all_runs_unloaded());
+
+    scheduler::FutureTableOptions future_options;
+    store::Database * db_ptr = app->db_.get();
+    future_options.on_finish = [db_ptr](const std::string & id, const scheduler::FutureOutcome & outcome) {
+        store::FutureRow row;
+        row.request_id = id;
+        row.state = outcome.state == scheduler::FutureOutcome::State::DONE ? "done" : "failed";
+        row.result_json = outcome.json;
+        row.result_proto = outcome.proto;
+        row.error = outcome.error;
+        row.error_category = outcome.category;
+        row.finished_at = now_seconds();
+        auto status = db_ptr->finish_future(row);
+        if (!status.ok() && status.error().kind != ErrorKind::NOT_FOUND) {  // NOT_FOUND: never recorded
+            LOG_ERR("api", "cannot record result of %s: %s", id.c_str(), status.error().message.c_str());
+        }
+    };
+    future_options.lookup = [db_ptr](const std::string & id) -> std::optional<scheduler::FutureOutcome> {
+        auto row = db_ptr->get_future(id);
+        if (!row.ok() || !row->has_value()) {
+            return std::nullopt;
+        }
+        const store::FutureRow & r = **row;
+        scheduler::FutureOutcome out;
+        out.state = r.state == "done"     ? scheduler::FutureOutcome::State::DONE
+                    : r.state == "failed" ? scheduler::FutureOutcome::State::FAILED
+                                          : scheduler::FutureOutcome::State::PENDING;
+        out.tenant = r.tenant;
+        out.request_type = r.request_type;
+        out.json = r.result_json;
+        out.proto = r.result_proto;
+        out.error = r.error;
+        out.category = r.error_category;
+        return out;
+    };
+    app->futures_ = std::make_unique<scheduler::FutureTable>(std::move(future_options));
+
+    for (const auto & spec : models) {
+        auto served = std::make_unique<ServedModel>();
+        served->name = spec.name;
+        served->engine = spec.engine;
+        served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name);
+        app->models_.push_back(std::move(served));
+    }
+    app->register_routes();
+    return app;
+}
+
+App::~App() {
+    stop();
+}
+
+void App::start() {
+    if (started_) {
+        return;
+    }
+    started_ = true;
+    for (auto & model : models_) {
+        model->worker->start();
+    }
+    sweeper_ = std::thread([this] { sweeper_loop(); });
+}
+
+void App::stop() {
+    if (!started_) {
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(sweeper_mutex_);
+        stopping_ = true;
+    }
+    sweeper_wake_.notify_all();
+    if (sweeper_.joinable()) {
+        sweeper_.join();
+    }
+    for (auto & model : models_) {
+        model->worker->stop();
+    }
+    started_ = false;
+}
+
+void App::add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body) {
+    Route route;
+    route.sync = handler;
+    route.json_body = json_body;
+    router_.add(method, "/api/v1/" + path, route);
+}
+
+void App::add_async(const std::string & method, const std::string & path, AsyncHandler handler, bool needs_auth,
+                    bool json_body) {
+    Route route;
+    route.async = handler;
+    route.needs_auth = needs_auth;
+    route.json_body = json_body;
+    router_.add(method, "/api/v1/" + path, route);
+}
+
+void App::register_routes() {
+    add_sync("POST", "client/config", &App::client_config);
+    add_sync("POST", "client/dynamic_config", &App::dynamic_config);
+    add_sync("GET", "get_server_capabilities", &App::server_capabilities);
+    add_sync("POST", "create_session", &App::create_session);
+    add_sync("POST", "session_heartbeat", &App::session_heartbeat);
+    add_sync("POST", "telemetry", &App::telemetry);
+    add_sync("POST", "create_model", &App::create_model);
+    add_sync("POST", "get_info", &App::get_info);
+    add_sync("POST", "unload_model", &App::unload_model);
+    add_sync("POST", "forward_backward", &App::forward_backward, false);
+    add_sync("POST", "forward", &App::forward_legacy, false);
+    add_sync("POST", "optim_step", &App::optim_step);
+    add_sync("POST", "save_weights", &App::save_weights);
+    add_sync("POST", "save_weights_for_sampler", &App::save_weights_for_sampler);
+    add_sync("POST", "load_weights", &App::load_weights);
+    add_sync("POST", "weights_info", &App::weights_info);
+    add_sync("POST", "create_sampling_session", &App::create_sampling_session);
+    add_sync("POST", "asample", &App::sample_unavailable);
+    add_async("POST", "retrieve_future", &App::retrieve_future, true, true);
+    add_sync("GET", "training_runs", &App::list_training_runs);
+    add_sync("GET", "training_runs/{run_id}", &App::get_training_run);
+    add_sync("GET", "training_runs/{run_id}/checkpoints", &App::list_run_checkpoints);
+    add_sync("POST", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &App::publish_checkpoint);
+    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &App::unpublish_checkpoint);
+    add_sync("PUT", "training_runs/{run_id}/checkpoints/{kind}/{name}/ttl", &App::set_checkpoint_ttl);
+    add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/archive", &App::checkpoint_archive);
+    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{checkpoint_id...}", &App::delete_checkpoint);
+    add_sync("GET", "checkpoints", &App::list_user_checkpoints);
+    add_sync("GET", "sessions", &App::list_sessions);
+    add_sync("GET", "sessions/{session_id}", &App::get_session);
+    add_sync("PUT", "sessions/{session_id}/project", &App::set_session_project);
+    add_sync("GET", "samplers/{sampler_id}", &App::get_sampler);
+    add_async("GET", "archive_downloads/{token}", &App::download_archive, false, false);
+    Route health;
+    health.sync = &App::healthz;
+    health.needs_auth = false;
+    router_.add("GET", "/api/v1/healthz", health);
+}
+
+void App::handle(http::Request && request, http::Respond respond) {
+    auto match = router_.match(request.method, request.path);
+    if (match.target == nullptr) {
+        const int status = match.method_mismatch ? 405 : 404;
+        respond(error_response(status, request.method + " " + request.path +
+                                           (status == 405 ? ": method not allowed" : ": no such endpoint")));
+        return;
+    }
+    const Route & route = *match.target;
+    Call call{request, "", std::move(match.params), json::object()};
+    if (route.needs_auth) {
+        const std::string key = request_key(request.header("x-api-key"), request.header("authorization"));
+        auto tenant = auth_.tenant_of(key);
+        if (!tenant) {
+            const char * why = key.empty() ? "missing API key (send X-API-Key: tml-...)" : "invalid API key";
+            respond(error_response(401, why));
+            return;
+        }
+        call.tenant = *tenant;
+    }
+    if (route.json_body && request.method != "GET") {
+        auto body = parse_json_body(request.body);
+        if (!body.ok()) {
+            respond(error_response(body.error()));
+            return;
+        }
+        call.body = std::move(body).value();
+    }
+    if (route.async != nullptr) {
+        (this->*route.async)(call, std::move(respond));
+        return;
+    }
+    Result<json> result = internal_error("no result");
+    try {
+        result = (this->*route.sync)(call);
+    } catch (const json::exception & e) {  // a field of an unexpected JSON type deep inside a body
+        result = invalid_argument(std::string("malformed request body: ") + e.what());
+    } catch (const std::exception & e) {
+        LOG_ERR("api", "%s %s failed: %s", request.method.c_str(), request.path.c_str(), e.what());
+        result = internal_error(std::string("internal error: ") + e.what());
+    }
+    http::Response response = result.ok() ? json_response(*result) : error_response(result.error());
+    if (call.body.is_object() && call.body.contains("model_id") && call.body["model_id"].is_string()) {
+        response.log_tag = "model=" + call.body["model_id"].get<std::string>();
+    } else if (call.params.count("run_id")) {
+        response.log_tag = "run=" + call.params["run_id"];
+    }
+    if (result.ok() && result->is_object() && result->contains("request_id")) {
+        response.log_tag += " request=" + (*result)["request_id"].get<std::string>();
+    }
+    respond(std::move(response));
+}
+
+ServedModel * App::find_model(const std::string & name) {
+    for (auto & model : models_) {
+        if (model->name == name) {
+            return model.get();
+        }
+    }
+    return nullptr;
+}
+
+Result<store::SessionRow> App::find_session(const std::string & tenant, const std::string & session_id) {
+    auto row = db_->get_session(session_id);
+    if (!row.ok()) {
+        return row.error();
+    }
+    if (!row->has_value() || (*row)->tenant != tenant) {
+        return not_found("session '" + session_id + "' not found");
+    }
+    return **row;
+}
+
+Result<store::TrainingRunRow> App::find_run_row(const std::string & tenant, const std::string & run_id,
+                                                bool allow_public) {
+    auto row = db_->get_run(run_id);
+    if (!row.ok()) {
+        return row.error();
+    }
+    if (!row->has_value()) {
+        return not_found("training run '" + run_id + "' not found");
+    }
+    if ((*row)->tenant == tenant) {
+        return **row;
+    }
+    if (allow_public) {
+        auto checkpoints = db_->list_run_checkpoints(run_id);
+        if (checkpoints.ok()) {
+            for (const auto & c : *checkpoints) {
+                if (c.is_public) {
+                    return **row;
+                }
+            }
+        }
+    }
+    return not_found("training run '" + run_id + "' not found");
+}
+
+Result<store::CheckpointRow> App::find_checkpoint(const std::string & tenant, const TinkerPath & path,
+                                                  bool allow_public) {
+    auto row = db_->get_checkpoint(path.run_id, path.checkpoint_id());
+    if (!row.ok()) {
+        return row.error();
+    }
+    if (!row->has_value() || ((*row)->tenant != tenant && !(allow_public && (*row)->is_public))) {
+        return not_found("checkpoint '" + path.str() + "' not found");
+    }
+    return **row;
+}
+
+RunPtr App::register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec) {
+    auto run = std::make_shared<RunState>();
+    run->row = std::move(row);
+    run->model = model;
+    run->spec = spec;
+    std::lock_guard<std::mutex> lock(mutex_);
+    runs_[run->row.run_id] = run;
+    return run;
+}
+
+void App::unload_run(const RunPtr & run, const std::string & reason) {
+    if (!run->loaded.exchange(false)) {
+        return;
+    }
+    run->ready = false;
+    run->model->worker->close_run(run->row.run_id, reason);
+    const engine::AdapterId adapter = run->adapter.load();
+    if (adapter > 0) {
+        run->model->worker->post([adapter](engine::Engine & engine) { (void)engine.remove_adapter(adapter); });
+    }
+    (void)db_->mark_run_unloaded(run->row.run_id);
+    LOG_INF("api", "unloaded model %s (%s)", run->row.run_id.c_str(), reason.c_str());
+}
+
+std::string App::create_future(const std::string & tenant, const std::string & request_type,
+                               const std::string & run_id) {
+    const std::string request_id = futures_->create(tenant, request_type);
+    store::FutureRow row;
+    row.request_id = request_id;
+    row.tenant = tenant;
+    row.request_type = request_type;
+    row.run_id = run_id;
+    row.state = "pending";
+    row.created_at = now_seconds();
+    (void)db_->insert_future(row);
+    return request_id;
+}
+
+void App::note_session_activity(const std::string & session_id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    session_last_seen_[session_id] = now_seconds();
+}
+
+store::AdapterConfig App::adapter_config(const RunState & run) const {
+    store::AdapterConfig config;
+    config.base_model = run.row.base_model;
+    config.rank = run.spec.rank;
+    config.alpha = run.spec.alpha;
+    config.train_attn = run.spec.train_attn;
+    config.train_mlp = run.spec.train_mlp;
+    config.train_unembed = run.spec.train_unembed;
+    if (run.spec.train_attn) {
+        config.target_modules.insert(config.target_modules.end(), {"q_proj", "k_proj", "v_proj", "o_proj"});
+    }
+    if (run.spec.train_mlp) {
+        config.target_modules.insert(config.target_modules.end(), {"gate_proj", "up_proj", "down_proj"});
+    }
+    if (run.spec.train_unembed) {
+        config.target_modules.push_back("lm_head");
+    }
+    return config;
+}
+
+}  // namespace tinkerd::api

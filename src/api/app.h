@@ -1,0 +1,205 @@
+// App: the Tinker API. Routes HTTP requests to handlers, checks keys and tenants, turns training
+// requests into ordered operations on each base model's EngineWorker, answers futures, serves the
+// REST metadata from the database, and runs the background sweeper (session expiry, checkpoint TTLs).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/auth.h"
+#include "api/json_util.h"
+#include "api/router.h"
+#include "engine/engine.h"
+#include "http/server.h"
+#include "scheduler/futures.h"
+#include "scheduler/worker.h"
+#include "store/checkpoint_files.h"
+#include "store/database.h"
+
+namespace tinkerd::api {
+
+struct AppOptions {
+    std::string data_dir;
+    std::chrono::milliseconds poll_timeout{25000};  // a retrieve_future poll is held this long at most
+    double session_timeout_seconds = 120;           // sessions without a heartbeat for this long expire
+    double sweep_interval_seconds = 1.0;
+    size_t max_decompressed_bytes = 512u << 20;  // cap on a zstd forward_backward body once decompressed
+    double archive_url_ttl_seconds = 900;
+};
+
+// A base model served under a name; the engine is owned by the caller and outlives the App.
+struct ServedModelSpec {
+    std::string name;
+    engine::Engine * engine = nullptr;
+};
+
+struct ServedModel {
+    std::string name;
+    engine::Engine * engine = nullptr;
+    std::unique_ptr<scheduler::EngineWorker> worker;
+};
+
+// A training run (a LoRA adapter) known to this process.
+struct RunState {
+    store::TrainingRunRow row;
+    ServedModel * model = nullptr;
+    engine::LoraSpec spec;
+    std::atomic<engine::AdapterId> adapter{-1};  // set on the engine thread once created
+    std::atomic<bool> ready{false};              // adapter created (or loaded) and accepting ops
+    std::atomic<bool> loaded{true};              // false once unloaded
+    std::string create_request_id;
+};
+using RunPtr = std::shared_ptr<RunState>;
+
+// A frozen copy of an adapter's weights for sampling (save_weights_for_sampler without a name).
+struct SamplerSnapshot {
+    std::string base_model;
+    engine::LoraSpec spec;
+    std::map<std::string, engine::HostTensor> tensors;
+};
+
+class App {
+  public:
+    static Result<std::unique_ptr<App>> create(AppOptions options, Auth auth, std::vector<ServedModelSpec> models);
+    ~App();
+
+    // Starts the engine workers and the sweeper. stop() joins them (idempotent).
+    void start();
+    void stop();
+
+    // The http::Handler of the server.
+    void handle(http::Request && request, http::Respond respond);
+
+    // Introspection for logs and tests.
+    size_t waiting_polls() const { return futures_->waiting_polls(); }
+
+  private:
+    struct Call {
+        const http::Request & req;
+        std::string tenant;
+        PathParams params;
+        json body;  // parsed JSON body ({} for GET and protobuf bodies)
+    };
+    using SyncHandler = Result<json> (App::*)(Call &);
+    using AsyncHandler = void (App::*)(Call &, http::Respond);
+    struct Route {
+        SyncHandler sync = nullptr;
+        AsyncHandler async = nullptr;
+        bool needs_auth = true;
+        bool json_body = true;
+    };
+
+    App() = default;
+    void register_routes();
+    void add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body = true);
+    void add_async(const std::string & method, const std::string & path, AsyncHandler handler, bool needs_auth,
+                   bool json_body);
+
+    // session_handlers.cpp: configuration, sessions, telemetry, capabilities.
+    Result<json> client_config(Call & call);
+    Result<json> dynamic_config(Call & call);
+    Result<json> healthz(Call & call);
+    Result<json> server_capabilities(Call & call);
+    Result<json> create_session(Call & call);
+    Result<json> session_heartbeat(Call & call);
+    Result<json> telemetry(Call & call);
+
+    // training_handlers.cpp: models and training steps.
+    Result<json> create_model(Call & call);
+    Result<json> get_info(Call & call);
+    Result<json> unload_model(Call & call);
+    Result<json> forward_backward(Call & call);
+    Result<json> forward_legacy(Call & call);
+    Result<json> optim_step(Call & call);
+
+    // checkpoint_handlers.cpp: saving and loading weights.
+    Result<json> save_weights(Call & call);
+    Result<json> save_weights_for_sampler(Call & call);
+    Result<json> load_weights(Call & call);
+    Result<json> create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
+                                              bool with_optimizer);
+    Result<json> weights_info(Call & call);
+    Result<json> create_sampling_session(Call & call);
+    Result<json> sample_unavailable(Call & call);
+
+    // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.
+    Result<json> list_training_runs(Call & call);
+    Result<json> get_training_run(Call & call);
+    Result<json> list_run_checkpoints(Call & call);
+    Result<json> list_user_checkpoints(Call & call);
+    Result<json> delete_checkpoint(Call & call);
+    Result<json> publish_checkpoint(Call & call);
+    Result<json> unpublish_checkpoint(Call & call);
+    Result<json> set_checkpoint_ttl(Call & call);
+    Result<json> checkpoint_archive(Call & call);
+    Result<json> list_sessions(Call & call);
+    Result<json> get_session(Call & call);
+    Result<json> set_session_project(Call & call);
+    Result<json> get_sampler(Call & call);
+    void download_archive(Call & call, http::Respond respond);
+
+    // futures_handler.cpp: retrieve_future and the ordered submission of operations.
+    void retrieve_future(Call & call, http::Respond respond);
+    // Submits `op` as (run, seq_id) under a new future of `request_type`; answers {"request_id", "model_id"}.
+    Result<json> submit_ordered(Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
+                                const std::function<scheduler::Op(const std::string & request_id)> & make_op);
+    // The run named by the body's model_id, owned by the caller, loaded and ready.
+    Result<RunPtr> find_live_run(const std::string & tenant, const std::string & model_id);
+    // Marks a seq_id as used when its request is refused at submission (so later ones still run).
+    void skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id);
+    void fail_future(const std::string & request_id, const Error & error);
+
+    // Shared helpers (app.cpp).
+    ServedModel * find_model(const std::string & name);
+    Result<store::TrainingRunRow> find_run_row(const std::string & tenant, const std::string & run_id,
+                                               bool allow_public);
+    Result<store::CheckpointRow> find_checkpoint(const std::string & tenant, const TinkerPath & path,
+                                                 bool allow_public);
+    Result<store::SessionRow> find_session(const std::string & tenant, const std::string & session_id);
+    RunPtr register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec);
+    void unload_run(const RunPtr & run, const std::string & reason);
+    void note_session_activity(const std::string & session_id);
+    // A new pending future, also recorded in the database (so a restart can answer it).
+    std::string create_future(const std::string & tenant, const std::string & request_type,
+                              const std::string & run_id = "");
+    json checkpoint_json(const store::CheckpointRow & row) const;
+    json training_run_json(const store::TrainingRunRow & row);
+    store::AdapterConfig adapter_config(const RunState & run) const;
+
+    // sweeper.cpp: session expiry, checkpoint TTLs, pruning.
+    void sweeper_loop();
+    void expire_sessions(double now);
+    void expire_checkpoints(double now);
+
+    AppOptions options_;
+    Auth auth_;
+    std::unique_ptr<store::Database> db_;
+    std::unique_ptr<scheduler::FutureTable> futures_;
+    std::vector<std::unique_ptr<ServedModel>> models_;
+    Router<Route> router_;
+
+    std::mutex mutex_;  // guards the maps below
+    std::map<std::string, RunPtr> runs_;
+    std::map<std::string, std::shared_ptr<SamplerSnapshot>> snapshots_;
+    std::map<std::string, double> session_last_seen_;
+    struct ArchiveToken {
+        std::string dir;
+        double expires_at = 0;
+    };
+    std::map<std::string, ArchiveToken> archive_tokens_;
+
+    std::thread sweeper_;
+    std::mutex sweeper_mutex_;
+    std::condition_variable sweeper_wake_;
+    bool stopping_ = false;
+    bool started_ = false;
+};
+
+}  // namespace tinkerd::api

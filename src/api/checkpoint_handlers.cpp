@@ -1,0 +1,335 @@
+// Handlers for weights: save_weights (adapter + Adam state), save_weights_for_sampler (a named PEFT
+// adapter, or an unnamed frozen in-memory snapshot), load_weights (into a live model, or creating one),
+// weights_info, and the sampling-session metadata. File writes run on the engine thread, in seq_id order.
+#include "api/app.h"
+#include "common/log.h"
+
+namespace tinkerd::api {
+
+namespace {
+
+std::optional<double> expiry_from_ttl(const std::optional<int64_t> & ttl_seconds, double now) {
+    if (!ttl_seconds) {
+        return std::nullopt;
+    }
+    return now + static_cast<double>(*ttl_seconds);
+}
+
+}  // namespace
+
+Result<json> App::save_weights(Call & call) {
+    auto run = find_live_run(call.tenant, call.body.value("model_id", ""));
+    if (!run.ok()) {
+        return run.error();
+    }
+    auto seq_id = get_int(call.body, "seq_id");
+    if (!seq_id.ok()) {
+        return seq_id.error();
+    }
+    auto name = get_string(call.body, "path");
+    auto ttl = get_optional_int(call.body, "ttl_seconds");
+    auto overwrite = get_bool(call.body, "overwrite", false);
+    Result<void> name_ok = name.ok() ? validate_checkpoint_name(*name) : Result<void>(name.error());
+    for (const Error * e : {name_ok.ok() ? nullptr : &name_ok.error(), ttl.ok() ? nullptr : &ttl.error(),
+                            overwrite.ok() ? nullptr : &overwrite.error()}) {
+        if (e != nullptr) {
+            skip_seq(*run, *seq_id);
+            return *e;
+        }
+    }
+    if (ttl->has_value() && **ttl <= 0) {
+        skip_seq(*run, *seq_id);
+        return invalid_argument("ttl_seconds must be > 0");
+    }
+    const std::string tenant = call.tenant;
+    return submit_ordered(
+        call, *run, *seq_id, "SaveWeights",
+        [this, run = *run, name = *name, ttl = *ttl, overwrite = *overwrite, tenant](const std::string & id) {
+            scheduler::Op op;
+            op.run = [this, run, name, ttl, overwrite, tenant, id](engine::Engine & engine) {
+                const TinkerPath path{run->row.run_id, "weights", name};
+                auto tensors = engine.export_adapter(run->adapter.load(), true);
+                if (!tensors.ok()) {
+                    fail_future(id, tensors.error());
+                    return;
+                }
+                store::CheckpointRow row;
+                row.run_id = run->row.run_id;
+                row.checkpoint_id = path.checkpoint_id();
+                row.checkpoint_type = "training";
+                row.tenant = tenant;
+                row.dir = store::checkpoint_dir(options_.data_dir, row.run_id, path.kind, name);
+                row.created_at = now_seconds();
+                row.expires_at = expiry_from_ttl(ttl, row.created_at);
+                auto size = store::write_checkpoint(row.dir, adapter_config(*run), *tensors, overwrite);
+                if (!size.ok()) {
+                    fail_future(id, size.error());
+                    return;
+                }
+                row.size_bytes = *size;
+                auto stored = db_->upsert_checkpoint(row);
+                if (!stored.ok()) {
+                    fail_future(id, stored.error());
+                    return;
+                }
+                futures_->complete(id, json{{"path", path.str()}, {"type", "save_weights"}}.dump());
+            };
+            return op;
+        });
+}
+
+// Named: a PEFT adapter directory and a sampler checkpoint row. Unnamed: an ephemeral frozen snapshot
+// in memory, registered as sampler "<session>:sample:<sampling_session_seq_id>".
+Result<json> App::save_weights_for_sampler(Call & call) {
+    auto run = find_live_run(call.tenant, call.body.value("model_id", ""));
+    if (!run.ok()) {
+        return run.error();
+    }
+    auto seq_id = get_int(call.body, "seq_id");
+    if (!seq_id.ok()) {
+        return seq_id.error();
+    }
+    auto name = get_optional_string(call.body, "path");
+    auto sampler_seq = get_optional_int(call.body, "sampling_session_seq_id");
+    auto ttl = get_optional_int(call.body, "ttl_seconds");
+    Result<void> valid = !name.ok()          ? Result<void>(name.error())
+                         : !sampler_seq.ok() ? Result<void>(sampler_seq.error())
+                         : !ttl.ok()         ? Result<void>(ttl.error())
+                         : name->has_value() ? validate_checkpoint_name(**name)
+                         : sampler_seq->has_value()
+                             ? Result<void>()
+                             : Result<void>(invalid_argument("save_weights_for_sampler needs path (a name) or "
+                                                             "sampling_session_seq_id"));
+    if (!valid.ok()) {
+        skip_seq(*run, *seq_id);
+        return valid.error();
+    }
+    const std::string tenant = call.tenant;
+    const std::optional<std::string> checkpoint_name = *name;
+    const std::string sampler_id = run.value()->row.session_id + ":sample:" + std::to_string(sampler_seq->value_or(0));
+    const std::optional<double> expires_at = expiry_from_ttl(*ttl, now_seconds());
+    return submit_ordered(call, *run, *seq_id, "SaveWeightsForSampler", [=, this, run = *run](const std::string & id) {
+        scheduler::Op op;
+        op.run = [=, this](engine::Engine & engine) {
+            auto tensors = engine.export_adapter(run->adapter.load(), false);
+            if (!tensors.ok()) {
+                fail_future(id, tensors.error());
+                return;
+            }
+            if (!checkpoint_name) {
+                auto snapshot = std::make_shared<SamplerSnapshot>();
+                snapshot->base_model = run->row.base_model;
+                snapshot->spec = run->spec;
+                snapshot->tensors = std::move(tensors).value();
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    snapshots_[sampler_id] = snapshot;
+                }
+                store::SamplerRow row{sampler_id, tenant,          run->row.session_id, run->row.base_model,
+                                      "",         run->row.run_id, now_seconds()};
+                (void)db_->insert_sampler(row);
+                futures_->complete(
+                    id, json{{"sampling_session_id", sampler_id}, {"type", "save_weights_for_sampler"}}.dump());
+                return;
+            }
+            const TinkerPath path{run->row.run_id, "sampler_weights", *checkpoint_name};
+            store::CheckpointRow row;
+            row.run_id = run->row.run_id;
+            row.checkpoint_id = path.checkpoint_id();
+            row.checkpoint_type = "sampler";
+            row.tenant = tenant;
+            row.dir = store::checkpoint_dir(options_.data_dir, row.run_id, path.kind, *checkpoint_name);
+            row.created_at = now_seconds();
+            row.expires_at = expires_at;
+            auto size = store::write_checkpoint(row.dir, adapter_config(*run), *tensors, true);
+            if (!size.ok()) {
+                fail_future(id, size.error());
+                return;
+            }
+            row.size_bytes = *size;
+            auto stored = db_->upsert_checkpoint(row);
+            if (!stored.ok()) {
+                fail_future(id, stored.error());
+                return;
+            }
+            futures_->complete(id, json{{"path", path.str()}, {"type", "save_weights_for_sampler"}}.dump());
+        };
+        return op;
+    });
+}
+
+Result<json> App::load_weights(Call & call) {
+    auto path_text = get_string(call.body, "path");
+    auto optimizer = get_bool(call.body, "optimizer", false);
+    if (!path_text.ok() || !optimizer.ok()) {
+        return path_text.ok() ? optimizer.error() : path_text.error();
+    }
+    auto path = parse_tinker_path(*path_text);
+    auto checkpoint =
+        path.ok() ? find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
+    if (!call.body.contains("model_id")) {  // the create_model_via_load_weights form: seq 0 of a new model
+        if (!checkpoint.ok()) {
+            return checkpoint.error();
+        }
+        return create_model_from_checkpoint(call, *checkpoint, *optimizer);
+    }
+    auto run = find_live_run(call.tenant, call.body.value("model_id", ""));
+    if (!run.ok()) {
+        return run.error();
+    }
+    auto seq_id = get_int(call.body, "seq_id");
+    if (!seq_id.ok()) {
+        return seq_id.error();
+    }
+    if (!checkpoint.ok()) {
+        skip_seq(*run, *seq_id);
+        return checkpoint.error();
+    }
+    if (optimizer.value() && checkpoint->checkpoint_type != "training") {
+        skip_seq(*run, *seq_id);
+        return invalid_argument("'" + *path_text + "' is a sampler checkpoint: it has no optimizer state");
+    }
+    const std::string dir = checkpoint->dir;
+    const bool with_optimizer = *optimizer;
+    const std::string path_str = *path_text;
+    return submit_ordered(call, *run, *seq_id, "LoadWeights", [=, this, run = *run](const std::string & id) {
+        scheduler::Op op;
+        op.run = [=, this](engine::Engine & engine) {
+            auto contents = store::read_checkpoint(dir, with_optimizer);
+            if (!contents.ok()) {
+                fail_future(id, contents.error());
+                return;
+            }
+            if (contents->config.rank != run->spec.rank) {
+                fail_future(id, invalid_argument("checkpoint has LoRA rank " + std::to_string(contents->config.rank) +
+                                                 " but model " + run->row.run_id + " has rank " +
+                                                 std::to_string(run->spec.rank)));
+                return;
+            }
+            auto imported = engine.import_adapter(run->adapter.load(), contents->tensors, with_optimizer);
+            if (!imported.ok()) {
+                fail_future(id, imported.error());
+                return;
+            }
+            futures_->complete(
+                id, json{{"path", path_str}, {"model_id", run->row.run_id}, {"type", "load_weights"}}.dump());
+        };
+        return op;
+    });
+}
+
+// {"session_id", "model_seq_id", "base_model"?, "user_metadata"?, "path", "optimizer"}: a new model with the
+// checkpoint's LoRA settings, created and loaded as its seq 0; the SDK assumes "<session>:train:<n>".
+Result<json> App::create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
+                                               bool with_optimizer) {
+    auto source = db_->get_run(checkpoint.run_id);
+    if (!source.ok() || !source->has_value()) {
+        return not_found("training run '" + checkpoint.run_id + "' of the checkpoint not found");
+    }
+    if (with_optimizer && checkpoint.checkpoint_type != "training") {
+        return invalid_argument("a sampler checkpoint has no optimizer state");
+    }
+    json create_body = call.body;
+    create_body["base_model"] = call.body.value("base_model", (*source)->base_model);
+    create_body["lora_config"] = {{"rank", (*source)->lora_rank},
+                                  {"train_attn", (*source)->train_attn},
+                                  {"train_mlp", (*source)->train_mlp},
+                                  {"train_unembed", (*source)->train_unembed}};
+    Call create_call{call.req, call.tenant, call.params, create_body};
+    auto created = create_model(create_call);
+    if (!created.ok()) {
+        return created.error();
+    }
+    const std::string run_id = (*created)["model_id"];
+    RunPtr run;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        run = runs_[run_id];
+    }
+    // create_model queued the adapter's creation; the load runs right after it on the engine thread.
+    const std::string request_id = create_future(call.tenant, "LoadWeights", run_id);
+    const std::string dir = checkpoint.dir;
+    const std::string path = "tinker://" + checkpoint.run_id + "/" + checkpoint.checkpoint_id;
+    run->model->worker->post([=, this](engine::Engine & engine) {
+        if (!run->ready) {
+            fail_future(request_id, invalid_argument("model creation failed"));
+            return;
+        }
+        auto contents = store::read_checkpoint(dir, with_optimizer);
+        auto imported = contents.ok() ? engine.import_adapter(run->adapter.load(), contents->tensors, with_optimizer)
+                                      : Result<void>(contents.error());
+        if (!imported.ok()) {
+            fail_future(request_id, imported.error());
+            unload_run(run, "load_weights failed");
+            return;
+        }
+        futures_->complete(request_id,
+                           json{{"path", path}, {"model_id", run->row.run_id}, {"type", "load_weights"}}.dump());
+    });
+    return json{{"request_id", request_id}, {"model_id", run_id}};
+}
+
+Result<json> App::weights_info(Call & call) {
+    auto path_text = get_string(call.body, "tinker_path");
+    if (!path_text.ok()) {
+        return path_text.error();
+    }
+    auto path = parse_tinker_path(*path_text);
+    if (!path.ok()) {
+        return path.error();
+    }
+    auto checkpoint = find_checkpoint(call.tenant, *path, true);
+    if (!checkpoint.ok()) {
+        return checkpoint.error();
+    }
+    auto run = db_->get_run(path->run_id);
+    if (!run.ok() || !run->has_value()) {
+        return not_found("training run of '" + *path_text + "' not found");
+    }
+    const store::TrainingRunRow & row = **run;
+    return json{{"base_model", row.base_model}, {"is_lora", true},
+                {"lora_rank", row.lora_rank},   {"train_unembed", row.train_unembed},
+                {"train_mlp", row.train_mlp},   {"train_attn", row.train_attn}};
+}
+
+// Sampling sessions are recorded here; sampling itself arrives with the sampling engine.
+Result<json> App::create_sampling_session(Call & call) {
+    auto session_id = get_string(call.body, "session_id");
+    auto sampler_seq = get_int(call.body, "sampling_session_seq_id");
+    auto base_model = get_optional_string(call.body, "base_model");
+    auto model_path = get_optional_string(call.body, "model_path");
+    if (!session_id.ok() || !sampler_seq.ok() || !base_model.ok() || !model_path.ok()) {
+        return !session_id.ok()    ? session_id.error()
+               : !sampler_seq.ok() ? sampler_seq.error()
+               : !base_model.ok()  ? base_model.error()
+                                   : model_path.error();
+    }
+    TRY_STATUS(find_session(call.tenant, *session_id));
+    std::string base = base_model->value_or("");
+    if (model_path->has_value()) {
+        auto path = parse_tinker_path(**model_path);
+        if (!path.ok()) {
+            return path.error();
+        }
+        TRY_STATUS(find_checkpoint(call.tenant, *path, true));
+        auto run = db_->get_run(path->run_id);
+        if (run.ok() && run->has_value()) {
+            base = (*run)->base_model;
+        }
+    }
+    if (find_model(base) == nullptr) {
+        return invalid_argument("base_model '" + base + "' is not served here (see get_server_capabilities)");
+    }
+    const std::string sampler_id = *session_id + ":sample:" + std::to_string(*sampler_seq);
+    store::SamplerRow row{sampler_id, call.tenant, *session_id, base, model_path->value_or(""), "", now_seconds()};
+    TRY_STATUS(db_->insert_sampler(row));
+    return json{{"sampling_session_id", sampler_id}, {"type", "create_sampling_session"}};
+}
+
+Result<json> App::sample_unavailable(Call & call) {
+    return unsupported(
+        "sampling (asample) is not available in this tinkerd build yet: the sampling engine is "
+        "issue 4; training, checkpoints and REST work");
+}
+
+}  // namespace tinkerd::api

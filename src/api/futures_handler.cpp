@@ -1,0 +1,119 @@
+// Futures: submitting a training operation in seq_id order under a new future (with idempotent resends),
+// and retrieve_future, the long-poll that answers a result, an error, or try_again after the poll timeout.
+#include "api/app.h"
+#include "common/log.h"
+
+namespace tinkerd::api {
+
+Result<RunPtr> App::find_live_run(const std::string & tenant, const std::string & model_id) {
+    RunPtr run;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = runs_.find(model_id);
+        if (it != runs_.end() && it->second->row.tenant == tenant) {
+            run = it->second;
+        }
+    }
+    if (!run) {
+        auto row = find_run_row(tenant, model_id, false);
+        if (!row.ok()) {
+            return not_found("model '" + model_id + "' not found");
+        }
+        return not_found("model '" + model_id +
+                         "' is not loaded (the server restarted, the model was unloaded or its session expired); "
+                         "resume from a checkpoint with create_training_client_from_state");
+    }
+    if (!run->loaded) {
+        return not_found("model '" + model_id + "' was unloaded (unload_model or an expired session)");
+    }
+    if (!run->ready) {
+        return invalid_argument("model '" + model_id + "' is still being created; wait for create_model's result");
+    }
+    note_session_activity(run->row.session_id);
+    return run;
+}
+
+void App::skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id) {
+    if (seq_id) {
+        run->model->worker->skip(run->row.run_id, *seq_id);
+    }
+}
+
+Result<json> App::submit_ordered(Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
+                                 const std::function<scheduler::Op(const std::string & request_id)> & make_op) {
+    const std::string request_id = futures_->create(call.tenant, request_type);
+    scheduler::Op op = make_op(request_id);
+    op.on_cancel = [this, request_id](const std::string & reason) {
+        futures_->fail(request_id, "request cancelled: " + reason, "user");
+    };
+    const std::string digest = body_digest(call.req.body);
+    // Recorded before the op can run, so its completion always finds the row.
+    store::FutureRow row;
+    row.request_id = request_id;
+    row.tenant = call.tenant;
+    row.request_type = request_type;
+    row.run_id = run->row.run_id;
+    row.seq_id = seq_id;
+    row.body_hash = digest;
+    row.state = "pending";
+    row.created_at = now_seconds();
+    (void)db_->insert_future(row);
+    auto admission = run->model->worker->submit(run->row.run_id, seq_id, digest, request_id, std::move(op));
+    if (!admission.ok()) {
+        futures_->fail(request_id, admission.error().message, "user");
+        return admission.error();
+    }
+    using Kind = scheduler::Admission::Kind;
+    if (admission->kind != Kind::ACCEPTED) {
+        futures_->fail(request_id, "superseded", "user");  // nobody knows this id
+    }
+    if (admission->kind == Kind::CONFLICT) {
+        return invalid_argument("seq_id " + std::to_string(seq_id) + " of model " + run->row.run_id +
+                                " was already used by a different request");
+    }
+    if (admission->kind == Kind::STALE) {
+        return invalid_argument("seq_id " + std::to_string(seq_id) + " of model " + run->row.run_id +
+                                " is older than the operations already run");
+    }
+    if (admission->kind == Kind::ACCEPTED) {
+        (void)db_->touch_run(run->row.run_id, now_seconds());
+    }
+    return json{{"request_id", admission->request_id}, {"model_id", run->row.run_id}};
+}
+
+void App::retrieve_future(Call & call, http::Respond respond) {
+    auto request_id = get_string(call.body, "request_id");
+    if (!request_id.ok()) {
+        respond(error_response(request_id.error()));
+        return;
+    }
+    const std::string id = *request_id;
+    const auto peeked = futures_->peek(id);
+    if (peeked.state == scheduler::FutureOutcome::State::UNKNOWN || peeked.tenant != call.tenant) {
+        respond(error_response(404, "unknown request_id '" + id + "'"));
+        return;
+    }
+    const bool wants_proto = call.req.header("accept").find("application/x-protobuf") != std::string::npos;
+    futures_->wait(id, options_.poll_timeout, [id, wants_proto, respond](scheduler::FutureOutcome outcome) {
+        using State = scheduler::FutureOutcome::State;
+        http::Response response;
+        response.log_tag = "request=" + id;
+        if (outcome.state == State::PENDING) {
+            response = json_response(json{{"type", "try_again"}, {"request_id", id}, {"queue_state", "active"}});
+        } else if (outcome.state == State::FAILED) {
+            response = json_response(json{{"error", outcome.error}, {"category", outcome.category}});
+        } else if (outcome.state == State::DONE && wants_proto && !outcome.proto.empty()) {
+            response.status = 200;
+            response.content_type = "application/x-protobuf";
+            response.body = std::move(outcome.proto);
+        } else if (outcome.state == State::DONE) {
+            response = http::Response::json(200, std::move(outcome.json));
+        } else {
+            response = error_response(404, "unknown request_id '" + id + "'");
+        }
+        response.log_tag = "request=" + id;
+        respond(std::move(response));
+    });
+}
+
+}  // namespace tinkerd::api

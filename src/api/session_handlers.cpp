@@ -1,0 +1,107 @@
+// Handlers for the SDK's start-up and background calls: client/config, dynamic_config, capabilities,
+// healthz, create_session, session_heartbeat and telemetry (logged as lines, never with header values).
+#include "api/app.h"
+#include "common/log.h"
+
+namespace tinkerd::api {
+
+Result<json> App::client_config(Call & call) {
+    // pyqwest cannot be installed from Debian; plain httpx works. JWT exchange off; chunks in parallel
+    // (the scheduler orders them by seq_id); protobuf bodies uncompressed (zstd is still accepted).
+    return json{{"use_pyqwest_transport", false},         {"pjwt_auth_enabled", false},
+                {"proto_compress_fwdbwd", false},         {"parallel_fwdbwd_chunks", true},
+                {"create_model_via_load_weights", false}, {"sample_no_retries", false}};
+}
+
+Result<json> App::dynamic_config(Call & call) {
+    return json{{"refresh_interval_sec", 300}};
+}
+
+Result<json> App::healthz(Call & call) {
+    return json{{"status", "ok"}};
+}
+
+Result<json> App::server_capabilities(Call & call) {
+    json models = json::array();
+    for (const auto & model : models_) {
+        models.push_back(
+            {{"model_name", model->name}, {"max_context_length", model->engine->config().max_position_embeddings}});
+    }
+    return json{{"supported_models", models}};
+}
+
+Result<json> App::create_session(Call & call) {
+    auto tags = call.body.value("tags", json::array());
+    if (!tags.is_array()) {
+        return invalid_argument("tags: expected a list of strings");
+    }
+    auto metadata = get_string_map(call.body, "user_metadata");
+    if (!metadata.ok()) {
+        return metadata.error();
+    }
+    auto project = get_optional_string(call.body, "project_id");
+    if (!project.ok()) {
+        return project.error();
+    }
+    store::SessionRow row;
+    row.session_id = "sess-" + random_hex(12);
+    row.tenant = call.tenant;
+    row.tags_json = tags.dump();
+    row.user_metadata_json = metadata->dump();
+    row.project_id = project->value_or("");
+    row.sdk_version = call.body.value("sdk_version", "");
+    row.created_at = now_seconds();
+    row.last_heartbeat = row.created_at;
+    TRY_STATUS(db_->insert_session(row));
+    note_session_activity(row.session_id);
+    LOG_INF("api", "session %s created (tenant %s, sdk %s)", row.session_id.c_str(), call.tenant.c_str(),
+            row.sdk_version.c_str());
+    return json{{"session_id", row.session_id}, {"type", "create_session"}};
+}
+
+Result<json> App::session_heartbeat(Call & call) {
+    auto session_id = get_string(call.body, "session_id");
+    if (!session_id.ok()) {
+        return session_id.error();
+    }
+    auto session = find_session(call.tenant, *session_id);
+    if (!session.ok()) {
+        return session.error();
+    }
+    if (session->expired) {
+        return not_found("session '" + *session_id + "' expired (no heartbeat for " +
+                         std::to_string(static_cast<int>(options_.session_timeout_seconds)) +
+                         " s); its models were unloaded, its checkpoints are kept");
+    }
+    note_session_activity(*session_id);
+    TRY_STATUS(db_->touch_session(*session_id, now_seconds()));
+    return json{{"type", "session_heartbeat"}};
+}
+
+// One log line per telemetry event: kind, severity and, for errors, the type and message. Event
+// payloads may carry request headers (API keys), so nothing else is logged.
+Result<json> App::telemetry(Call & call) {
+    const std::string session = call.body.value("session_id", "?");
+    auto events = call.body.value("events", json::array());
+    if (!events.is_array()) {
+        return json{{"status", "accepted"}};
+    }
+    for (const auto & event : events) {
+        if (!event.is_object()) {
+            continue;
+        }
+        const std::string kind = event.value("event", "?");
+        const std::string severity = event.value("severity", "INFO");
+        std::string detail;
+        if (kind == "UNHANDLED_EXCEPTION") {
+            detail = event.value("error_type", "") + ": " + event.value("error_message", "").substr(0, 200);
+        } else if (kind == "GENERIC_EVENT") {
+            detail = event.value("event_name", "");
+        }
+        LOG_INF("telemetry", "session=%s event=%s severity=%s %s", session.c_str(), kind.c_str(), severity.c_str(),
+                detail.c_str());
+    }
+    return json{{"status", "accepted"}};
+}
+
+}  // namespace tinkerd::api

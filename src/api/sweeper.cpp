@@ -1,0 +1,91 @@
+// The sweeper: a background thread that expires sessions without a heartbeat (their models leave memory,
+// their checkpoints stay), deletes checkpoints whose TTL has passed, and prunes old finished futures.
+#include "api/app.h"
+#include "common/log.h"
+
+namespace tinkerd::api {
+
+namespace {
+constexpr double FUTURE_RETENTION_SECONDS = 7 * 24 * 3600.0;
+}
+
+void App::sweeper_loop() {
+    std::unique_lock<std::mutex> lock(sweeper_mutex_);
+    while (!stopping_) {
+        sweeper_wake_.wait_for(lock, std::chrono::duration<double>(options_.sweep_interval_seconds));
+        if (stopping_) {
+            break;
+        }
+        lock.unlock();
+        const double now = now_seconds();
+        expire_sessions(now);
+        expire_checkpoints(now);
+        (void)db_->prune_futures(now - FUTURE_RETENTION_SECONDS);
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            for (auto it = archive_tokens_.begin(); it != archive_tokens_.end();) {
+                it = it->second.expires_at < now ? archive_tokens_.erase(it) : std::next(it);
+            }
+        }
+        lock.lock();
+    }
+}
+
+// A session is live while it heartbeats or its models receive requests.
+void App::expire_sessions(double now) {
+    auto stale = db_->stale_sessions(now - options_.session_timeout_seconds);
+    if (!stale.ok()) {
+        LOG_ERR("sweeper", "%s", stale.error().message.c_str());
+        return;
+    }
+    for (const auto & session : *stale) {
+        double last_seen = 0;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto it = session_last_seen_.find(session.session_id);
+            if (it != session_last_seen_.end()) {
+                last_seen = it->second;
+            }
+        }
+        if (last_seen > now - options_.session_timeout_seconds) {
+            (void)db_->touch_session(session.session_id, last_seen);
+            continue;
+        }
+        (void)db_->mark_session_expired(session.session_id);
+        std::vector<RunPtr> runs;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            session_last_seen_.erase(session.session_id);
+            for (const auto & [id, run] : runs_) {
+                if (run->row.session_id == session.session_id) {
+                    runs.push_back(run);
+                }
+            }
+        }
+        for (const auto & run : runs) {
+            unload_run(run, "session " + session.session_id + " expired");
+        }
+        LOG_INF("sweeper", "session %s expired (no heartbeat for %.0f s); %zu model(s) unloaded, checkpoints kept",
+                session.session_id.c_str(), options_.session_timeout_seconds, runs.size());
+    }
+}
+
+void App::expire_checkpoints(double now) {
+    auto expired = db_->expired_checkpoints(now);
+    if (!expired.ok()) {
+        LOG_ERR("sweeper", "%s", expired.error().message.c_str());
+        return;
+    }
+    for (const auto & c : *expired) {
+        auto removed = store::remove_checkpoint(c.dir);
+        if (!removed.ok()) {
+            LOG_ERR("sweeper", "cannot delete expired checkpoint %s: %s", c.dir.c_str(),
+                    removed.error().message.c_str());
+            continue;
+        }
+        (void)db_->delete_checkpoint(c.run_id, c.checkpoint_id);
+        LOG_INF("sweeper", "deleted expired checkpoint tinker://%s/%s", c.run_id.c_str(), c.checkpoint_id.c_str());
+    }
+}
+
+}  // namespace tinkerd::api

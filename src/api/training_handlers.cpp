@@ -1,0 +1,266 @@
+// Handlers for training models: create_model (a new LoRA adapter on a served base model), get_info,
+// unload_model, forward_backward (protobuf, zstd or legacy JSON), forward (legacy) and optim_step.
+#include "api/app.h"
+#include "common/log.h"
+#include "wire/forward_backward_codec.h"
+
+namespace tinkerd::api {
+
+namespace {
+
+constexpr int64_t MAX_LORA_RANK = 1024;
+
+Result<engine::LoraSpec> parse_lora_config(const json & body) {
+    engine::LoraSpec spec;
+    const json config = body.value("lora_config", json::object());
+    if (!config.is_object()) {
+        return invalid_argument("lora_config: expected an object");
+    }
+    auto rank = get_optional_int(config, "rank", "lora_config");
+    auto seed = get_optional_int(config, "seed", "lora_config");
+    auto attn = get_bool(config, "train_attn", true, "lora_config");
+    auto mlp = get_bool(config, "train_mlp", true, "lora_config");
+    auto unembed = get_bool(config, "train_unembed", true, "lora_config");
+    for (const Error * e :
+         {rank.ok() ? nullptr : &rank.error(), seed.ok() ? nullptr : &seed.error(), attn.ok() ? nullptr : &attn.error(),
+          mlp.ok() ? nullptr : &mlp.error(), unembed.ok() ? nullptr : &unembed.error()}) {
+        if (e != nullptr) {
+            return *e;
+        }
+    }
+    spec.rank = rank->value_or(32);
+    if (spec.rank < 1 || spec.rank > MAX_LORA_RANK) {
+        return invalid_argument("lora_config.rank must be between 1 and " + std::to_string(MAX_LORA_RANK));
+    }
+    if (seed->has_value()) {
+        spec.seed = static_cast<uint64_t>(**seed);
+    }
+    spec.train_attn = *attn;
+    spec.train_mlp = *mlp;
+    spec.train_unembed = *unembed;
+    if (!spec.train_attn && !spec.train_mlp && !spec.train_unembed) {
+        return invalid_argument("lora_config: at least one of train_attn, train_mlp, train_unembed must be true");
+    }
+    return spec;
+}
+
+const char * error_category(const Error & error) {
+    return error.kind == ErrorKind::INTERNAL ? "server" : "user";
+}
+
+}  // namespace
+
+void App::fail_future(const std::string & request_id, const Error & error) {
+    futures_->fail(request_id, error.message, error_category(error));
+}
+
+Result<json> App::create_model(Call & call) {
+    auto session_id = get_string(call.body, "session_id");
+    auto model_seq = get_int(call.body, "model_seq_id");
+    auto base_model = get_string(call.body, "base_model");
+    auto metadata = get_string_map(call.body, "user_metadata");
+    auto spec = parse_lora_config(call.body);
+    for (const Error * e :
+         {session_id.ok() ? nullptr : &session_id.error(), model_seq.ok() ? nullptr : &model_seq.error(),
+          base_model.ok() ? nullptr : &base_model.error(), metadata.ok() ? nullptr : &metadata.error(),
+          spec.ok() ? nullptr : &spec.error()}) {
+        if (e != nullptr) {
+            return *e;
+        }
+    }
+    auto session = find_session(call.tenant, *session_id);
+    if (!session.ok()) {
+        return session.error();
+    }
+    ServedModel * model = find_model(*base_model);
+    if (model == nullptr) {
+        return invalid_argument("base_model '" + *base_model + "' is not served here (see get_server_capabilities)");
+    }
+    const std::string run_id = *session_id + ":train:" + std::to_string(*model_seq);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = runs_.find(run_id);
+        if (it != runs_.end()) {  // a resent create_model: the same future
+            return json{{"request_id", it->second->create_request_id}, {"model_id", run_id}};
+        }
+    }
+    auto existing = db_->get_run(run_id);
+    if (existing.ok() && existing->has_value()) {
+        return invalid_argument("model_seq_id " + std::to_string(*model_seq) + " of session " + *session_id +
+                                " was already used");
+    }
+    store::TrainingRunRow row;
+    row.run_id = run_id;
+    row.tenant = call.tenant;
+    row.session_id = *session_id;
+    row.base_model = *base_model;
+    row.lora_rank = spec->rank;
+    row.train_attn = spec->train_attn;
+    row.train_mlp = spec->train_mlp;
+    row.train_unembed = spec->train_unembed;
+    if (spec->seed) {
+        row.seed = static_cast<int64_t>(*spec->seed);
+    }
+    row.user_metadata_json = metadata->dump();
+    row.created_at = row.last_request_time = now_seconds();
+    TRY_STATUS(db_->insert_run(row));
+    RunPtr run = register_run(row, model, *spec);
+    run->create_request_id = create_future(call.tenant, "CreateModel", run_id);
+    model->worker->open_run(run_id, 1);
+    note_session_activity(*session_id);
+    const std::string request_id = run->create_request_id;
+    model->worker->post([this, run, request_id](engine::Engine & engine) {
+        auto adapter = engine.create_adapter(run->spec);
+        if (!adapter.ok()) {
+            fail_future(request_id, adapter.error());
+            unload_run(run, "creation failed");
+            return;
+        }
+        run->adapter = *adapter;
+        run->ready = true;
+        futures_->complete(request_id, json{{"model_id", run->row.run_id}, {"type", "create_model"}}.dump());
+        LOG_INF("api", "model %s created on %s (rank %lld)", run->row.run_id.c_str(), run->row.base_model.c_str(),
+                static_cast<long long>(run->spec.rank));
+    });
+    return json{{"request_id", request_id}, {"model_id", run_id}};
+}
+
+Result<json> App::get_info(Call & call) {
+    auto model_id = get_string(call.body, "model_id");
+    if (!model_id.ok()) {
+        return model_id.error();
+    }
+    auto row = find_run_row(call.tenant, *model_id, false);
+    if (!row.ok()) {
+        return row.error();
+    }
+    std::string arch;
+    if (ServedModel * model = find_model(row->base_model)) {
+        arch = model->engine->config().architecture;
+    }
+    json model_data = {{"arch", arch}, {"model_name", row->base_model}, {"tokenizer_id", row->base_model}};
+    return json{{"model_id", row->run_id},     {"model_data", model_data},      {"is_lora", true},
+                {"lora_rank", row->lora_rank}, {"model_name", row->base_model}, {"type", "get_info"}};
+}
+
+Result<json> App::unload_model(Call & call) {
+    auto model_id = get_string(call.body, "model_id");
+    if (!model_id.ok()) {
+        return model_id.error();
+    }
+    auto run = find_live_run(call.tenant, *model_id);
+    if (!run.ok()) {
+        return run.error();
+    }
+    const std::string request_id = create_future(call.tenant, "UnloadModel", *model_id);
+    unload_run(*run, "unload_model");
+    futures_->complete(request_id, json{{"model_id", *model_id}, {"type", "unload_model"}}.dump());
+    return json{{"request_id", request_id}, {"model_id", *model_id}};
+}
+
+// Decodes the body by Content-Type / Content-Encoding and queues it in seq_id order.
+Result<json> App::forward_backward(Call & call) {
+    const http::Request & req = call.req;
+    Result<wire::ForwardBackwardRequest> decoded = internal_error("unreachable");
+    if (req.header("content-type").find("application/x-protobuf") != std::string::npos) {
+        std::string body = req.body;
+        if (req.header("content-encoding").find("zstd") != std::string::npos) {
+            auto plain = wire::zstd_decompress(req.body, options_.max_decompressed_bytes);
+            if (!plain.ok()) {
+                return plain.error();
+            }
+            body = std::move(plain).value();
+        }
+        decoded = wire::decode_forward_backward_proto(body);
+    } else {
+        auto body = parse_json_body(req.body);
+        if (!body.ok()) {
+            return body.error();
+        }
+        call.body = *body;
+        decoded = wire::decode_forward_backward_json(*body);
+    }
+    if (!decoded.ok()) {
+        return decoded.error();
+    }
+    auto run = find_live_run(call.tenant, decoded->model_id);
+    if (!run.ok()) {
+        return run.error();
+    }
+    call.body = json{{"model_id", decoded->model_id}};
+    auto request = std::make_shared<wire::ForwardBackwardRequest>(std::move(decoded).value());
+    const std::string type = request->forward_only ? "Forward" : "ForwardBackward";
+    return submit_ordered(call, *run, request->seq_id, type, [this, run = *run, request](const std::string & id) {
+        scheduler::Op op;
+        op.kind = scheduler::Op::Kind::FORWARD_BACKWARD;
+        op.fb_input.adapter = run->adapter.load();
+        op.fb_input.datums = std::move(request->data);
+        op.fb_input.loss_fn = request->loss_fn;
+        op.fb_input.loss_fn_config = request->loss_fn_config;
+        op.forward_only = request->forward_only;
+        op.on_fb_done = [this, id](Result<engine::ForwardBackwardOutput> out) {
+            if (!out.ok()) {
+                fail_future(id, out.error());
+                return;
+            }
+            futures_->complete(id, wire::encode_forward_backward_output_json(*out).dump(),
+                               wire::encode_forward_backward_output_proto(*out));
+        };
+        return op;
+    });
+}
+
+// SDK <= 0.24: /api/v1/forward with {"forward_input": {...}}.
+Result<json> App::forward_legacy(Call & call) {
+    return forward_backward(call);
+}
+
+Result<json> App::optim_step(Call & call) {
+    auto model_id = get_string(call.body, "model_id");
+    if (!model_id.ok()) {
+        return model_id.error();
+    }
+    auto run = find_live_run(call.tenant, *model_id);
+    if (!run.ok()) {
+        return run.error();
+    }
+    auto seq_id = get_int(call.body, "seq_id");
+    if (!seq_id.ok()) {
+        return seq_id.error();
+    }
+    const json adam = call.body.value("adam_params", json::object());
+    engine::AdamParams params;
+    const std::pair<const char *, double *> fields[] = {{"learning_rate", &params.learning_rate},
+                                                        {"beta1", &params.beta1},
+                                                        {"beta2", &params.beta2},
+                                                        {"eps", &params.eps},
+                                                        {"weight_decay", &params.weight_decay},
+                                                        {"grad_clip_norm", &params.grad_clip_norm}};
+    for (const auto & [name, dst] : fields) {
+        auto value = adam.is_object() ? get_number(adam, name, *dst, "adam_params")
+                                      : Result<double>(invalid_argument("adam_params: expected an object"));
+        if (!value.ok()) {
+            skip_seq(*run, *seq_id);
+            return value.error();
+        }
+        *dst = *value;
+    }
+    return submit_ordered(call, *run, *seq_id, "OptimStep", [this, run = *run, params](const std::string & id) {
+        scheduler::Op op;
+        op.run = [this, run, params, id](engine::Engine & engine) {
+            auto out = engine.optim_step(run->adapter.load(), params);
+            if (!out.ok()) {
+                fail_future(id, out.error());
+                return;
+            }
+            json metrics = json::object();
+            for (const auto & [key, value] : out->metrics) {
+                metrics[key] = finite_or_null(value);
+            }
+            futures_->complete(id, json{{"metrics", metrics}, {"type", "optim_step"}}.dump());
+        };
+        return op;
+    });
+}
+
+}  // namespace tinkerd::api

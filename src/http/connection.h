@@ -1,0 +1,94 @@
+// Internal to src/http: one keep-alive HTTP connection (Session) and the state it shares with the
+// Server (ServerContext: options, handler, the registry of open sessions, the stopped flag).
+// Includes Beast, so only src/http/*.cpp may include it.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "http/server.h"
+
+namespace tinkerd::http {
+
+class Session;
+
+// Shared by the Server and every Session (and captured by Respond callbacks), so it outlives both.
+struct ServerContext {
+    ServerOptions options;
+    Handler handler;
+
+    std::atomic<uint64_t> next_session_id{1};
+
+    std::mutex mutex;  // guards everything below
+    bool stopped = false;
+    std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;  // open connections
+
+    // Adds an open session; returns false (adding nothing) once stopped or at max_connections.
+    bool add_session(uint64_t id, std::shared_ptr<Session> session);
+    void remove_session(uint64_t id);
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+  public:
+    Session(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerContext> context, uint64_t id);
+
+    // Starts reading requests; call through the session's strand (see executor()).
+    void start();
+    // Closes the socket. Call on the session's strand, or after the I/O threads have been joined.
+    void close();
+    boost::asio::any_io_executor executor() { return stream_.get_executor(); }
+
+  private:
+    using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
+    using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+    using Clock = std::chrono::steady_clock;
+
+    void read_header();
+    void on_header(boost::beast::error_code ec);
+    void send_continue();
+    void read_body();
+    void on_body(boost::beast::error_code ec);
+    void dispatch();
+    Respond make_respond();
+    void watch_for_disconnect();
+    void on_readable();
+    void send(uint64_t request_seq, Response response);
+    void write(Response response, bool keep_alive);
+    void on_write(boost::beast::error_code ec, bool keep_alive);
+    void fail_request(int status, const std::string & detail);
+    void drain_then_close();
+    void drain_some();
+
+    boost::beast::tcp_stream stream_;
+    boost::beast::flat_buffer buffer_;
+    std::shared_ptr<ServerContext> context_;
+    uint64_t id_;
+    std::string remote_;
+    std::optional<Parser> parser_;
+    std::shared_ptr<HttpResponse> response_;  // the one being written
+    std::string drain_buffer_;                // scratch space for drain_then_close()
+
+    // State of the current request (all touched on the strand only).
+    uint64_t request_seq_ = 0;
+    bool awaiting_response_ = false;
+    bool request_keep_alive_ = true;
+    unsigned request_version_ = 11;
+    std::string request_method_ = "-";
+    std::string request_path_ = "-";
+    Clock::time_point request_start_;
+    int response_status_ = 0;
+    std::string response_log_tag_;
+    bool drain_before_close_ = false;  // after an error response: drain the input, then close
+    bool closed_ = false;
+};
+
+}  // namespace tinkerd::http

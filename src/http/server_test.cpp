@@ -1,0 +1,616 @@
+// Tests for src/http: request parsing, keep-alive, error responses (400/413), delayed and dropped
+// responses, limits (idle timeout, max connections), and 1,000 concurrently held requests.
+// The client is a small blocking one over POSIX sockets.
+
+#include "http/server.h"
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <netinet/in.h>
+#include <optional>
+#include <poll.h>
+#include <string>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "http/target.h"
+
+namespace tinkerd::http {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void raise_open_file_limit() {
+    rlimit limit{};
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+struct Reply {
+    int status = 0;
+    std::map<std::string, std::string> headers;  // lower-cased names
+    std::string body;
+};
+
+// A blocking HTTP/1.1 client on one connection.
+class TestClient {
+  public:
+    explicit TestClient(int port) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        timeval timeout{10, 0};
+        setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_port = htons(static_cast<uint16_t>(port));
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd_, reinterpret_cast<sockaddr *>(&address), sizeof address) != 0) {
+            ::close(fd_);
+            fd_ = -1;
+        }
+    }
+    ~TestClient() { close(); }
+    TestClient(const TestClient &) = delete;
+    TestClient & operator=(const TestClient &) = delete;
+
+    bool connected() const { return fd_ >= 0; }
+    void close() {
+        if (fd_ >= 0) {
+            ::close(fd_);
+            fd_ = -1;
+        }
+    }
+
+    bool send_all(const std::string & data) {
+        size_t sent = 0;
+        while (sent < data.size()) {
+            ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+            if (n <= 0) {
+                return false;
+            }
+            sent += static_cast<size_t>(n);
+        }
+        return true;
+    }
+
+    // The next response, or nullopt when the connection closes or times out first.
+    std::optional<Reply> read_reply() {
+        size_t header_end;
+        while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+            if (!receive_more()) {
+                return std::nullopt;
+            }
+        }
+        Reply reply = parse_head(buffer_.substr(0, header_end));
+        buffer_.erase(0, header_end + 4);
+        size_t length = std::stoul(reply.headers.count("content-length") ? reply.headers["content-length"] : "0");
+        while (buffer_.size() < length) {
+            if (!receive_more()) {
+                return std::nullopt;
+            }
+        }
+        reply.body = buffer_.substr(0, length);
+        buffer_.erase(0, length);
+        return reply;
+    }
+
+    // True when the server closes the connection within `timeout_ms` (data received meanwhile is kept).
+    bool peer_closed(int timeout_ms) {
+        auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+        while (Clock::now() < deadline) {
+            pollfd entry{fd_, POLLIN, 0};
+            int left = static_cast<int>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+            if (::poll(&entry, 1, std::max(left, 1)) <= 0) {
+                continue;
+            }
+            char chunk[4096];
+            ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+            if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+                return true;
+            }
+            if (n > 0) {
+                buffer_.append(chunk, static_cast<size_t>(n));
+            }
+        }
+        return false;
+    }
+
+  private:
+    bool receive_more() {
+        char chunk[16384];
+        ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+        if (n <= 0) {
+            return false;
+        }
+        buffer_.append(chunk, static_cast<size_t>(n));
+        return true;
+    }
+
+    static Reply parse_head(const std::string & head) {
+        Reply reply;
+        reply.status = std::stoi(head.substr(head.find(' ') + 1, 3));
+        size_t line_start = head.find("\r\n");
+        while (line_start != std::string::npos) {
+            line_start += 2;
+            size_t line_end = head.find("\r\n", line_start);
+            std::string line = head.substr(line_start, line_end - line_start);
+            size_t colon = line.find(':');
+            if (colon != std::string::npos) {
+                std::string name = line.substr(0, colon);
+                for (char & c : name) {
+                    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+                }
+                reply.headers[name] = line.substr(line.find_first_not_of(' ', colon + 1));
+            }
+            line_start = line_end;
+        }
+        return reply;
+    }
+
+    int fd_ = -1;
+    std::string buffer_;
+};
+
+std::string make_request(const std::string & method, const std::string & target, const std::string & body = "",
+                         const std::string & extra_headers = "") {
+    return method + " " + target + " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n" + extra_headers + "\r\n" + body;
+}
+
+// Echoes "METHOD PATH BODY" with status 200.
+void echo_handler(Request && request, Respond respond) {
+    Response response;
+    response.content_type = "text/plain";
+    response.body = request.method + " " + request.path + " " + request.body;
+    respond(std::move(response));
+}
+
+std::unique_ptr<Server> start_server(Handler handler, ServerOptions options = {}) {
+    options.port = 0;
+    auto server = std::make_unique<Server>(options, std::move(handler));
+    auto started = server->start();
+    EXPECT_TRUE(started.ok()) << (started.ok() ? "" : started.error().message);
+    EXPECT_GT(server->port(), 0);
+    return server;
+}
+
+// Keeps the Respond callbacks of held requests, keyed by their "i" query parameter.
+struct HeldRequests {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<std::string, Respond> responds;
+
+    void add(const std::string & key, Respond respond) {
+        std::lock_guard lock(mutex);
+        responds[key] = std::move(respond);
+        changed.notify_all();
+    }
+    bool wait_for(size_t count, std::chrono::seconds timeout) {
+        std::unique_lock lock(mutex);
+        return changed.wait_for(lock, timeout, [&] { return responds.size() >= count; });
+    }
+    Respond take(const std::string & key) {
+        std::lock_guard lock(mutex);
+        Respond respond = std::move(responds.at(key));
+        responds.erase(key);
+        return respond;
+    }
+};
+
+// ---- target parsing ----
+
+TEST(PercentDecode, DecodesValidEscapesOnly) {
+    EXPECT_EQ(percent_decode("a%3Ab%3ac"), "a:b:c");
+    EXPECT_EQ(percent_decode("a%2Fb/c"), "a/b/c");
+    EXPECT_EQ(percent_decode("a+b%20c"), "a+b c");
+    EXPECT_EQ(percent_decode("100%"), "100%");
+    EXPECT_EQ(percent_decode("%zz%4"), "%zz%4");
+}
+
+TEST(ParseTarget, SplitsPathAndQuery) {
+    std::string path;
+    std::map<std::string, std::string> query;
+    parse_target("/api/v1/runs/sess%3A1/weights/ckpt-1?name=a+b%2Bc&flag&limit=20#frag", path, query);
+    EXPECT_EQ(path, "/api/v1/runs/sess:1/weights/ckpt-1");
+    EXPECT_EQ(query.size(), 3u);
+    EXPECT_EQ(query["name"], "a b+c");
+    EXPECT_EQ(query["flag"], "");
+    EXPECT_EQ(query["limit"], "20");
+    parse_target("http://localhost:8000/x?y=1", path, query);
+    EXPECT_EQ(path, "/x");
+    EXPECT_EQ(query["y"], "1");
+}
+
+// ---- basic requests ----
+
+TEST(HttpServer, EchoesGetAndPost) {
+    auto server = start_server(echo_handler);
+    TestClient client(server->port());
+    ASSERT_TRUE(client.connected());
+    ASSERT_TRUE(client.send_all(make_request("GET", "/api/v1/healthz")));
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200);
+    EXPECT_EQ(reply->body, "GET /api/v1/healthz ");
+    EXPECT_EQ(reply->headers["server"], "tinkerd");
+    EXPECT_EQ(reply->headers["content-type"], "text/plain");
+
+    ASSERT_TRUE(
+        client.send_all(make_request("POST", "/api/v1/echo", "{\"x\":1}", "Content-Type: application/json\r\n")));
+    reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200);
+    EXPECT_EQ(reply->body, "POST /api/v1/echo {\"x\":1}");
+}
+
+TEST(HttpServer, KeepsAliveAcrossRequestsAndHonoursConnectionClose) {
+    std::mutex mutex;
+    std::vector<std::string> remotes;
+    auto server = start_server([&](Request && request, Respond respond) {
+        {
+            std::lock_guard lock(mutex);
+            remotes.push_back(request.remote);
+        }
+        respond(Response::json(200, "{\"n\":" + std::to_string(remotes.size()) + "}"));
+    });
+    TestClient client(server->port());
+    for (int i = 1; i <= 3; ++i) {
+        ASSERT_TRUE(client.send_all(make_request("GET", "/n")));
+        auto reply = client.read_reply();
+        ASSERT_TRUE(reply) << "request " << i;
+        EXPECT_EQ(reply->body, "{\"n\":" + std::to_string(i) + "}");
+        EXPECT_EQ(reply->headers["content-type"], "application/json");
+    }
+    ASSERT_TRUE(client.send_all(make_request("GET", "/n", "", "Connection: close\r\n")));
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->headers["connection"], "close");
+    EXPECT_TRUE(client.peer_closed(2000));
+    std::lock_guard lock(mutex);
+    ASSERT_EQ(remotes.size(), 4u);
+    EXPECT_EQ(remotes[0], remotes[3]);  // one connection throughout
+    EXPECT_EQ(remotes[0].rfind("127.0.0.1:", 0), 0u);
+}
+
+TEST(HttpServer, DeleteWithoutBodyAndEmptyPostWork) {
+    auto server = start_server(echo_handler);
+    TestClient client(server->port());
+    ASSERT_TRUE(
+        client.send_all("DELETE /api/v1/sessions/s1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n"));
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200);
+    EXPECT_EQ(reply->body, "DELETE /api/v1/sessions/s1 ");
+    ASSERT_TRUE(client.send_all(make_request("POST", "/api/v1/heartbeat", "")));
+    reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->body, "POST /api/v1/heartbeat ");
+}
+
+TEST(HttpServer, AnswersExpectContinue) {
+    auto server = start_server(echo_handler);
+    TestClient client(server->port());
+    ASSERT_TRUE(
+        client.send_all("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+    auto interim = client.read_reply();
+    ASSERT_TRUE(interim);
+    EXPECT_EQ(interim->status, 100);
+    ASSERT_TRUE(client.send_all("hello"));
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200);
+    EXPECT_EQ(reply->body, "POST /upload hello");
+}
+
+TEST(HttpServer, DecodesPathQueryAndHeaders) {
+    std::mutex mutex;
+    Request seen;
+    auto server = start_server([&](Request && request, Respond respond) {
+        std::lock_guard lock(mutex);
+        seen = std::move(request);
+        respond(Response::json(200, "{}"));
+    });
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all(make_request("GET",
+                                             "/api/v1/training_runs/sess%3A1%3Atrain%3A0/checkpoints/weights%2Fckpt-1"
+                                             "?name=a%20b+c&flag&x=%2B",
+                                             "", "X-Custom-Header: V1\r\nx-custom-header: V2\r\n")));
+    ASSERT_TRUE(client.read_reply());
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(seen.path, "/api/v1/training_runs/sess:1:train:0/checkpoints/weights/ckpt-1");
+    EXPECT_EQ(seen.query["name"], "a b c");
+    EXPECT_EQ(seen.query["flag"], "");
+    EXPECT_EQ(seen.query["x"], "+");
+    EXPECT_EQ(seen.header("x-custom-header"), "V1, V2");
+    EXPECT_EQ(seen.header("host"), "localhost");
+    EXPECT_EQ(seen.header("absent"), "");
+}
+
+TEST(HttpServer, WritesStatusAndExtraHeaders) {
+    auto server = start_server([](Request &&, Respond respond) {
+        Response response = Response::json(201, "{\"id\":\"a\"}");
+        response.headers.emplace_back("Location", "/api/v1/x/a");
+        response.log_tag = "model=test";
+        respond(std::move(response));
+    });
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all(make_request("PUT", "/api/v1/x", "{}")));
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 201);
+    EXPECT_EQ(reply->headers["location"], "/api/v1/x/a");
+    EXPECT_EQ(reply->headers["content-length"], "10");
+    EXPECT_EQ(reply->body, "{\"id\":\"a\"}");
+}
+
+// ---- refused requests ----
+
+TEST(HttpServer, OversizedBodyGets413WithJsonAndClose) {
+    std::atomic<int> calls{0};
+    ServerOptions options;
+    options.max_body_bytes = 1000;
+    auto server = start_server(
+        [&](Request &&, Respond respond) {
+            ++calls;
+            respond(Response::json(200, "{}"));
+        },
+        options);
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all(make_request("POST", "/api/v1/forward_backward", std::string(5000, 'x'))));
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 413);
+    EXPECT_EQ(reply->headers["content-type"], "application/json");
+    EXPECT_EQ(reply->body, "{\"detail\":\"request body of 5000 bytes exceeds the limit of 1000 bytes\"}");
+    EXPECT_TRUE(client.peer_closed(2000));
+
+    TestClient chunked(server->port());  // no Content-Length: the limit applies to the body read so far
+    ASSERT_TRUE(chunked.send_all("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    ASSERT_TRUE(chunked.send_all("320\r\n" + std::string(800, 'a') + "\r\n320\r\n" + std::string(800, 'b') + "\r\n"));
+    reply = chunked.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 413);
+    EXPECT_NE(reply->body.find("exceeds the limit of 1000 bytes"), std::string::npos);
+    EXPECT_EQ(calls.load(), 0);
+
+    TestClient at_limit(server->port());
+    ASSERT_TRUE(at_limit.send_all(make_request("POST", "/x", std::string(1000, 'x'))));
+    reply = at_limit.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200);
+}
+
+TEST(HttpServer, GarbageGets400WithJsonAndClose) {
+    auto server = start_server(echo_handler);
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all("this is not HTTP at all\r\n\r\n"));
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 400);
+    EXPECT_EQ(reply->headers["content-type"], "application/json");
+    EXPECT_EQ(reply->body.rfind("{\"detail\":\"malformed HTTP request", 0), 0u) << reply->body;
+    EXPECT_TRUE(client.peer_closed(2000));
+}
+
+// ---- asynchronous responses ----
+
+TEST(HttpServer, RespondsLaterFromAnotherThread) {
+    std::vector<std::thread> workers;
+    std::mutex mutex;
+    auto server = start_server([&](Request && request, Respond respond) {
+        std::lock_guard lock(mutex);
+        workers.emplace_back([respond, path = request.path] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            respond(Response::json(200, "{\"path\":\"" + path + "\"}"));
+        });
+    });
+    TestClient client(server->port());
+    auto start = Clock::now();
+    ASSERT_TRUE(client.send_all(make_request("POST", "/api/v1/retrieve_future", "{}")));
+    auto reply = client.read_reply();
+    double elapsed = seconds_since(start);
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->body, "{\"path\":\"/api/v1/retrieve_future\"}");
+    EXPECT_GE(elapsed, 0.19);
+    EXPECT_LT(elapsed, 2.0);
+    std::lock_guard lock(mutex);
+    for (auto & worker : workers) {
+        worker.join();
+    }
+}
+
+TEST(HttpServer, RespondAfterClientLeftIsDropped) {
+    HeldRequests held;
+    auto server = start_server([&](Request && request, Respond respond) {
+        if (request.path == "/now") {
+            return respond(Response::json(200, "{}"));
+        }
+        held.add(request.query["i"], std::move(respond));
+    });
+    {
+        TestClient client(server->port());
+        ASSERT_TRUE(client.send_all(make_request("GET", "/hold?i=1")));
+        ASSERT_TRUE(held.wait_for(1, std::chrono::seconds(5)));
+    }  // the client hangs up
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Respond respond = held.take("1");
+    std::thread late([&] { respond(Response::json(200, "{\"late\":true}")); });
+    late.join();
+    respond(Response::json(200, "{}"));  // a second call is ignored too
+
+    TestClient other(server->port());  // the server is still fine
+    ASSERT_TRUE(other.send_all(make_request("GET", "/now")));
+    auto reply = other.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200);
+}
+
+TEST(HttpServer, FreesAHeldConnectionWhenItsClientHangsUp) {
+    ServerOptions options;
+    options.max_connections = 1;
+    HeldRequests held;
+    auto server = start_server(
+        [&](Request && request, Respond respond) {
+            if (request.path == "/now") {
+                return respond(Response::json(200, "{}"));
+            }
+            held.add(request.query["i"], std::move(respond));
+        },
+        options);
+    {
+        TestClient client(server->port());
+        ASSERT_TRUE(client.send_all(make_request("GET", "/hold?i=1")));
+        ASSERT_TRUE(held.wait_for(1, std::chrono::seconds(5)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    TestClient next(server->port());  // admitted: the held connection no longer counts
+    ASSERT_TRUE(next.send_all(make_request("GET", "/now")));
+    auto reply = next.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200);
+    held.take("1")(Response::json(200, "{}"));
+}
+
+TEST(HttpServer, ReadsAPipelinedRequestOnlyAfterTheResponse) {
+    HeldRequests held;
+    auto server = start_server([&](Request && request, Respond respond) { held.add(request.query["i"], respond); });
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all(make_request("GET", "/hold?i=1") + make_request("GET", "/hold?i=2")));
+    ASSERT_TRUE(held.wait_for(1, std::chrono::seconds(5)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(held.wait_for(2, std::chrono::seconds(0)));  // the second is not read yet
+    held.take("1")(Response::json(200, "1"));
+    auto first = client.read_reply();
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->body, "1");
+    ASSERT_TRUE(held.wait_for(1, std::chrono::seconds(5)));
+    held.take("2")(Response::json(200, "2"));
+    auto second = client.read_reply();
+    ASSERT_TRUE(second);
+    EXPECT_EQ(second->body, "2");
+}
+
+TEST(HttpServer, RespondAfterStopAndDestructionIsHarmless) {
+    HeldRequests held;
+    auto server = start_server([&](Request && request, Respond respond) { held.add(request.query["i"], respond); });
+    TestClient first(server->port());
+    TestClient second(server->port());
+    ASSERT_TRUE(first.send_all(make_request("GET", "/hold?i=1")));
+    ASSERT_TRUE(second.send_all(make_request("GET", "/hold?i=2")));
+    ASSERT_TRUE(held.wait_for(2, std::chrono::seconds(5)));
+    server->stop();
+    server->stop();  // idempotent
+    EXPECT_TRUE(first.peer_closed(2000));
+    held.take("1")(Response::json(200, "{}"));
+    server.reset();
+    held.take("2")(Response::json(200, "{}"));
+    EXPECT_TRUE(second.peer_closed(2000));
+}
+
+// ---- limits ----
+
+TEST(HttpServer, ClosesIdleConnections) {
+    ServerOptions options;
+    options.idle_timeout_seconds = 1;
+    auto server = start_server(echo_handler, options);
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all(make_request("GET", "/x")));
+    ASSERT_TRUE(client.read_reply());
+    auto start = Clock::now();
+    EXPECT_TRUE(client.peer_closed(3000));
+    EXPECT_GE(seconds_since(start), 0.8);
+}
+
+TEST(HttpServer, ClosesConnectionsBeyondTheLimit) {
+    ServerOptions options;
+    options.max_connections = 2;
+    auto server = start_server(echo_handler, options);
+    TestClient first(server->port());
+    TestClient second(server->port());
+    for (TestClient * client : {&first, &second}) {
+        ASSERT_TRUE(client->send_all(make_request("GET", "/x")));
+        ASSERT_TRUE(client->read_reply());
+    }
+    TestClient third(server->port());
+    EXPECT_TRUE(third.peer_closed(2000));
+    first.close();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    TestClient fourth(server->port());  // a slot is free again
+    ASSERT_TRUE(fourth.send_all(make_request("GET", "/x")));
+    EXPECT_TRUE(fourth.read_reply());
+}
+
+TEST(HttpServer, StartNamesTheAddressWhenThePortIsTaken) {
+    auto first = start_server(echo_handler);
+    ServerOptions options;
+    options.port = first->port();
+    Server second(options, echo_handler);
+    auto started = second.start();
+    ASSERT_FALSE(started.ok());
+    EXPECT_NE(started.error().message.find("127.0.0.1:" + std::to_string(first->port())), std::string::npos)
+        << started.error().message;
+}
+
+// ---- load ----
+
+TEST(HttpServer, HoldsAThousandPendingRequestsWithoutStarvingOthers) {
+    raise_open_file_limit();
+    constexpr int CLIENTS = 1000;
+    HeldRequests held;
+    auto server = start_server([&](Request && request, Respond respond) {
+        if (request.path == "/now") {
+            return respond(Response::json(200, "{\"now\":true}"));
+        }
+        held.add(request.query["i"], std::move(respond));
+    });
+    std::vector<std::unique_ptr<TestClient>> clients;
+    for (int i = 0; i < CLIENTS; ++i) {
+        clients.push_back(std::make_unique<TestClient>(server->port()));
+        ASSERT_TRUE(clients.back()->connected()) << "client " << i;
+        ASSERT_TRUE(clients.back()->send_all(make_request("GET", "/hold?i=" + std::to_string(i))));
+    }
+    ASSERT_TRUE(held.wait_for(CLIENTS, std::chrono::seconds(15)));
+
+    auto start = Clock::now();
+    TestClient prompt(server->port());
+    ASSERT_TRUE(prompt.send_all(make_request("GET", "/now")));
+    auto reply = prompt.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->body, "{\"now\":true}");
+    EXPECT_LT(seconds_since(start), 1.0);
+
+    std::thread releaser([&] {
+        for (int i = 0; i < CLIENTS; ++i) {
+            held.take(std::to_string(i))(Response::json(200, std::to_string(i)));
+        }
+    });
+    for (int i = 0; i < CLIENTS; ++i) {
+        auto held_reply = clients[i]->read_reply();
+        if (!held_reply) {
+            ADD_FAILURE() << "client " << i << " got no response";
+            break;
+        }
+        EXPECT_EQ(held_reply->status, 200);
+        EXPECT_EQ(held_reply->body, std::to_string(i));
+    }
+    releaser.join();
+}
+
+}  // namespace
+}  // namespace tinkerd::http

@@ -1,0 +1,384 @@
+// EngineWorker implementation: the engine thread's loop. Picks work round-robin across runs, batches the
+// ready forward_backward ops of many runs into one engine call, runs generic ops and posted tasks alone,
+// and keeps every exception inside the thread (the affected ops fail or are cancelled with a reason).
+#include "scheduler/worker.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "scheduler/run_queue.h"
+
+namespace tinkerd::scheduler {
+
+namespace {
+
+using Task = std::function<void(engine::Engine &)>;
+using FbResult = Result<engine::ForwardBackwardOutput>;
+
+struct RunOp {
+    std::string run_id;
+    QueuedOp queued;
+};
+
+// One unit of work taken from the queues under the lock and executed outside it.
+struct Work {
+    Task task;               // a posted task, or
+    std::vector<RunOp> ops;  // one GENERIC op, or a batch of FORWARD_BACKWARD ops
+    bool fb_batch = false;
+    bool forward_only = false;
+    int64_t tokens = 0;
+};
+
+std::string exception_text(std::exception_ptr ptr) {
+    try {
+        std::rethrow_exception(ptr);
+    } catch (const std::exception & e) {
+        return e.what();
+    } catch (...) {
+        return "non-standard exception";
+    }
+}
+
+void cancel_op(Op & op, const std::string & reason) {
+    if (!op.on_cancel) {
+        return;
+    }
+    try {
+        op.on_cancel(reason);
+    } catch (...) {
+        LOG_ERR("worker", "on_cancel threw: %s", exception_text(std::current_exception()).c_str());
+    }
+}
+
+void deliver_fb(Op & op, FbResult result) {
+    if (!op.on_fb_done) {
+        return;
+    }
+    try {
+        op.on_fb_done(std::move(result));
+    } catch (...) {
+        LOG_ERR("worker", "on_fb_done threw: %s", exception_text(std::current_exception()).c_str());
+    }
+}
+
+}  // namespace
+
+struct EngineWorker::Impl {
+    engine::Engine & engine;
+    std::string name;
+    WorkerOptions options;
+
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::map<std::string, RunQueue> runs;
+    std::string rr_last;  // the run served first by the previous pick; the next pick starts after it
+    std::deque<Task> tasks;
+    bool last_was_task = false;
+    bool started = false;
+    bool stopping = false;
+    std::thread thread;
+
+    std::atomic<int64_t> batches{0};
+    std::atomic<int64_t> fb_ops{0};
+    std::atomic<int64_t> max_runs{0};
+
+    Impl(engine::Engine & e, std::string n, WorkerOptions o) : engine(e), name(std::move(n)), options(o) {}
+
+    bool any_ready_locked() const {
+        return std::any_of(runs.begin(), runs.end(), [](const auto & kv) { return kv.second.ready(); });
+    }
+
+    // The runs whose next op is queued, in round-robin order (starting after rr_last).
+    std::vector<std::pair<const std::string, RunQueue> *> ready_runs_locked() {
+        std::vector<std::pair<const std::string, RunQueue> *> order;
+        auto start = runs.upper_bound(rr_last);
+        for (auto it = start; it != runs.end(); ++it) {
+            if (it->second.ready()) {
+                order.push_back(&*it);
+            }
+        }
+        for (auto it = runs.begin(); it != start; ++it) {
+            if (it->second.ready()) {
+                order.push_back(&*it);
+            }
+        }
+        return order;
+    }
+
+    // Takes the next unit of work; the caller knows that a task or a ready op exists.
+    Work next_work_locked() {
+        Work work;
+        bool ops_ready = any_ready_locked();
+        if (!tasks.empty() && (!ops_ready || !last_was_task)) {
+            work.task = std::move(tasks.front());
+            tasks.pop_front();
+            last_was_task = true;
+            return work;
+        }
+        last_was_task = false;
+        auto order = ready_runs_locked();
+        auto & [first_id, first_run] = *order.front();
+        rr_last = first_id;
+        if (first_run.head().op.kind == Op::Kind::GENERIC) {
+            work.ops.push_back({first_id, first_run.pop_head()});
+            return work;
+        }
+        work.fb_batch = true;
+        work.forward_only = first_run.head().op.forward_only;
+        gather_fb_locked(order, work);
+        return work;
+    }
+
+    // For each ready run in order, takes its contiguous chain of FB ops of the batch's kind from
+    // next_seq while the token budget allows (the first op is always taken).
+    void gather_fb_locked(const std::vector<std::pair<const std::string, RunQueue> *> & order, Work & work) {
+        for (auto * entry : order) {
+            RunQueue & run = entry->second;
+            while (run.ready()) {
+                const Op & op = run.head().op;
+                if (op.kind != Op::Kind::FORWARD_BACKWARD || op.forward_only != work.forward_only) {
+                    break;
+                }
+                int64_t tokens = op_tokens(op);
+                if (!work.ops.empty() && work.tokens + tokens > options.max_batch_tokens) {
+                    break;  // this run's chain stops here; a smaller op of another run may still fit
+                }
+                work.tokens += tokens;
+                work.ops.push_back({entry->first, run.pop_head()});
+            }
+        }
+    }
+
+    void loop() {
+        for (;;) {
+            Work work;
+            {
+                std::unique_lock lock(mu);
+                cv.wait(lock, [&] { return stopping || !tasks.empty() || any_ready_locked(); });
+                if (stopping) {
+                    return;
+                }
+                work = next_work_locked();
+            }
+            execute(work);
+        }
+    }
+
+    void execute(Work & work) {
+        if (work.task) {
+            run_task(work.task);
+        } else if (work.fb_batch) {
+            run_fb_batch(work);
+        } else {
+            run_generic(work.ops.front());
+        }
+    }
+
+    void run_task(Task & task) {
+        try {
+            task(engine);
+        } catch (...) {
+            LOG_ERR("worker", "%s: posted task threw: %s", name.c_str(),
+                    exception_text(std::current_exception()).c_str());
+        }
+    }
+
+    void run_generic(RunOp & run_op) {
+        Op & op = run_op.queued.op;
+        try {
+            if (op.run) {
+                op.run(engine);
+            }
+        } catch (...) {
+            std::string what = exception_text(std::current_exception());
+            LOG_ERR("worker", "%s: op %s of run %s threw: %s", name.c_str(), run_op.queued.request_id.c_str(),
+                    run_op.run_id.c_str(), what.c_str());
+            cancel_op(op, "internal error: " + what);
+        }
+    }
+
+    // Calls the engine once for the whole batch; never throws, always one result per input.
+    std::vector<FbResult> call_forward_backward(const std::vector<engine::ForwardBackwardInput> & inputs,
+                                                bool backward) {
+        std::vector<FbResult> results;
+        std::string failure;
+        try {
+            results = engine.forward_backward(inputs, backward);
+            if (results.size() != inputs.size()) {
+                failure = "engine returned " + std::to_string(results.size()) + " results for " +
+                          std::to_string(inputs.size()) + " inputs";
+            }
+        } catch (...) {
+            failure = "forward_backward threw: " + exception_text(std::current_exception());
+        }
+        if (!failure.empty()) {
+            LOG_ERR("worker", "%s: %s", name.c_str(), failure.c_str());
+            results.clear();
+            for (size_t i = 0; i < inputs.size(); i++) {
+                results.push_back(internal_error(failure));
+            }
+        }
+        return results;
+    }
+
+    void run_fb_batch(Work & work) {
+        std::vector<engine::ForwardBackwardInput> inputs;
+        std::set<std::string> run_ids;
+        inputs.reserve(work.ops.size());
+        for (auto & run_op : work.ops) {
+            inputs.push_back(std::move(run_op.queued.op.fb_input));
+            run_ids.insert(run_op.run_id);
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<FbResult> results = call_forward_backward(inputs, !work.forward_only);
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        record_batch(static_cast<int64_t>(run_ids.size()), static_cast<int64_t>(inputs.size()));
+        LOG_DBG("worker", "%s: %s batch runs=%zu ops=%zu tokens=%lld %.1f ms", name.c_str(),
+                work.forward_only ? "forward" : "forward_backward", run_ids.size(), inputs.size(),
+                static_cast<long long>(work.tokens), ms);
+        for (size_t i = 0; i < work.ops.size(); i++) {
+            deliver_fb(work.ops[i].queued.op, std::move(results[i]));
+        }
+    }
+
+    void record_batch(int64_t n_runs, int64_t n_ops) {
+        batches++;
+        fb_ops += n_ops;
+        int64_t seen = max_runs.load();
+        while (n_runs > seen && !max_runs.compare_exchange_weak(seen, n_runs)) {
+        }
+    }
+};
+
+EngineWorker::EngineWorker(engine::Engine & engine, std::string name, WorkerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(name), options)) {}
+
+EngineWorker::~EngineWorker() {
+    stop();
+}
+
+void EngineWorker::start() {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->started || impl_->stopping) {
+        return;
+    }
+    impl_->started = true;
+    impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+void EngineWorker::stop() {
+    std::vector<QueuedOp> cancelled;
+    {
+        std::lock_guard lock(impl_->mu);
+        impl_->stopping = true;
+        for (auto & [run_id, run] : impl_->runs) {
+            for (auto & queued : run.drain()) {
+                cancelled.push_back(std::move(queued));
+            }
+        }
+        impl_->tasks.clear();
+    }
+    impl_->cv.notify_all();
+    if (impl_->thread.joinable()) {
+        impl_->thread.join();
+    }
+    for (auto & queued : cancelled) {
+        cancel_op(queued.op, "server shutting down");
+    }
+}
+
+void EngineWorker::open_run(const std::string & run_id, int64_t next_seq_id) {
+    std::lock_guard lock(impl_->mu);
+    impl_->runs.try_emplace(run_id, next_seq_id);  // an open run keeps its state
+}
+
+bool EngineWorker::has_run(const std::string & run_id) const {
+    std::lock_guard lock(impl_->mu);
+    return impl_->runs.count(run_id) > 0;
+}
+
+void EngineWorker::close_run(const std::string & run_id, const std::string & reason) {
+    std::vector<QueuedOp> cancelled;
+    {
+        std::lock_guard lock(impl_->mu);
+        auto it = impl_->runs.find(run_id);
+        if (it == impl_->runs.end()) {
+            return;
+        }
+        cancelled = it->second.drain();
+        impl_->runs.erase(it);
+    }
+    for (auto & queued : cancelled) {
+        cancel_op(queued.op, reason);
+    }
+}
+
+Result<Admission> EngineWorker::submit(const std::string & run_id, int64_t seq_id, const std::string & body_hash,
+                                       const std::string & request_id, Op op) {
+    Admission admission;
+    {
+        std::lock_guard lock(impl_->mu);
+        if (impl_->stopping) {
+            return internal_error("the engine worker is stopped");
+        }
+        auto it = impl_->runs.find(run_id);
+        if (it == impl_->runs.end()) {
+            return not_found("training run '" + run_id + "' not found");
+        }
+        admission = it->second.admit(seq_id, body_hash, request_id, op);
+    }
+    if (admission.kind == Admission::Kind::ACCEPTED) {
+        impl_->cv.notify_one();
+    }
+    return admission;
+}
+
+void EngineWorker::skip(const std::string & run_id, int64_t seq_id) {
+    {
+        std::lock_guard lock(impl_->mu);
+        auto it = impl_->runs.find(run_id);
+        if (it == impl_->runs.end()) {
+            return;
+        }
+        it->second.skip(seq_id);
+    }
+    impl_->cv.notify_one();
+}
+
+void EngineWorker::post(std::function<void(engine::Engine &)> task) {
+    {
+        std::lock_guard lock(impl_->mu);
+        if (impl_->stopping) {
+            LOG_WRN("worker", "%s: task posted after stop is dropped", impl_->name.c_str());
+            return;
+        }
+        impl_->tasks.push_back(std::move(task));
+    }
+    impl_->cv.notify_one();
+}
+
+int64_t EngineWorker::batches_run() const {
+    return impl_->batches.load();
+}
+
+int64_t EngineWorker::fb_ops_run() const {
+    return impl_->fb_ops.load();
+}
+
+int64_t EngineWorker::max_runs_in_a_batch() const {
+    return impl_->max_runs.load();
+}
+
+}  // namespace tinkerd::scheduler

@@ -1,0 +1,58 @@
+// Checkpoint files on disk: a PEFT adapter directory (adapter_model.safetensors + adapter_config.json),
+// plus optimizer_state.safetensors for training checkpoints, plus a `checkpoint_complete` marker.
+// Written into a temporary sibling directory and renamed, so a crash never leaves half a checkpoint.
+// Also builds the tar archive served by the archive endpoint.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/safetensors.h"
+
+namespace tinkerd::store {
+
+using Tensors = std::map<std::string, model::OwnedTensor>;
+
+// What adapter_config.json records (PEFT fields plus tinkerd's own).
+struct AdapterConfig {
+    std::string base_model;  // base_model_name_or_path: the served NAME
+    int64_t rank = 32;
+    double alpha = 32.0;
+    std::vector<std::string> target_modules;  // "q_proj", ..., "lm_head"
+    bool train_attn = true;
+    bool train_mlp = true;
+    bool train_unembed = true;
+};
+
+struct CheckpointContents {
+    AdapterConfig config;
+    Tensors tensors;  // PEFT keys; with the optimizer: also "<key>.exp_avg", "<key>.exp_avg_sq", "optimizer.step"
+    bool has_optimizer = false;  // `tensors` holds the optimizer state (read with with_optimizer)
+};
+
+// The directory of a checkpoint: <data_dir>/runs/<run_id>/<kind>/<name>, kind "weights" or "sampler_weights".
+std::string checkpoint_dir(const std::string & data_dir, const std::string & run_id, const std::string & kind,
+                           const std::string & name);
+
+// Writes the checkpoint. `tensors` may hold optimizer keys (".exp_avg", ".exp_avg_sq", "optimizer.step"):
+// those go to optimizer_state.safetensors, the rest to adapter_model.safetensors. Replaces an existing
+// directory only when `overwrite`; otherwise an existing one is INVALID_ARGUMENT ("already exists").
+// Returns the total size in bytes of the files written.
+Result<int64_t> write_checkpoint(const std::string & dir, const AdapterConfig & config, const Tensors & tensors,
+                                 bool overwrite);
+
+// Reads a checkpoint written by write_checkpoint. with_optimizer: also read optimizer_state (error if
+// missing). A directory without `checkpoint_complete` is NOT_FOUND ("incomplete checkpoint").
+Result<CheckpointContents> read_checkpoint(const std::string & dir, bool with_optimizer);
+
+// Removes the directory and everything in it (missing = ok).
+Result<void> remove_checkpoint(const std::string & dir);
+
+// A POSIX ustar archive of the directory's regular files (adapter_config.json, adapter_model.safetensors,
+// checkpoint_complete; optimizer_state.safetensors when present), names without directories.
+Result<std::string> tar_directory(const std::string & dir);
+
+}  // namespace tinkerd::store

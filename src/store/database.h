@@ -1,0 +1,165 @@
+// Database: tinkerd's SQLite file (WAL mode, numbered migrations) holding sessions, training runs,
+// checkpoints, samplers and finished futures. Thread-safe: one connection behind a mutex; every call
+// is one short transaction. Times are Unix seconds (double). Knows nothing of HTTP or tensors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tinkerd::store {
+
+struct SessionRow {
+    std::string session_id;
+    std::string tenant;
+    std::string tags_json = "[]";           // JSON array of strings
+    std::string user_metadata_json = "{}";  // JSON object
+    std::string project_id;                 // "" = none
+    std::string sdk_version;
+    double created_at = 0;
+    double last_heartbeat = 0;
+    bool expired = false;
+};
+
+struct TrainingRunRow {
+    std::string run_id;  // "<session_id>:train:<model_seq_id>"
+    std::string tenant;
+    std::string session_id;
+    std::string base_model;
+    int64_t lora_rank = 32;
+    bool train_attn = true;
+    bool train_mlp = true;
+    bool train_unembed = true;
+    std::optional<int64_t> seed;
+    std::string user_metadata_json = "{}";
+    double created_at = 0;
+    double last_request_time = 0;
+    bool unloaded = false;  // adapter no longer in memory (unload_model, expired session, restart)
+};
+
+struct CheckpointRow {
+    std::string run_id;
+    std::string checkpoint_id;    // "weights/<name>" or "sampler_weights/<name>"
+    std::string checkpoint_type;  // "training" or "sampler"
+    std::string tenant;
+    std::string dir;  // absolute directory of the files
+    double created_at = 0;
+    int64_t size_bytes = 0;
+    std::optional<double> expires_at;
+    bool is_public = false;
+};
+
+struct SamplerRow {
+    std::string sampler_id;  // "<session_id>:sample:<n>"
+    std::string tenant;
+    std::string session_id;
+    std::string base_model;
+    std::string model_path;  // "" = base model; else a tinker:// path
+    std::string run_id;      // the training run of an ephemeral snapshot, else ""
+    double created_at = 0;
+};
+
+// A finished (or, at a crash, pending) future. Results are kept so that a poll after a restart or a
+// resent request is answered.
+struct FutureRow {
+    std::string request_id;
+    std::string tenant;
+    std::string request_type;  // "ForwardBackward", "OptimStep", ...
+    std::string run_id;        // "" when not a training-run op
+    int64_t seq_id = -1;
+    std::string body_hash;  // hex digest of the submitted body (idempotency)
+    std::string state;      // "pending", "done", "failed"
+    std::string result_json;
+    std::string result_proto;  // bytes; empty when the type has no protobuf form
+    std::string error;
+    std::string error_category;  // "user", "server"
+    double created_at = 0;
+    double finished_at = 0;
+};
+
+struct Page {
+    int64_t limit = 20;
+    int64_t offset = 0;
+};
+
+class Database {
+  public:
+    // Errors: SQLite failures are INTERNAL ("sqlite: <what>: <message>"); an update or delete that matches
+    // no row (touch_*, mark_*_expired/unloaded, set_checkpoint_*, delete_checkpoint, finish_future) is
+    // NOT_FOUND. Foreign keys: a run's and a sampler's session_id, and a checkpoint's run_id, must exist.
+    // Opens (creating if needed) the file, enables WAL and foreign keys, runs pending migrations.
+    // path ":memory:" gives a private in-memory database (tests).
+    static Result<std::unique_ptr<Database>> open(const std::string & path);
+    ~Database();
+    Database(const Database &) = delete;
+    Database & operator=(const Database &) = delete;
+
+    int schema_version() const;
+
+    // Sessions.
+    Result<void> insert_session(const SessionRow & row);
+    Result<std::optional<SessionRow>> get_session(const std::string & session_id);
+    Result<void> touch_session(const std::string & session_id, double now);  // last_heartbeat = now
+    Result<void> mark_session_expired(const std::string & session_id);
+    // Sessions of a tenant, newest first, and their total count.
+    Result<std::pair<std::vector<SessionRow>, int64_t>> list_sessions(const std::string & tenant, Page page);
+    // Live sessions whose last heartbeat is older than `before`.
+    Result<std::vector<SessionRow>> stale_sessions(double before);
+
+    // Training runs.
+    Result<void> insert_run(const TrainingRunRow & row);
+    Result<std::optional<TrainingRunRow>> get_run(const std::string & run_id);
+    Result<void> touch_run(const std::string & run_id, double now);  // last_request_time = now
+    Result<void> mark_run_unloaded(const std::string & run_id);
+    Result<void> mark_all_runs_unloaded();  // at start-up: nothing is in memory yet
+    // A tenant's runs, newest first (tenant "" = every tenant), and their total count.
+    Result<std::pair<std::vector<TrainingRunRow>, int64_t>> list_runs(const std::string & tenant, Page page);
+    Result<std::vector<TrainingRunRow>> runs_of_session(const std::string & session_id);
+
+    // Checkpoints. insert replaces a row with the same (run_id, checkpoint_id).
+    Result<void> upsert_checkpoint(const CheckpointRow & row);
+    Result<std::optional<CheckpointRow>> get_checkpoint(const std::string & run_id, const std::string & checkpoint_id);
+    Result<void> delete_checkpoint(const std::string & run_id, const std::string & checkpoint_id);
+    Result<void> set_checkpoint_public(const std::string & run_id, const std::string & checkpoint_id, bool is_public);
+    Result<void> set_checkpoint_expiry(const std::string & run_id, const std::string & checkpoint_id,
+                                       std::optional<double> expires_at);
+    // A run's checkpoints, oldest first.
+    Result<std::vector<CheckpointRow>> list_run_checkpoints(const std::string & run_id);
+    // A tenant's checkpoints, newest first, and their total count.
+    Result<std::pair<std::vector<CheckpointRow>, int64_t>> list_tenant_checkpoints(const std::string & tenant,
+                                                                                   Page page);
+    // The run's newest checkpoint of the type ("training" / "sampler"), if any.
+    Result<std::optional<CheckpointRow>> last_checkpoint(const std::string & run_id, const std::string & type);
+    // Checkpoints with expires_at <= now.
+    Result<std::vector<CheckpointRow>> expired_checkpoints(double now);
+
+    // Samplers.
+    Result<void> insert_sampler(const SamplerRow & row);
+    Result<std::optional<SamplerRow>> get_sampler(const std::string & sampler_id);
+    Result<std::vector<SamplerRow>> samplers_of_session(const std::string & session_id);
+
+    // Futures. insert at submission (state "pending"); finish when done or failed.
+    Result<void> insert_future(const FutureRow & row);
+    Result<void> finish_future(const FutureRow & row);  // updates state, results, error, finished_at
+    Result<std::optional<FutureRow>> get_future(const std::string & request_id);
+    // The future submitted for (run_id, seq_id), if any (idempotent resends).
+    Result<std::optional<FutureRow>> future_by_seq(const std::string & run_id, int64_t seq_id);
+    // At start-up: every still-pending future becomes failed with this error (category "server").
+    Result<int64_t> fail_pending_futures(const std::string & error, double now);
+    // Deletes finished futures older than `before`; returns how many.
+    Result<int64_t> prune_futures(double before);
+
+    // A monotonically increasing counter (request ids, session ids) that survives restarts.
+    Result<int64_t> next_counter(const std::string & name);
+
+  private:
+    Database() = default;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tinkerd::store

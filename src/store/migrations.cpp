@@ -1,0 +1,158 @@
+// The schema of tinkerd.db as numbered migrations, and the runner that applies the missing ones.
+// Migration scripts are constant SQL; each runs with its schema_version row in one transaction.
+#include "store/migrations.h"
+
+#include <string>
+
+#include "store/sqlite_statement.h"
+
+namespace tinkerd::store {
+namespace {
+
+// Version 1: every table of the first release.
+constexpr const char * MIGRATION_1 = R"sql(
+CREATE TABLE sessions (
+    session_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    tags_json TEXT NOT NULL DEFAULT '[]',
+    user_metadata_json TEXT NOT NULL DEFAULT '{}',
+    project_id TEXT NOT NULL DEFAULT '',
+    sdk_version TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    last_heartbeat REAL NOT NULL,
+    expired INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX sessions_by_tenant ON sessions (tenant, created_at);
+CREATE INDEX sessions_by_heartbeat ON sessions (expired, last_heartbeat);
+
+CREATE TABLE training_runs (
+    run_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions (session_id),
+    base_model TEXT NOT NULL,
+    lora_rank INTEGER NOT NULL,
+    train_attn INTEGER NOT NULL,
+    train_mlp INTEGER NOT NULL,
+    train_unembed INTEGER NOT NULL,
+    seed INTEGER,
+    user_metadata_json TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL,
+    last_request_time REAL NOT NULL,
+    unloaded INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX training_runs_by_tenant ON training_runs (tenant, created_at);
+CREATE INDEX training_runs_by_session ON training_runs (session_id);
+
+CREATE TABLE checkpoints (
+    run_id TEXT NOT NULL REFERENCES training_runs (run_id),
+    checkpoint_id TEXT NOT NULL,
+    checkpoint_type TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    dir TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    size_bytes INTEGER NOT NULL DEFAULT 0,
+    expires_at REAL,
+    is_public INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, checkpoint_id)
+);
+CREATE INDEX checkpoints_by_tenant ON checkpoints (tenant, created_at);
+CREATE INDEX checkpoints_by_expiry ON checkpoints (expires_at) WHERE expires_at IS NOT NULL;
+
+CREATE TABLE samplers (
+    sampler_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions (session_id),
+    base_model TEXT NOT NULL,
+    model_path TEXT NOT NULL DEFAULT '',
+    run_id TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+CREATE INDEX samplers_by_session ON samplers (session_id);
+
+CREATE TABLE futures (
+    request_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    request_type TEXT NOT NULL,
+    run_id TEXT NOT NULL DEFAULT '',
+    seq_id INTEGER NOT NULL DEFAULT -1,
+    body_hash TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    result_json TEXT NOT NULL DEFAULT '',
+    result_proto BLOB NOT NULL DEFAULT x'',
+    error TEXT NOT NULL DEFAULT '',
+    error_category TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    finished_at REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX futures_by_seq ON futures (run_id, seq_id);
+CREATE INDEX futures_by_state ON futures (state, finished_at);
+
+CREATE TABLE counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+)sql";
+
+// Index i holds the script of version i + 1. Append new versions; never edit a released one.
+constexpr const char * MIGRATIONS[] = {MIGRATION_1};
+
+Result<int> current_version(sqlite3 * db) {
+    auto stmt = Statement::prepare(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");
+    TRY_STATUS(stmt);
+    Result<bool> row = stmt->step();
+    TRY_STATUS(row);
+    return static_cast<int>(stmt->integer(0));
+}
+
+// Applies one migration and records it, unless another connection already did while we waited.
+Result<void> migrate_if_missing(sqlite3 * db, int version) {
+    Result<int> now = current_version(db);
+    TRY_STATUS(now);
+    if (now.value() >= version) {
+        return {};
+    }
+    TRY_STATUS(exec_sql(db, MIGRATIONS[version - 1], "migration " + std::to_string(version)));
+    auto insert = Statement::prepare(db,
+                                     "INSERT INTO schema_version (version, applied_at) "
+                                     "VALUES (?1, CAST(strftime('%s', 'now') AS REAL))",
+                                     "record migration");
+    TRY_STATUS(insert);
+    TRY_STATUS(insert->bind_int(1, version).run());
+    return {};
+}
+
+// Runs migrate_if_missing inside one write transaction: all of the migration or none of it.
+Result<void> apply_migration(sqlite3 * db, int version) {
+    TRY_STATUS(exec_sql(db, "BEGIN IMMEDIATE", "begin migration " + std::to_string(version)));
+    Result<void> applied = migrate_if_missing(db, version);
+    if (!applied.ok()) {
+        (void)exec_sql(db, "ROLLBACK", "rollback migration");
+        return applied;
+    }
+    return exec_sql(db, "COMMIT", "commit migration " + std::to_string(version));
+}
+
+}  // namespace
+
+int latest_schema_version() {
+    return static_cast<int>(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]));
+}
+
+Result<int> run_migrations(sqlite3 * db) {
+    TRY_STATUS(exec_sql(db,
+                        "CREATE TABLE IF NOT EXISTS schema_version ("
+                        "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)",
+                        "create schema_version"));
+    Result<int> version = current_version(db);
+    TRY_STATUS(version);
+    if (version.value() > latest_schema_version()) {
+        return internal_error("sqlite: database schema version " + std::to_string(version.value()) +
+                              " is newer than this build (" + std::to_string(latest_schema_version()) + ")");
+    }
+    for (int next = version.value() + 1; next <= latest_schema_version(); ++next) {
+        TRY_STATUS(apply_migration(db, next));
+    }
+    return current_version(db);
+}
+
+}  // namespace tinkerd::store

@@ -1,0 +1,307 @@
+// forward_backward requests: the protobuf tinker_public.ForwardBackwardRequest (SDK 0.25) and the legacy
+// JSON body (SDK <= 0.24) -> ForwardBackwardRequest with engine datums. Validates structure and sizes,
+// not loss semantics (the engine does that). Every error names the offending field.
+#include "wire/forward_backward_codec.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "tinker_public.pb.h"
+#include "wire/tensor_codec.h"
+
+namespace tinkerd::wire {
+namespace {
+
+using detail::WireDType;
+
+std::string indexed(const std::string & prefix, size_t i) {
+    return prefix + "[" + std::to_string(i) + "]";
+}
+
+std::string input_path(const std::string & datum, const std::string & key) {
+    return datum + ".loss_fn_inputs[\"" + key + "\"]";
+}
+
+Error too_many_tokens(const std::string & where, size_t n) {
+    return invalid_argument(where + ": " + std::to_string(n) + " tokens exceed the limit of " +
+                            std::to_string(detail::kMaxDatumTokens) + " per datum");
+}
+
+// ---- protobuf ----
+
+Result<WireDType> proto_dtype(int dtype, const std::string & where) {
+    switch (dtype) {
+        case tinker_public::DTYPE_FLOAT32:
+            return WireDType::F32;
+        case tinker_public::DTYPE_INT64:
+            return WireDType::I64;
+        case tinker_public::DTYPE_INT32:
+            return WireDType::I32;
+        case tinker_public::DTYPE_BFLOAT16:
+            return WireDType::BF16;
+        case tinker_public::DTYPE_UNSPECIFIED:
+            return invalid_argument(where + ".dtype: unspecified");
+        default:
+            return invalid_argument(where + ".dtype: unknown value " + std::to_string(dtype));
+    }
+}
+
+Result<engine::HostTensor> decode_tensor_proto(const tinker_public::Tensor & tensor, const std::string & where) {
+    auto dtype = proto_dtype(tensor.dtype(), where);
+    if (!dtype.ok()) {
+        return dtype.error();
+    }
+    std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+    if (tensor.encoding_case() != tinker_public::Tensor::kSparseCsr) {
+        // dense, or no encoding at all (an empty tensor).
+        auto values = detail::values_from_bytes(tensor.dense(), *dtype, where);
+        if (!values.ok()) {
+            return values.error();
+        }
+        return detail::make_dense(std::move(*values), std::move(shape), where);
+    }
+    const auto & csr = tensor.sparse_csr();
+    auto values = detail::values_from_bytes(csr.values(), *dtype, where + ".sparse_csr.values");
+    if (!values.ok()) {
+        return values.error();
+    }
+    auto crow = detail::int64s_from_bytes(csr.crow_indices(), where + ".sparse_csr.crow_indices");
+    if (!crow.ok()) {
+        return crow.error();
+    }
+    auto cols = detail::int64s_from_bytes(csr.col_indices(), where + ".sparse_csr.col_indices");
+    if (!cols.ok()) {
+        return cols.error();
+    }
+    return detail::make_sparse(*values, *crow, *cols, shape, where);
+}
+
+// model_input chunks -> tokens: encoded_text int32 LE, concatenated in chunk order.
+Result<std::vector<int64_t>> decode_tokens_proto(
+    const google::protobuf::RepeatedPtrField<tinker_public::Chunk> & chunks, const std::string & datum) {
+    size_t total = 0;
+    for (int j = 0; j < chunks.size(); ++j) {
+        const std::string where = indexed(datum + ".model_input", static_cast<size_t>(j));
+        const auto & chunk = chunks.Get(j);
+        switch (chunk.chunk_case()) {
+            case tinker_public::Chunk::kEncodedText:
+                break;
+            case tinker_public::Chunk::kImage:
+                return unsupported(where + ": image chunks are not supported (text-only models)");
+            case tinker_public::Chunk::kDmel:
+                return unsupported(where + ": dmel (audio) chunks are not supported (text-only models)");
+            default:
+                return invalid_argument(where + ": empty chunk (no encoded_text)");
+        }
+        const size_t n_bytes = chunk.encoded_text().tokens().size();
+        if (n_bytes % 4 != 0) {
+            return invalid_argument(where + ".encoded_text.tokens: " + std::to_string(n_bytes) +
+                                    " bytes is not a multiple of 4");
+        }
+        total += n_bytes / 4;
+    }
+    if (total > static_cast<size_t>(detail::kMaxDatumTokens)) {
+        return too_many_tokens(datum + ".model_input", total);
+    }
+    std::vector<int64_t> tokens;
+    tokens.reserve(total);
+    for (const auto & chunk : chunks) {
+        const std::string & raw = chunk.encoded_text().tokens();
+        for (size_t at = 0; at < raw.size(); at += 4) {
+            tokens.push_back(detail::read_le<int32_t>(raw.data() + at));
+        }
+    }
+    return tokens;
+}
+
+Result<engine::Datum> decode_datum_proto(const tinker_public::Datum & msg, const std::string & where) {
+    engine::Datum datum;
+    auto tokens = decode_tokens_proto(msg.model_input(), where);
+    if (!tokens.ok()) {
+        return tokens.error();
+    }
+    datum.tokens = std::move(*tokens);
+    // Sorted keys, so that the first error reported does not depend on hash order.
+    std::vector<std::string> keys;
+    for (const auto & [key, tensor] : msg.loss_fn_inputs()) {
+        keys.push_back(key);
+    }
+    std::sort(keys.begin(), keys.end());
+    for (const auto & key : keys) {
+        auto tensor = decode_tensor_proto(msg.loss_fn_inputs().at(key), input_path(where, key));
+        if (!tensor.ok()) {
+            return tensor.error();
+        }
+        datum.loss_inputs.emplace(key, std::move(*tensor));
+    }
+    return datum;
+}
+
+}  // namespace
+
+Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body) {
+    tinker_public::ForwardBackwardRequest msg;
+    if (body.size() > static_cast<size_t>(INT_MAX) || !msg.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+        return invalid_argument("malformed protobuf ForwardBackwardRequest");
+    }
+    ForwardBackwardRequest request;
+    request.model_id = msg.model_id();
+    request.seq_id = msg.seq_id();
+    request.loss_fn = msg.loss_fn();
+    request.loss_fn_config.insert(msg.loss_fn_config().begin(), msg.loss_fn_config().end());
+    request.forward_only = msg.forward_only();
+    request.data.reserve(static_cast<size_t>(msg.data_size()));
+    for (int i = 0; i < msg.data_size(); ++i) {
+        auto datum = decode_datum_proto(msg.data(i), indexed("data", static_cast<size_t>(i)));
+        if (!datum.ok()) {
+            return datum.error();
+        }
+        request.data.push_back(std::move(*datum));
+    }
+    return request;
+}
+
+// ---- legacy JSON ----
+
+namespace {
+
+// {"type": "encoded_text", "tokens": [...]} (type may be absent when "tokens" is present) -> tokens appended.
+Result<void> append_chunk_json(const nlohmann::json & chunk, const std::string & where, std::vector<int64_t> & tokens) {
+    if (!chunk.is_object()) {
+        return invalid_argument(where + ": expected a chunk object");
+    }
+    auto type_it = chunk.find("type");
+    const bool has_type = type_it != chunk.end() && !type_it->is_null();
+    std::string type = (has_type && type_it->is_string()) ? type_it->get<std::string>() : "";
+    if (!has_type && chunk.contains("tokens")) {
+        type = "encoded_text";
+    }
+    if (type == "image" || type == "image_asset_pointer" || type == "dmel") {
+        return unsupported(where + ": " + type + " chunks are not supported (text-only models)");
+    }
+    if (type != "encoded_text") {
+        return invalid_argument(where + ": unknown chunk type " + (has_type ? type_it->dump() : "(none)"));
+    }
+    auto list = chunk.find("tokens");
+    if (list == chunk.end() || !list->is_array()) {
+        return invalid_argument(where + ".tokens: expected a list of token ids");
+    }
+    if (tokens.size() + list->size() > static_cast<size_t>(detail::kMaxDatumTokens)) {
+        return too_many_tokens(where, tokens.size() + list->size());
+    }
+    for (size_t k = 0; k < list->size(); ++k) {
+        const auto & v = (*list)[k];
+        const bool fits = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX)
+                          : v.is_number_integer() ? v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX
+                                                  : false;
+        if (!fits) {
+            return invalid_argument(indexed(where + ".tokens", k) + ": expected an int32 token id, got " + v.dump());
+        }
+        tokens.push_back(v.get<int64_t>());
+    }
+    return {};
+}
+
+Result<engine::Datum> decode_datum_json(const nlohmann::json & msg, const std::string & where) {
+    if (!msg.is_object()) {
+        return invalid_argument(where + ": expected a Datum object");
+    }
+    engine::Datum datum;
+    auto model_input = msg.find("model_input");
+    if (model_input == msg.end() || !model_input->is_object() || !model_input->contains("chunks") ||
+        !(*model_input)["chunks"].is_array()) {
+        return invalid_argument(where + ".model_input: expected {\"chunks\": [...]}");
+    }
+    const auto & chunks = (*model_input)["chunks"];
+    for (size_t j = 0; j < chunks.size(); ++j) {
+        TRY_STATUS(append_chunk_json(chunks[j], indexed(where + ".model_input.chunks", j), datum.tokens));
+    }
+    auto inputs = msg.find("loss_fn_inputs");
+    if (inputs == msg.end() || inputs->is_null()) {
+        return datum;
+    }
+    if (!inputs->is_object()) {
+        return invalid_argument(where + ".loss_fn_inputs: expected an object");
+    }
+    for (const auto & [key, value] : inputs->items()) {
+        auto tensor = decode_tensor_json(value, input_path(where, key));
+        if (!tensor.ok()) {
+            return tensor.error();
+        }
+        datum.loss_inputs.emplace(key, std::move(*tensor));
+    }
+    return datum;
+}
+
+// The request's scalar fields and "loss_fn_config" (each optional; a wrong type is an error).
+Result<void> decode_header_json(const nlohmann::json & body, const nlohmann::json & input,
+                                ForwardBackwardRequest & request) {
+    if (auto it = body.find("model_id"); it != body.end() && !it->is_null()) {
+        if (!it->is_string()) {
+            return invalid_argument("model_id: expected a string");
+        }
+        request.model_id = it->get<std::string>();
+    }
+    if (auto it = body.find("seq_id"); it != body.end() && !it->is_null()) {
+        if (!it->is_number_integer()) {
+            return invalid_argument("seq_id: expected an integer");
+        }
+        request.seq_id = it->get<int64_t>();
+    }
+    if (auto it = input.find("loss_fn"); it != input.end() && !it->is_null()) {
+        if (!it->is_string()) {
+            return invalid_argument("loss_fn: expected a string");
+        }
+        request.loss_fn = it->get<std::string>();
+    }
+    if (auto it = input.find("loss_fn_config"); it != input.end() && !it->is_null()) {
+        if (!it->is_object()) {
+            return invalid_argument("loss_fn_config: expected an object of numbers");
+        }
+        for (const auto & [key, value] : it->items()) {
+            if (!value.is_number()) {
+                return invalid_argument("loss_fn_config[\"" + key + "\"]: expected a number");
+            }
+            request.loss_fn_config[key] = value.get<double>();
+        }
+    }
+    return {};
+}
+
+}  // namespace
+
+Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json & body) {
+    if (!body.is_object()) {
+        return invalid_argument("forward_backward request: expected a JSON object");
+    }
+    const bool has_fb = body.contains("forward_backward_input");
+    const bool has_fwd = body.contains("forward_input");
+    if (has_fb == has_fwd) {
+        return invalid_argument(
+            "forward_backward request: expected exactly one of forward_backward_input and "
+            "forward_input");
+    }
+    const auto & input = body[has_fb ? "forward_backward_input" : "forward_input"];
+    if (!input.is_object()) {
+        return invalid_argument(std::string(has_fb ? "forward_backward_input" : "forward_input") +
+                                ": expected an object");
+    }
+    ForwardBackwardRequest request;
+    request.forward_only = has_fwd;
+    TRY_STATUS(decode_header_json(body, input, request));
+    auto data = input.find("data");
+    if (data == input.end() || !data->is_array()) {
+        return invalid_argument("data: expected a list of datums");
+    }
+    request.data.reserve(data->size());
+    for (size_t i = 0; i < data->size(); ++i) {
+        auto datum = decode_datum_json((*data)[i], indexed("data", i));
+        if (!datum.ok()) {
+            return datum.error();
+        }
+        request.data.push_back(std::move(*datum));
+    }
+    return request;
+}
+
+}  // namespace tinkerd::wire

@@ -1,0 +1,60 @@
+// forward_backward on the wire: the protobuf request of SDK 0.25 (optionally zstd-compressed), the
+// legacy JSON request of SDK <= 0.24, and the result as protobuf ForwardBackwardOutput or legacy JSON.
+// Torch-free: it produces engine::Datum host tensors and never links the engine library.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "engine/engine.h"
+
+namespace tinkerd::wire {
+
+// A decoded forward_backward / forward request.
+struct ForwardBackwardRequest {
+    std::string model_id;
+    int64_t seq_id = 0;
+    std::vector<engine::Datum> data;  // tokens = the concatenated encoded_text chunks
+    std::string loss_fn;
+    std::map<std::string, double> loss_fn_config;
+    bool forward_only = false;
+};
+
+// Decompresses a zstd frame. A malformed frame -> INVALID_ARGUMENT; more than max_bytes of output
+// (or a declared content size above it) -> TOO_LARGE. Never allocates more than max_bytes.
+Result<std::string> zstd_decompress(std::string_view compressed, size_t max_bytes);
+// Compresses (used by tests and the e2e client's fixtures).
+std::string zstd_compress(std::string_view plain, int level = 3);
+
+// Protobuf tinker_public.ForwardBackwardRequest. Errors are INVALID_ARGUMENT (or UNSUPPORTED for
+// image/dmel chunks) and name the field: `data[2].loss_fn_inputs["weights"]: 10 bytes is not a multiple
+// of 4`, "data[0].model_input[1]: image chunks are not supported (text-only models)".
+// Sparse CSR tensors are densified; a tensor without a shape is 1-D.
+Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body);
+
+// Legacy JSON: {"forward_backward_input" | "forward_input": {"data": [...], "loss_fn", "loss_fn_config"?},
+// "model_id", "seq_id"}. forward_only is true for the "forward_input" form.
+Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json & body);
+
+// A single JSON TensorData {"data": [...], "dtype": "int64"|"float32", "shape"?, "sparse_crow_indices"?,
+// "sparse_col_indices"?} -> host tensor (I64 or F32). `where` prefixes error messages.
+Result<engine::HostTensor> decode_tensor_json(const nlohmann::json & tensor, const std::string & where);
+
+// Result encodings. Per-datum outputs (here: `logprobs`, F32, shape [N] or [N,K]) in request order.
+// Protobuf: one ArrayRecord per run of consecutive datums with the same trailing shape, num_datums set,
+// int64 byte offsets; loss_fn_output_type "ArrayRecord".
+std::string encode_forward_backward_output_proto(const engine::ForwardBackwardOutput & output);
+// Legacy JSON: {"loss_fn_output_type", "loss_fn_outputs": [{"logprobs": {"data", "dtype", "shape"}}],
+// "metrics"}. Non-finite floats become null (JSON has no NaN).
+nlohmann::json encode_forward_backward_output_json(const engine::ForwardBackwardOutput & output);
+
+// Decodes a ForwardBackwardOutput protobuf back into per-datum tensors (tests and tools).
+Result<engine::ForwardBackwardOutput> decode_forward_backward_output_proto(std::string_view body);
+
+}  // namespace tinkerd::wire
