@@ -7,7 +7,7 @@ PYTHON ?= /usr/bin/python3
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build serve test unit-test reference-test asan-test format format-check tidy bench fixtures clean
+.PHONY: all deps build serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures clean
 
 all: build
 
@@ -26,10 +26,12 @@ serve: deps build
 fixtures: build
 	$(PYTHON) tests/reference/make_fixtures.py $(BUILD)/fixtures
 
-# Every tier: formatting, unit tests, reference replays, then the sanitizer build of the unit tests.
+# Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
+# then the sanitizer build of the torch-free unit tests.
 test: deps format-check build fixtures
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -L reference
+	cd $(BUILD) && ctest --output-on-failure -L e2e
 	$(MAKE) asan-test
 
 unit-test: build
@@ -37,6 +39,10 @@ unit-test: build
 
 reference-test: fixtures
 	cd $(BUILD) && ctest --output-on-failure -L reference
+
+# Starts build/tinkerd and drives it over HTTP with the project's own wire-level client (tests/e2e).
+e2e-test: build
+	cd $(BUILD) && ctest --output-on-failure -L e2e
 
 # ASan + UBSan over the torch-free modules' unit tests (libtorch itself is not instrumented).
 asan-test:

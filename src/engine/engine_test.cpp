@@ -336,8 +336,13 @@ TEST_F(EngineTest, FreshAdapterGivesExactlyTheBaseModelsOutputs) {
     ASSERT_TRUE(r[0].ok() && r[1].ok());
     for (size_t d = 0; d < in.datums.size(); ++d)
         EXPECT_EQ(r[0]->logprobs[d].bytes, r[1]->logprobs[d].bytes);
-    EXPECT_EQ(engine_->last_logits(id, in.datums[0].tokens).value(),
-              engine_->last_logits(engine::BASE_MODEL, in.datums[0].tokens).value());
+    // last_logits runs one sequence alone, where OpenBLAS may pick other kernels for the adapter's split
+    // projections than for the base's fused ones (seen on AMD EPYC): equal up to float rounding.
+    const auto adapter_logits = engine_->last_logits(id, in.datums[0].tokens).value();
+    const auto base_logits = engine_->last_logits(engine::BASE_MODEL, in.datums[0].tokens).value();
+    ASSERT_EQ(adapter_logits.size(), base_logits.size());
+    for (size_t v = 0; v < base_logits.size(); ++v)
+        EXPECT_NEAR(adapter_logits[v], base_logits[v], 1e-5f * (1.0f + std::fabs(base_logits[v]))) << v;
     run(in, true);
     ASSERT_TRUE(engine_->optim_step(id, adam_).ok());
     EXPECT_NE(engine_->last_logits(id, in.datums[0].tokens).value(),

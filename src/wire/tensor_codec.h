@@ -17,7 +17,8 @@ namespace tinkerd::wire::detail {
 
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
 
-inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
+// 2^27 elements (1 GiB of int64): a tiny sparse body cannot make the server allocate more than this.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 27;
 inline constexpr int64_t kMaxDatumTokens = 1'000'000;
 
 // The element types a tensor may arrive in on the wire.

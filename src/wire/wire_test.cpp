@@ -278,7 +278,7 @@ TEST(WireRequest, SizeLimits) {
     t.add_shape(int64_t{1} << 20);
     t.mutable_sparse_csr();
     expect_error(decode(req), ErrorKind::INVALID_ARGUMENT,
-                 "data[0].loss_fn_inputs[\"target_tokens\"]: shape [1048576, 1048576] has more than 2147483648 "
+                 "data[0].loss_fn_inputs[\"target_tokens\"]: shape [1048576, 1048576] has more than 134217728 "
                  "elements");
     t.set_shape(0, int64_t{1} << 62);
     t.set_shape(1, int64_t{1} << 62);

@@ -1,0 +1,160 @@
+# Protocol cases of server-anchors §10 (5-8, 11-13): idempotent resends, seq_id conflicts, early
+# arrivals, the fb/optim barrier, futures (unknown, failed, pending, encodings), lr-0 steps, unload,
+# session expiry, error bodies (401/404/413/400), literals, REST routing. Server: --poll-timeout 1.
+import time
+
+import numpy as np
+
+import wire_codec as wc
+import protocol_checks as pc
+from harness import (all_logprobs, check, check_close, expect_status, expect_user_error, new_client,
+                     sft_batch)
+from tinker_wire import ApiError
+
+LR = 1e-2
+MAX_BODY = 100000
+
+
+def resend_run(wire, batch, resend):
+    """3 steps (fb + optim); with resend, every request is sent twice (identical bytes) and must map
+    to the same request id. Returns the losses of 4 forward_backwards."""
+    tc = new_client(wire, rank=8, seed=0)
+    losses = []
+    for _ in range(3):
+        raw = wc.encode_fb_request(tc.model_id, tc.next_seq(), batch)
+        rid = wire.forward_backward_raw(raw)
+        if resend:
+            check(wire.forward_backward_raw(raw) == rid, "identical fb resend: new request id")
+        seq = tc.next_seq()
+        oid = wire.optim_step(tc.model_id, seq, LR)
+        if resend:
+            check(wire.optim_step(tc.model_id, seq, LR) == oid, "identical optim resend: new request id")
+        losses.append(wire.retrieve(rid, "ForwardBackward").metrics["loss:sum"])
+        wire.retrieve(oid, "OptimStep")
+        if resend:  # a resend after completion still maps to the finished request
+            check(wire.forward_backward_raw(raw) == rid, "resend after completion: new request id")
+    losses.append(tc.forward_backward(batch).metrics["loss:sum"])
+    return tc, losses
+
+
+def check_idempotency(wire, batch):
+    tc, with_resend = resend_run(wire, batch, True)
+    _, plain = resend_run(wire, batch, False)
+    check_close(with_resend, plain, 1e-6, "losses with resends vs without (ops ran twice?)")
+    other = sft_batch(seed=99)
+    raw = wc.encode_fb_request(tc.model_id, tc.seq, other)  # seq already used with another body
+    expect_status(lambda: wire.forward_backward_raw(raw), (400, 422), "same seq_id, different body")
+    expect_status(lambda: wire.optim_step(tc.model_id, tc.seq, 0.5), (400, 422),
+                  "optim_step reusing a forward_backward's seq_id")
+    tc.forward(batch)  # the model still works with the next seq id
+
+
+def poll_pending(wire, rid, kind):
+    r = wire.poll_once(rid, kind, accept="application/json")
+    return r.status == 200 and r.json().get("type") == "try_again"
+
+
+def check_early_arrivals(wire, batch):
+    tc = new_client(wire, rank=8, seed=0)
+    tc.forward(batch)  # seq 1
+    first = tc.next_seq(3)  # 2, 3, 4
+    r3 = wire.forward_backward(tc.model_id, first + 1, batch)
+    r4 = wire.optim_step(tc.model_id, first + 2, LR)
+    time.sleep(0.5)
+    check(poll_pending(wire, r3, "ForwardBackward") and poll_pending(wire, r4, "OptimStep"),
+          "seq 3/4 ran before seq 2 arrived")
+    r2 = wire.forward_backward(tc.model_id, first, batch, forward_only=True)
+    for rid, kind in ((r2, "Forward"), (r3, "ForwardBackward"), (r4, "OptimStep")):
+        wire.retrieve(rid, kind)
+
+
+def check_barrier(wire, batch):
+    """[fb, optim, fb, optim] held behind seq 1, then released: the second fb sees the first optim
+    and equals a sequential reference."""
+    held = new_client(wire, rank=8, seed=0)
+    s = held.next_seq(5)
+    ids = [wire.forward_backward(held.model_id, s + 1, batch), wire.optim_step(held.model_id, s + 2, LR),
+           wire.forward_backward(held.model_id, s + 3, batch), wire.optim_step(held.model_id, s + 4, LR)]
+    time.sleep(0.3)
+    check(poll_pending(wire, ids[0], "ForwardBackward"), "op behind seq 1 ran early")
+    wire.retrieve(wire.forward_backward(held.model_id, s, batch, forward_only=True), "Forward")
+    fb1, fb2 = wire.retrieve(ids[0], "ForwardBackward"), wire.retrieve(ids[2], "ForwardBackward")
+    wire.retrieve(ids[1], "OptimStep")
+    wire.retrieve(ids[3], "OptimStep")
+    ref = new_client(wire, rank=8, seed=0)
+    ref.forward(batch)
+    r1, _ = ref.step(batch, LR)
+    r2 = ref.forward_backward(batch)
+    check(not np.allclose(all_logprobs(fb1), all_logprobs(fb2)), "second fb does not see the first optim")
+    check_close(all_logprobs(fb1), all_logprobs(r1), 1e-5, "barrier: first fb vs sequential")
+    check_close(all_logprobs(fb2), all_logprobs(r2), 1e-5, "barrier: second fb vs sequential")
+
+
+def check_failed_futures(wire, batch):
+    tc = new_client(wire, rank=8, seed=0)
+    e = expect_user_error(lambda: tc.forward_backward(batch, loss_fn="foo"), "unknown loss_fn foo")
+    fine = tc.forward_async(batch).result(max_wait=20)  # the next seq id works (no gap left)
+    expect_user_error(lambda: tc.forward_backward(batch, config={"bogus_key": 1.0}),
+                      "cross_entropy with a bogus loss_fn_config key")
+    again = tc.forward(batch)
+    check(np.array_equal(all_logprobs(fine), all_logprobs(again)), "failed ops changed the model")
+    no_target = [wc.Datum(d.tokens, weights=d.inputs["weights"]) for d in batch]
+    expect_user_error(lambda: tc.forward_backward(no_target), "cross_entropy without target_tokens")
+    tc.forward(batch)
+    return type(e).__name__
+
+
+def check_lr_zero(wire, batch):
+    tc = new_client(wire, rank=8, seed=0)
+    tc.train(batch, [LR])  # non-zero LoRA B so updates show
+    before = tc.forward(batch)
+    tc.forward_backward(batch)
+    tc.optim_step(0.0)
+    after = tc.forward(batch)
+    check_close(all_logprobs(after), all_logprobs(before), 1e-5, "lr 0 optim_step changed logprobs")
+    tc.forward_backward(batch)
+    tc.optim_step(1e-3)
+    moved = tc.forward(batch)
+    check(np.max(np.abs(all_logprobs(moved) - all_logprobs(after))) > 1e-5, "lr 1e-3 step changed nothing")
+    return [tc.forward_backward(batch)]
+
+
+def check_unknown_model(wire):
+    r = wire.request("POST", "/api/v1/get_info", b'{"model_id":"nope","type":"get_info"}')
+    pc.check_json_error(r, (404, 400), "get_info of an unknown model")
+    try:
+        wire.optim_step("no-such-model", 1, LR)
+        raise AssertionError("optim_step on an unknown model accepted")
+    except ApiError as e:
+        check(e.status in (400, 404, 422), "optim_step on unknown model: HTTP %d" % e.status)
+
+
+def run(ctx):
+    srv = ctx.start_server(extra=["--poll-timeout-seconds", "1", "--max-body-bytes", str(MAX_BODY)])
+    wire = srv.wire()
+    sid = wire.create_session()
+    batch = sft_batch(seed=4, n=2, length=12)
+    ctx.case("client/config, healthz, telemetry, heartbeat literals", pc.check_service_literals, wire, sid)
+    ctx.case("retrieve_future of an unknown id -> 404 JSON", pc.check_unknown_future, wire)
+    ctx.case("idempotent resend; same seq_id other body -> 4xx", check_idempotency, wire, batch)
+    ctx.case("early arrivals wait for the missing seq_id", check_early_arrivals, wire, batch)
+    ctx.case("barrier [fb, optim, fb, optim]", check_barrier, wire, batch)
+    failed_as = ctx.case("failed futures are user errors; model keeps working", check_failed_futures,
+                         wire, batch)
+    results = ctx.case("optim_step lr 0 keeps logprobs, lr 1e-3 moves them", check_lr_zero, wire, batch)
+    if results:
+        ctx.case("metric keys name:reduction", pc.check_metric_keys, results)
+
+    tc = new_client(wire, rank=8, session_id=sid, model_seq_id=5)
+    ctx.case("results as protobuf / legacy JSON; legacy JSON requests", pc.check_result_encodings,
+             wire, tc, batch)
+    ctx.case("malformed protobuf / zstd / JSON -> 400 JSON", pc.check_bad_bodies, wire, tc, batch)
+    ctx.case("oversized body -> 413 JSON", pc.check_oversized, srv, tc, MAX_BODY)
+    ctx.case("model still works after rejected bodies", tc.forward, batch)
+    ctx.case("checkpoint REST routes with '/' and ':'", pc.check_rest_routes, wire, tc)
+    ctx.case("pending poll -> try_again JSON under Accept protobuf", pc.check_pending_poll, wire, tc, batch)
+    ctx.case("unknown model -> 4xx", check_unknown_model, wire)
+    ctx.case("unload_model, then calls fail", pc.check_unload, wire, batch)
+    ctx.case("session expiry unloads the model, keeps checkpoints", pc.check_session_expiry, ctx, batch)
+    ctx.finish()
+    return "all protocol cases pass (bad loss_fn reported as %s)" % failed_as
