@@ -24,3 +24,6 @@ echo "bench: plain PyTorch eager LoRA step (padded, HF+PEFT style)" >&2
 "$PYTHON" bench/pytorch_baseline.py "$MODELS/smollm135m-f32" --steps "$STEPS" | tee -a "$OUT"
 
 "$PYTHON" bench/report.py "$OUT"
+
+echo "bench: Tinker API round trip and 1,000 held retrieve_future polls (tests/e2e load scenario)" >&2
+"$PYTHON" tests/e2e/run.py --build "$BUILD" load

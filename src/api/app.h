@@ -123,6 +123,10 @@ class App {
     Result<json> save_weights(Call & call);
     Result<json> save_weights_for_sampler(Call & call);
     Result<json> load_weights(Call & call);
+    // On the engine thread: write a checkpoint's files and row, then complete the future.
+    void store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
+                          const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,
+                          const std::string & request_id, const std::string & result_type);
     Result<json> create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
                                               bool with_optimizer);
     Result<json> weights_info(Call & call);
@@ -143,6 +147,7 @@ class App {
     Result<json> get_session(Call & call);
     Result<json> set_session_project(Call & call);
     Result<json> get_sampler(Call & call);
+    Result<TinkerPath> owned_checkpoint_path(Call & call);
     void download_archive(Call & call, http::Respond respond);
 
     // futures_handler.cpp: retrieve_future and the ordered submission of operations.
@@ -150,6 +155,8 @@ class App {
     // Submits `op` as (run, seq_id) under a new future of `request_type`; answers {"request_id", "model_id"}.
     Result<json> submit_ordered(Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
                                 const std::function<scheduler::Op(const std::string & request_id)> & make_op);
+    // find_live_run of the body's "model_id".
+    Result<RunPtr> run_of_body(Call & call);
     // The run named by the body's model_id, owned by the caller, loaded and ready.
     Result<RunPtr> find_live_run(const std::string & tenant, const std::string & model_id);
     // Marks a seq_id as used when its request is refused at submission (so later ones still run).

@@ -17,8 +17,34 @@ std::optional<double> expiry_from_ttl(const std::optional<int64_t> & ttl_seconds
 
 }  // namespace
 
+// On the engine thread: writes the checkpoint files, records the row, completes the future with its path.
+void App::store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
+                           const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,
+                           const std::string & request_id, const std::string & result_type) {
+    store::CheckpointRow row;
+    row.run_id = run.row.run_id;
+    row.checkpoint_id = path.checkpoint_id();
+    row.checkpoint_type = path.kind == "weights" ? "training" : "sampler";
+    row.tenant = tenant;
+    row.dir = store::checkpoint_dir(options_.data_dir, row.run_id, path.kind, path.name);
+    row.created_at = now_seconds();
+    row.expires_at = expiry_from_ttl(ttl_seconds, row.created_at);
+    auto size = store::write_checkpoint(row.dir, adapter_config(run), tensors, overwrite);
+    if (!size.ok()) {
+        fail_future(request_id, size.error());
+        return;
+    }
+    row.size_bytes = *size;
+    auto stored = db_->upsert_checkpoint(row);
+    if (!stored.ok()) {
+        fail_future(request_id, stored.error());
+        return;
+    }
+    futures_->complete(request_id, json{{"path", path.str()}, {"type", result_type}}.dump());
+}
+
 Result<json> App::save_weights(Call & call) {
-    auto run = find_live_run(call.tenant, call.body.value("model_id", ""));
+    auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
     }
@@ -47,32 +73,13 @@ Result<json> App::save_weights(Call & call) {
         [this, run = *run, name = *name, ttl = *ttl, overwrite = *overwrite, tenant](const std::string & id) {
             scheduler::Op op;
             op.run = [this, run, name, ttl, overwrite, tenant, id](engine::Engine & engine) {
-                const TinkerPath path{run->row.run_id, "weights", name};
                 auto tensors = engine.export_adapter(run->adapter.load(), true);
                 if (!tensors.ok()) {
                     fail_future(id, tensors.error());
                     return;
                 }
-                store::CheckpointRow row;
-                row.run_id = run->row.run_id;
-                row.checkpoint_id = path.checkpoint_id();
-                row.checkpoint_type = "training";
-                row.tenant = tenant;
-                row.dir = store::checkpoint_dir(options_.data_dir, row.run_id, path.kind, name);
-                row.created_at = now_seconds();
-                row.expires_at = expiry_from_ttl(ttl, row.created_at);
-                auto size = store::write_checkpoint(row.dir, adapter_config(*run), *tensors, overwrite);
-                if (!size.ok()) {
-                    fail_future(id, size.error());
-                    return;
-                }
-                row.size_bytes = *size;
-                auto stored = db_->upsert_checkpoint(row);
-                if (!stored.ok()) {
-                    fail_future(id, stored.error());
-                    return;
-                }
-                futures_->complete(id, json{{"path", path.str()}, {"type", "save_weights"}}.dump());
+                const TinkerPath path{run->row.run_id, "weights", name};
+                store_checkpoint(*run, tenant, path, *tensors, ttl, overwrite, id, "save_weights");
             };
             return op;
         });
@@ -81,7 +88,7 @@ Result<json> App::save_weights(Call & call) {
 // Named: a PEFT adapter directory and a sampler checkpoint row. Unnamed: an ephemeral frozen snapshot
 // in memory, registered as sampler "<session>:sample:<sampling_session_seq_id>".
 Result<json> App::save_weights_for_sampler(Call & call) {
-    auto run = find_live_run(call.tenant, call.body.value("model_id", ""));
+    auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
     }
@@ -107,7 +114,7 @@ Result<json> App::save_weights_for_sampler(Call & call) {
     const std::string tenant = call.tenant;
     const std::optional<std::string> checkpoint_name = *name;
     const std::string sampler_id = run.value()->row.session_id + ":sample:" + std::to_string(sampler_seq->value_or(0));
-    const std::optional<double> expires_at = expiry_from_ttl(*ttl, now_seconds());
+    const std::optional<int64_t> ttl_seconds = *ttl;
     return submit_ordered(call, *run, *seq_id, "SaveWeightsForSampler", [=, this, run = *run](const std::string & id) {
         scheduler::Op op;
         op.run = [=, this](engine::Engine & engine) {
@@ -133,26 +140,7 @@ Result<json> App::save_weights_for_sampler(Call & call) {
                 return;
             }
             const TinkerPath path{run->row.run_id, "sampler_weights", *checkpoint_name};
-            store::CheckpointRow row;
-            row.run_id = run->row.run_id;
-            row.checkpoint_id = path.checkpoint_id();
-            row.checkpoint_type = "sampler";
-            row.tenant = tenant;
-            row.dir = store::checkpoint_dir(options_.data_dir, row.run_id, path.kind, *checkpoint_name);
-            row.created_at = now_seconds();
-            row.expires_at = expires_at;
-            auto size = store::write_checkpoint(row.dir, adapter_config(*run), *tensors, true);
-            if (!size.ok()) {
-                fail_future(id, size.error());
-                return;
-            }
-            row.size_bytes = *size;
-            auto stored = db_->upsert_checkpoint(row);
-            if (!stored.ok()) {
-                fail_future(id, stored.error());
-                return;
-            }
-            futures_->complete(id, json{{"path", path.str()}, {"type", "save_weights_for_sampler"}}.dump());
+            store_checkpoint(*run, tenant, path, *tensors, ttl_seconds, true, id, "save_weights_for_sampler");
         };
         return op;
     });
@@ -173,7 +161,7 @@ Result<json> App::load_weights(Call & call) {
         }
         return create_model_from_checkpoint(call, *checkpoint, *optimizer);
     }
-    auto run = find_live_run(call.tenant, call.body.value("model_id", ""));
+    auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
     }

@@ -33,6 +33,14 @@ Result<RunPtr> App::find_live_run(const std::string & tenant, const std::string 
     return run;
 }
 
+Result<RunPtr> App::run_of_body(Call & call) {
+    auto model_id = get_string(call.body, "model_id");
+    if (!model_id.ok()) {
+        return model_id.error();
+    }
+    return find_live_run(call.tenant, *model_id);
+}
+
 void App::skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id) {
     if (seq_id) {
         run->model->worker->skip(run->row.run_id, *seq_id);

@@ -40,6 +40,16 @@ bool accessible_scope(const http::Request & req) {
 
 }  // namespace
 
+// The checkpoint named by the URL's {run_id}/{kind}/{name}, which the caller must own.
+Result<TinkerPath> App::owned_checkpoint_path(Call & call) {
+    auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
+    if (!path.ok()) {
+        return path.error();
+    }
+    TRY_STATUS(find_checkpoint(call.tenant, *path, false));
+    return path;
+}
+
 json App::checkpoint_json(const store::CheckpointRow & row) const {
     return json{{"checkpoint_id", row.checkpoint_id},
                 {"checkpoint_type", row.checkpoint_type},

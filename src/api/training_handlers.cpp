@@ -134,6 +134,13 @@ Result<json> App::get_info(Call & call) {
     if (!row.ok()) {
         return row.error();
     }
+    {  // a training client exists only while its model is in memory (REST get_training_run still works)
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = runs_.find(*model_id);
+        if (it == runs_.end() || !it->second->loaded) {
+            return not_found("model '" + *model_id + "' is not loaded (unloaded, expired session or restart)");
+        }
+    }
     std::string arch;
     if (ServedModel * model = find_model(row->base_model)) {
         arch = model->engine->config().architecture;
@@ -144,18 +151,15 @@ Result<json> App::get_info(Call & call) {
 }
 
 Result<json> App::unload_model(Call & call) {
-    auto model_id = get_string(call.body, "model_id");
-    if (!model_id.ok()) {
-        return model_id.error();
-    }
-    auto run = find_live_run(call.tenant, *model_id);
+    auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
     }
-    const std::string request_id = create_future(call.tenant, "UnloadModel", *model_id);
+    const std::string model_id = run.value()->row.run_id;
+    const std::string request_id = create_future(call.tenant, "UnloadModel", model_id);
     unload_run(*run, "unload_model");
-    futures_->complete(request_id, json{{"model_id", *model_id}, {"type", "unload_model"}}.dump());
-    return json{{"request_id", request_id}, {"model_id", *model_id}};
+    futures_->complete(request_id, json{{"model_id", model_id}, {"type", "unload_model"}}.dump());
+    return json{{"request_id", request_id}, {"model_id", model_id}};
 }
 
 // Decodes the body by Content-Type / Content-Encoding and queues it in seq_id order.
@@ -216,11 +220,7 @@ Result<json> App::forward_legacy(Call & call) {
 }
 
 Result<json> App::optim_step(Call & call) {
-    auto model_id = get_string(call.body, "model_id");
-    if (!model_id.ok()) {
-        return model_id.error();
-    }
-    auto run = find_live_run(call.tenant, *model_id);
+    auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
     }

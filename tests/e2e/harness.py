@@ -44,7 +44,8 @@ class Server:
         self.extra = list(extra)
         self.own_data_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="tinkerd-e2e-data-")
-        self.log_path = os.path.join(tempfile.gettempdir(), "%s-%d.log" % (name, os.getpid()))
+        fd, self.log_path = tempfile.mkstemp(prefix=name + "-", suffix=".log")
+        os.close(fd)
         self.name, self.proc, self.port, self._log = name, None, None, None
         self.starts = 0
 

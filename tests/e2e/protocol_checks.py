@@ -53,6 +53,8 @@ def check_pending_poll(wire, tc, batch):
           "pending poll: HTTP %d %r %r" % (r.status, r.content_type, r.body[:200]))
     obj = r.json()
     check(obj.get("type") == "try_again" and obj.get("request_id") == rid, "pending poll body %r" % obj)
+    check(obj.get("queue_state") in ("active", "paused_capacity", "paused_rate_limit"),
+          "try_again queue_state %r" % obj.get("queue_state"))
     check(took < 5, "pending poll held %.1f s with --poll-timeout-seconds 1" % took)
     check(0.5 < took, "pending poll answered in %.2f s: not a long-poll" % took)
     return rid
@@ -164,3 +166,67 @@ def check_metric_keys(results):
         for k in r.metrics:
             check(k.count(":") == 1, "metric key %r" % k)
             check(np.isfinite(r.metrics[k]), "metric %s = %r" % (k, r.metrics[k]))
+
+
+def rl_datums(batch, lp, seed):
+    """The batch's tokens as RL datums: sampling logprobs = current logprobs + noise, advantages +-1."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d, cur in zip(batch, lp):
+        samp = (cur + rng.normal(0, 0.3, cur.shape)).astype(np.float32)
+        adv = rng.choice([-1.0, 0.5, 1.0], size=cur.shape).astype(np.float32)
+        out.append(wc.Datum(d.tokens, target_tokens=d.inputs["target_tokens"], logprobs=samp, advantages=adv))
+    return out
+
+
+def expected_rl_loss(name, cfg, lp, d):
+    samp, adv = d.inputs["logprobs"].astype(np.float64), d.inputs["advantages"].astype(np.float64)
+    lp = lp.astype(np.float64)
+    r = np.exp(lp - samp)
+    if name == "importance_sampling":
+        return -np.sum(r * adv)
+    if name == "ppo":
+        lo, hi = cfg.get("clip_low_threshold", 0.8), cfg.get("clip_high_threshold", 1.2)
+        return -np.sum(np.minimum(r * adv, np.clip(r, lo, hi) * adv))
+    if name == "cispo":
+        lo, hi = cfg.get("clip_low_threshold", 0.0), cfg.get("clip_high_threshold", 4.0)
+        return -np.sum(np.clip(r, lo, hi) * lp * adv)
+    if name == "dro":
+        return -np.sum(lp * adv - 0.5 * cfg["beta"] * (lp - samp) ** 2)
+    raise ValueError(name)
+
+
+def check_loss_functions(wire, batch):
+    """Each Tinker loss through the wire: loss:sum equals its formula on the returned logprobs, and
+    the returned logprobs equal cross_entropy's. Also (N, K) cross_entropy with sparse CSR inputs."""
+    tc = new_client(wire, rank=8, seed=3)
+    tc.train(batch, [1e-2])
+    ce = tc.forward(batch)
+    lp = [ce.logprobs(i) for i in range(len(batch))]
+    data = rl_datums(batch, lp, seed=8)
+    cases = [("importance_sampling", {}), ("ppo", {}),
+             ("ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}), ("cispo", {}),
+             ("cispo", {"clip_low_threshold": 0.5, "clip_high_threshold": 1.5}), ("dro", {"beta": 0.1})]
+    for name, cfg in cases:
+        res = tc.forward(data, loss_fn=name, config=cfg or None)
+        check_close(all_logprobs(res), np.concatenate(lp), 1e-5, "%s logprobs vs cross_entropy" % name)
+        want = sum(expected_rl_loss(name, cfg, res.logprobs(i), d) for i, d in enumerate(data))
+        check_close(res.metrics["loss:sum"], want, 1e-4, "%s %r loss:sum vs formula" % (name, cfg))
+    k_targets, k_weights = [], []
+    rng = np.random.default_rng(4)
+    for d in batch:
+        n = len(d.tokens)
+        k_targets.append(rng.integers(1, 200, size=(n, 3)))
+        w = np.zeros((n, 3), dtype=np.float32)
+        w[rng.random((n, 3)) < 0.4] = 0.5
+        k_weights.append(w)
+    topk = [wc.Datum(d.tokens, sparse=("weights",), target_tokens=t, weights=w)
+            for d, t, w in zip(batch, k_targets, k_weights)]
+    res = tc.forward(topk)
+    for i, w in enumerate(k_weights):
+        check(res.logprobs(i).shape == w.shape, "(N, K) logprobs shape %s" % (res.logprobs(i).shape,))
+    want = -sum(np.sum(res.logprobs(i).astype(np.float64) * w) for i, w in enumerate(k_weights))
+    check_close(res.metrics["loss:sum"], want, 1e-4, "(N, K) cross_entropy loss:sum")
+    for i, d in enumerate(batch):  # column k of (N,K) targets gives the same logprob as a 1-D target
+        col = tc.forward([wc.Datum(d.tokens, target_tokens=k_targets[i][:, 0], weights=np.ones(len(d.tokens)))])
+        check_close(res.logprobs(i)[:, 0], col.logprobs(0), 1e-5, "(N,K) column 0 vs 1-D targets")

@@ -73,14 +73,14 @@ def with_polls(srv, ids, tc, batch):
     return times, stats
 
 
-def round_trip_ms(tc, n=50):
+def round_trip_ms(tc, n=50, forward_only=False):
     """Median and p90 of one 1-token forward_backward, submit + poll, and the median submit alone."""
     one = [wc.Datum([5], target_tokens=[6], weights=[1.0])]
-    tc.forward_backward(one)  # warm-up
+    tc.forward_backward_async(one, forward_only=forward_only).result()  # warm-up
     total, submit = [], []
     for _ in range(n):
         t0 = time.perf_counter()
-        fut = tc.forward_backward_async(one)
+        fut = tc.forward_backward_async(one, forward_only=forward_only)
         t1 = time.perf_counter()
         fut.result()
         t2 = time.perf_counter()
@@ -102,9 +102,10 @@ def run(ctx):
     base = timed_steps(tc, batch, STEPS, ROUNDS)
     ids, distinct = pending_futures(wire, POLLS)
     loaded, stats = with_polls(srv, ids, tc, batch)
+    base += timed_steps(tc, batch, STEPS, ROUNDS)  # baseline before and after: cancels drift
     b, l = statistics.median(base), statistics.median(loaded)
-    ctx.note("step median %.1f ms without polls, %.1f ms with %d polls (total %.2f s vs %.2f s)"
-             % (b * 1000, l * 1000, POLLS, sum(base), sum(loaded)))
+    ctx.note("step median %.1f ms without polls, %.1f ms with %d polls (%d vs %d steps)"
+             % (b * 1000, l * 1000, POLLS, len(base), len(loaded)))
     ctx.note("poll answers: %d try_again, %d results, %d invalid; longest hold %.1f s; %d distinct futures"
              % (stats["try_again"], stats["result"], stats["invalid"], stats["max_hold"], distinct))
     check(stats["invalid"] == 0, "invalid poll answers: %s" % stats["examples"])
@@ -117,5 +118,7 @@ def run(ctx):
     med, p90, sub = round_trip_ms(tc)
     print("ROUND_TRIP forward_backward 1-token submit+poll: median %.2f ms, p90 %.2f ms "
           "(submit alone %.2f ms)" % (med, p90, sub))
+    fmed, fp90, _ = round_trip_ms(tc, forward_only=True)
+    print("ROUND_TRIP forward (forward_only) 1-token submit+poll: median %.2f ms, p90 %.2f ms" % (fmed, fp90))
     return "step %.1f -> %.1f ms under %d polls; round trip %.2f ms (p90 %.2f, submit %.2f)" % (
         b * 1000, l * 1000, POLLS, med, p90, sub)

@@ -1,6 +1,7 @@
 # Protocol cases of server-anchors §10 (5-8, 11-13): idempotent resends, seq_id conflicts, early
 # arrivals, the fb/optim barrier, futures (unknown, failed, pending, encodings), lr-0 steps, unload,
-# session expiry, error bodies (401/404/413/400), literals, REST routing. Server: --poll-timeout 1.
+# session expiry, error bodies (404/413/400), literals, REST routing, loss formulas. Server: --poll-timeout 1.
+import threading
 import time
 
 import numpy as np
@@ -47,6 +48,34 @@ def check_idempotency(wire, batch):
     expect_status(lambda: wire.optim_step(tc.model_id, tc.seq, 0.5), (400, 422),
                   "optim_step reusing a forward_backward's seq_id")
     tc.forward(batch)  # the model still works with the next seq id
+    check_concurrent_conflict(wire, tc, batch)
+
+
+def check_concurrent_conflict(wire, tc, batch):
+    """Two different bodies for one seq_id sent at once: exactly one is accepted, the other gets
+    400/422 (never 409/5xx, which the SDK retries for minutes)."""
+    seq = tc.next_seq()
+    bodies = [wc.encode_fb_request(tc.model_id, seq, batch, forward_only=True),
+              wc.encode_fb_request(tc.model_id, seq, sft_batch(seed=98), forward_only=True)]
+    outcomes = [None, None]
+
+    def send(i):
+        try:
+            outcomes[i] = wire.forward_backward_raw(bodies[i])
+        except ApiError as e:
+            outcomes[i] = e
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ok = [o for o in outcomes if isinstance(o, str)]
+    errs = [o for o in outcomes if isinstance(o, ApiError)]
+    check(len(ok) == 1 and len(errs) == 1, "concurrent conflicting submissions: %r" % outcomes)
+    check(errs[0].status in (400, 422) and errs[0].body, "conflict answered HTTP %d" % errs[0].status)
+    wire.retrieve(ok[0], "Forward")
+    tc.forward(batch)
 
 
 def poll_pending(wire, rid, kind):
@@ -101,6 +130,12 @@ def check_failed_futures(wire, batch):
     no_target = [wc.Datum(d.tokens, weights=d.inputs["weights"]) for d in batch]
     expect_user_error(lambda: tc.forward_backward(no_target), "cross_entropy without target_tokens")
     tc.forward(batch)
+    big_token = [wc.Datum([5, 10 ** 6], target_tokens=[6, 7], weights=[1, 1])]
+    expect_user_error(lambda: tc.forward_backward(big_token), "token id beyond the vocabulary")
+    bad_shape = [wc.Datum([5, 6, 7], target_tokens=[6, 7], weights=[1, 1])]
+    expect_user_error(lambda: tc.forward_backward(bad_shape), "target_tokens shorter than the input")
+    last = tc.forward_async(batch).result(max_wait=20)
+    check(np.array_equal(all_logprobs(fine), all_logprobs(last)), "failed ops changed the model")
     return type(e).__name__
 
 
@@ -142,6 +177,8 @@ def run(ctx):
     failed_as = ctx.case("failed futures are user errors; model keeps working", check_failed_futures,
                          wire, batch)
     results = ctx.case("optim_step lr 0 keeps logprobs, lr 1e-3 moves them", check_lr_zero, wire, batch)
+    ctx.case("loss functions: IS, PPO, CISPO, DRO formulas; (N, K) sparse cross_entropy",
+             pc.check_loss_functions, wire, batch)
     if results:
         ctx.case("metric keys name:reduction", pc.check_metric_keys, results)
 

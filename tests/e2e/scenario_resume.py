@@ -7,6 +7,7 @@ import json
 import os
 import struct
 import tarfile
+import time
 
 import numpy as np
 
@@ -154,6 +155,37 @@ def check_resumes(wire, sp, batch, a):
     return c
 
 
+def check_overwrite_and_expiry(wire, batch):
+    """A second save under one name needs overwrite=True (else a user error, never 409); a checkpoint
+    saved with ttl_seconds=1 disappears once it expires."""
+    tc = new_client(wire, rank=8)
+    tc.train(batch, [LR])
+    first = tc.save_state("same")
+    expect_user_error(lambda: tc.save_state("same"), "save_state twice under one name")
+    again = tc.save_state_async("same", overwrite=True).result()["path"]
+    check(again == first, "overwrite path %r vs %r" % (again, first))
+    short = tc.save_state("short", ttl_seconds=1)
+    check(checkpoints_by_id(wire.list_checkpoints(tc.model_id))["weights/short"].get("expires_at"), "ttl 1")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "weights/short" in checkpoints_by_id(wire.list_checkpoints(tc.model_id)):
+        time.sleep(0.5)
+    check("weights/short" not in checkpoints_by_id(wire.list_checkpoints(tc.model_id)),
+          "checkpoint with ttl_seconds=1 still listed after 10 s")
+    expect_status(lambda: wire.weights_info(short), (400, 404, 422), "weights_info of an expired checkpoint")
+    tc.forward(batch)  # the model is unaffected
+
+
+def check_pagination(wire):
+    runs = wire.list_training_runs(limit=100)
+    total = runs["cursor"]["total_count"]
+    check(total >= 2, "expected several runs, got %d" % total)
+    page = wire.list_training_runs(limit=1, offset=1)
+    check(len(page["training_runs"]) == 1 and page["cursor"].get("total_count") == total
+          and page["cursor"].get("offset") == 1 and page["cursor"].get("limit") == 1, "page %r" % page)
+    check(page["training_runs"][0]["training_run_id"] == runs["training_runs"][1]["training_run_id"],
+          "offset 1 is not the second run")
+
+
 def check_used_model_load(tc, sp):
     expect_user_error(lambda: tc.load_state(sp, optimizer=True), "load_weights on a used model")
 
@@ -171,6 +203,8 @@ def run(ctx):
     ctx.case("archive of the training checkpoint", check_archive, wire, sp)
     ctx.case("publish / unpublish / ttl", check_publish_ttl, wire, tc, sampler)
     ctx.case("delete; malformed paths", check_delete_and_bad_paths, wire, tc, sp, batch)
+    ctx.case("save name reuse needs overwrite; ttl expiry", check_overwrite_and_expiry, wire, batch)
+    ctx.case("training run pagination", check_pagination, wire)
     ctx.case("load_weights on a used model is refused", check_used_model_load, tc, sp)
     ctx.finish()
     return "A %s; B == A; C differs at 5-6 (%s); archive %s bytes" % (

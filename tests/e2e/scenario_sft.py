@@ -51,6 +51,19 @@ def check_chunked(tc, batch):
     check_close(fb_chunk.metrics["loss:sum"], fb_whole.metrics["loss:sum"], 1e-5, "chunked fb loss")
 
 
+def check_chunked_gradients(wire, batch):
+    """Gradients of 3 chunks accumulate to the unchunked gradient: after one optim_step the two
+    models (same seed) give the same logprobs."""
+    whole = new_client(wire, rank=8, seed=7)
+    chunked = new_client(wire, rank=8, seed=7)
+    whole.forward_backward(batch)
+    whole.optim_step(LR)
+    chunked.forward_backward_async(batch, chunks=3).result()
+    chunked.optim_step(LR)
+    a, b = whole.forward(batch), chunked.forward(batch)
+    check_close(all_logprobs(b), all_logprobs(a), 1e-5, "after a chunked vs an unchunked step")
+
+
 def train_loop(tc, batch):
     nll, losses = [], []
     for _ in range(STEPS):
@@ -65,7 +78,7 @@ def train_loop(tc, batch):
     return nll, losses
 
 
-def check_saves(tc, wire):
+def check_saves(tc, wire, session_id):
     res = tc.save_weights_for_sampler("final")
     path = res.get("path", "")
     check(path == "tinker://%s/sampler_weights/final" % tc.model_id, "sampler path %r" % path)
@@ -76,6 +89,10 @@ def check_saves(tc, wire):
     s = wire.get_sampler(sid)
     check(s.get("base_model") == BUILTIN_MODEL, "samplers/%s: %r" % (sid, s))
     check(s.get("sampler_id") == sid, "samplers/%s sampler_id %r" % (sid, s.get("sampler_id")))
+    sess = wire.get_session(session_id)
+    check(tc.model_id in sess.get("training_run_ids", []) and sid in sess.get("sampler_ids", []),
+          "sessions/%s: %r" % (session_id, sess))
+    check(session_id in wire.list_sessions(limit=100).get("sessions", []), "session not listed")
     return path
 
 
@@ -149,8 +166,9 @@ def run(ctx):
     ctx.case("forward deterministic, loss:sum = -sum(lp*w), forward leaves fb alone", check_forward,
              other, batch)
     ctx.case("chunked forward/forward_backward (seq 2,3 then 1)", check_chunked, other, batch)
+    ctx.case("chunked gradients accumulate like one batch", check_chunked_gradients, wire, batch)
     zs = ctx.case("zstd forward_backward body", check_zstd, other, batch, config)
-    path = ctx.case("save_weights_for_sampler named/unnamed, samplers/{id}", check_saves, tc, wire)
+    path = ctx.case("save_weights_for_sampler named/unnamed, samplers/{id}", check_saves, tc, wire, sid)
     stories = ctx.case("stories260K: golden logprobs and SFT", check_stories, ctx)
     ctx.finish()
     return "NLL %.3f -> %.3f in %d steps; pipelined == sequential; chunks ok; %s; %s; %s" % (

@@ -6,7 +6,8 @@ import os
 import tempfile
 import threading
 
-from harness import all_logprobs, check, check_close, expect_status, mean_nll, new_client, sft_batch
+from harness import (all_logprobs, check, check_close, expect_status, expect_user_error, mean_nll, new_client,
+                     sft_batch)
 
 STEPS = 10
 
@@ -36,9 +37,17 @@ def check_isolation(alice, bob, tc, request_id, sp):
     check(r.status == 404 and r.body, "bob polls alice's future: HTTP %d %r" % (r.status, r.body[:200]))
     expect_status(lambda: bob.forward_backward(run, tc.seq + 1, sft_batch(seed=5, n=1)), (404,),
                   "bob's forward_backward on alice's model")
+    sid = run.split(":")[0]  # the SDK's model id format: <session>:train:<n>
+    expect_status(lambda: bob.get_session(sid), (404,), "bob gets alice's session")
+    check(sid not in bob.list_sessions(limit=100).get("sessions", []), "bob lists alice's session")
     bob_runs = [x["training_run_id"] for x in bob.list_training_runs(limit=100)["training_runs"]]
     check(run not in bob_runs, "bob's list_training_runs shows alice's run")
     expect_status(lambda: bob.weights_info(sp), (404,), "bob's weights_info on an unpublished checkpoint")
+    thief = new_client(bob, rank=4)
+    expect_user_error(lambda: thief.load_state(sp), "bob loads alice's unpublished checkpoint")
+    expect_status(lambda: bob.archive_url(sp), (404,), "bob's archive URL of alice's checkpoint")
+    expect_status(lambda: bob.delete_checkpoint(sp), (404,), "bob deletes alice's checkpoint")
+    expect_status(lambda: bob.publish(sp), (404,), "bob publishes alice's checkpoint")
     check(alice.get_training_run(run)["training_run_id"] == run, "alice gets her own run")
 
 
@@ -52,6 +61,8 @@ def check_published(alice, bob, tc, sp, batch):
     mine.load_state(sp)
     check_close(all_logprobs(mine.forward(batch)), all_logprobs(tc.forward(batch)), 1e-6,
                 "bob's copy of alice's published checkpoint")
+    expect_status(lambda: bob.delete_checkpoint(sp), (403, 404), "bob deletes alice's published checkpoint")
+    expect_status(lambda: bob.unpublish(sp), (403, 404), "bob unpublishes alice's checkpoint")
     alice.unpublish(sp)
     expect_status(lambda: bob.weights_info(sp), (404,), "bob's weights_info after unpublish")
 

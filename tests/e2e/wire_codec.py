@@ -4,6 +4,7 @@
 # SDK's chunk-metric combination. The generated tinker_public_pb2 comes from <build>/python or protoc.
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,8 +24,9 @@ class ProtocolError(Exception):
 
 
 def source_dir():
+    """The tinkerd source tree: $TINKERD_SOURCE_DIR when it holds the proto, else this file's repo."""
     env = os.environ.get("TINKERD_SOURCE_DIR")
-    if env:
+    if env and os.path.exists(os.path.join(env, "src", "wire", "tinker_public.proto")):
         return env
     return os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -46,10 +48,13 @@ def pb2():
         if os.path.exists(os.path.join(d, "tinker_public_pb2.py")):
             return _import_from(d)
     out = tempfile.mkdtemp(prefix="tinker-e2e-pb2-")
-    wire = os.path.join(source_dir(), "src", "wire")
-    subprocess.run(["protoc", "--python_out=" + out, "-I", wire,
-                    os.path.join(wire, "tinker_public.proto")], check=True)
-    return _import_from(out)
+    try:
+        wire = os.path.join(source_dir(), "src", "wire")
+        subprocess.run(["protoc", "--python_out=" + out, "-I", wire,
+                        os.path.join(wire, "tinker_public.proto")], check=True)
+        return _import_from(out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _import_from(d):
