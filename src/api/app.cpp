@@ -93,6 +93,7 @@ void App::stop() {
     if (!started_) {
         return;
     }
+    shutting_down_ = true;
     {
         std::lock_guard<std::mutex> lock(sweeper_mutex_);
         stopping_ = true;

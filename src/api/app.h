@@ -207,6 +207,7 @@ class App {
     std::condition_variable sweeper_wake_;
     bool stopping_ = false;
     bool started_ = false;
+    std::atomic<bool> shutting_down_{false};  // set before the workers cancel their queued ops
 };
 
 }  // namespace tinkerd::api

@@ -169,6 +169,12 @@ Result<json> App::load_weights(Call & call) {
     if (!seq_id.ok()) {
         return seq_id.error();
     }
+    if (*seq_id > 1) {  // as the official service: only a model's first request may load weights
+        skip_seq(*run, *seq_id);
+        return invalid_argument("LoadWeights is not permitted with seq_id " + std::to_string(*seq_id) +
+                                ": load_weights must be a model's first request; create a new training client "
+                                "from the checkpoint (create_training_client_from_state[_with_optimizer])");
+    }
     if (!checkpoint.ok()) {
         skip_seq(*run, *seq_id);
         return checkpoint.error();

@@ -51,8 +51,8 @@ Result<json> App::submit_ordered(Call & call, const RunPtr & run, int64_t seq_id
                                  const std::function<scheduler::Op(const std::string & request_id)> & make_op) {
     const std::string request_id = futures_->create(call.tenant, request_type);
     scheduler::Op op = make_op(request_id);
-    op.on_cancel = [this, request_id](const std::string & reason) {
-        futures_->fail(request_id, "request cancelled: " + reason, "user");
+    op.on_cancel = [this, request_id](const std::string & reason) {  // unload, expiry (user) or shutdown (server)
+        futures_->fail(request_id, "request cancelled: " + reason, shutting_down_ ? "server" : "user");
     };
     const std::string digest = body_digest(call.req.body);
     // Recorded before the op can run, so its completion always finds the row.

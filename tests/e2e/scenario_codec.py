@@ -11,7 +11,8 @@ import zstandard
 
 import wire_codec as wc
 from harness import check, check_abs
-from tinker_wire import RequestFailed, TinkerWire, parse_tinker_path
+from rest_models import validate_checkpoint
+from tinker_wire import RequestFailed, TinkerWire, parse_tinker_path, strict_json
 
 
 def test_request_encoding():
@@ -143,6 +144,29 @@ def test_poll_loop():
         srv.shutdown()
 
 
+def test_strict_validation():
+    for bad in ('{"loss": NaN}', '{"x": Infinity}'):
+        try:
+            strict_json(bad)
+            raise AssertionError("%s accepted" % bad)
+        except wc.ProtocolError:
+            pass
+    good = {"checkpoint_id": "weights/a", "checkpoint_type": "training", "time": "2026-11-22T17:03:09.847Z",
+            "tinker_path": "tinker://r/weights/a", "expires_at": None}
+    validate_checkpoint(good)
+    for key, value in (("time", "yesterday"), ("checkpoint_type", "other"), ("tinker_path", None)):
+        bad = dict(good)
+        if value is None:
+            del bad[key]
+        else:
+            bad[key] = value
+        try:
+            validate_checkpoint(bad)
+            raise AssertionError("checkpoint %r accepted" % bad)
+        except wc.ProtocolError:
+            pass
+
+
 def test_zstd():
     raw = wc.encode_fb_request("m", 1, [wc.Datum(range(30), target_tokens=range(30), weights=[1] * 30)])
     check(zstandard.ZstdDecompressor().decompress(zstandard.ZstdCompressor().compress(raw)) == raw, "zstd")
@@ -150,7 +174,7 @@ def test_zstd():
 
 def run(ctx):
     tests = [test_request_encoding, test_sparse, test_output_decoding, test_metric_rules,
-             test_poll_loop, test_zstd]
+             test_poll_loop, test_strict_validation, test_zstd]
     for t in tests:
         t()
     return "%d offline client checks" % len(tests)

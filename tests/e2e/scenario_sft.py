@@ -88,7 +88,7 @@ def check_saves(tc, wire, session_id):
     check(isinstance(sid, str) and sid, "unnamed save: %r" % unnamed)
     s = wire.get_sampler(sid)
     check(s.get("base_model") == BUILTIN_MODEL, "samplers/%s: %r" % (sid, s))
-    check(s.get("sampler_id") == sid, "samplers/%s sampler_id %r" % (sid, s.get("sampler_id")))
+    check(s.get("sampler_id") == sid and "model_path" in s, "samplers/%s: %r" % (sid, s))
     sess = wire.get_session(session_id)
     check(tc.model_id in sess.get("training_run_ids", []) and sid in sess.get("sampler_ids", []),
           "sessions/%s: %r" % (session_id, sess))

@@ -12,6 +12,8 @@ import zlib
 import zstandard
 
 import wire_codec as wc
+from rest_models import (check_datetime, validate_checkpoint_list, validate_cursor,
+                         validate_training_run)
 
 SDK_HEADERS = {
     "User-Agent": "AsyncTinker/Python 0.25.0",
@@ -29,6 +31,15 @@ PROTO_TYPES = ("ForwardBackward", "Forward", "Sample")
 PROTO = "application/x-protobuf"
 
 
+def _reject_constant(name):
+    raise wc.ProtocolError("JSON holds %s: the SDK's orjson parser rejects NaN/Infinity" % name)
+
+
+def strict_json(data):
+    """json.loads that refuses NaN and Infinity, like orjson in the SDK."""
+    return json.loads(data, parse_constant=_reject_constant)
+
+
 class ApiError(Exception):
     """An HTTP status >= 400 (what the SDK turns into BadRequestError, NotFoundError, ...)."""
 
@@ -38,7 +49,7 @@ class ApiError(Exception):
         self.body = body
 
     def json(self):
-        return json.loads(self.body)
+        return strict_json(self.body)
 
 
 class RequestFailed(Exception):
@@ -67,7 +78,7 @@ class Response:
         return self.headers.get("content-type", "")
 
     def json(self):
-        return json.loads(self.body)
+        return strict_json(self.body)
 
 
 class Connection:
@@ -350,24 +361,28 @@ class TinkerWire:
     def _json_result(r, request_id):
         if "application/json" not in r.content_type:
             raise wc.ProtocolError("retrieve_future %s: Content-Type %r" % (request_id, r.content_type))
-        obj = json.loads(r.body)
+        obj = strict_json(r.body)
         if not isinstance(obj, dict):
             raise wc.ProtocolError("retrieve_future %s: not an object: %r" % (request_id, obj))
         return obj
 
-    # ------------------------------------------------------------ REST
+    # ------------------------------------------------------------ REST (validated like the SDK's models)
 
     def list_training_runs(self, limit=20, offset=0, access_scope="owned"):
-        return self.get("training_runs?limit=%d&offset=%d&access_scope=%s" % (limit, offset, access_scope))
+        obj = self.get("training_runs?limit=%d&offset=%d&access_scope=%s" % (limit, offset, access_scope))
+        validate_cursor(obj.get("cursor"), required=True)
+        for run in obj["training_runs"]:
+            validate_training_run(run)
+        return obj
 
     def get_training_run(self, run_id, access_scope="owned"):
-        return self.get("training_runs/%s?access_scope=%s" % (run_id, access_scope))
+        return validate_training_run(self.get("training_runs/%s?access_scope=%s" % (run_id, access_scope)))
 
     def list_checkpoints(self, run_id):
-        return self.get("training_runs/%s/checkpoints" % run_id)
+        return validate_checkpoint_list(self.get("training_runs/%s/checkpoints" % run_id))
 
     def list_user_checkpoints(self, limit=100, offset=0):
-        return self.get("checkpoints?limit=%d&offset=%d" % (limit, offset))
+        return validate_checkpoint_list(self.get("checkpoints?limit=%d&offset=%d" % (limit, offset)))
 
     def _ckpt(self, path):
         run, kind, name = parse_tinker_path(path)
@@ -395,6 +410,7 @@ class TinkerWire:
         obj = r.json()
         if "url" not in obj or "expires" not in obj:
             raise wc.ProtocolError("archive answer lacks url/expires: %r" % obj)
+        check_datetime(obj["expires"], "archive expires")
         return obj["url"]
 
     def fetch_url(self, url):
@@ -431,3 +447,4 @@ def parse_tinker_path(path):
     if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights"):
         raise ValueError("bad tinker path: %r" % path)
     return parts[0], parts[1], parts[2]
+
