@@ -257,7 +257,7 @@ Result<json> App::optim_step(Call & call) {
             for (const auto & [key, value] : out->metrics) {
                 metrics[key] = finite_or_null(value);
             }
-            futures_->complete(id, json{{"metrics", metrics}, {"type", "optim_step"}}.dump());
+            futures_->complete(id, json{{"metrics", metrics}}.dump());
         };
         return op;
     });
