@@ -2,6 +2,7 @@
 // the route table, authentication, and the lookups (runs, checkpoints, sessions) every handler shares.
 #include "api/app.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/log.h"
@@ -28,6 +29,7 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     TRY_STATUS(app->db_->mark_all_runs_unloaded());
 
     scheduler::FutureTableOptions future_options;
+    future_options.max_finished_in_memory = 2000;  // older results are answered from SQLite
     store::Database * db_ptr = app->db_.get();
     future_options.on_finish = [db_ptr](const std::string & id, const scheduler::FutureOutcome & outcome) {
         store::FutureRow row;
@@ -274,19 +276,45 @@ Result<store::CheckpointRow> App::find_checkpoint(const std::string & tenant, co
     return **row;
 }
 
-RunPtr App::register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec) {
+RunPtr App::register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec,
+                         std::string create_request_id) {
     auto run = std::make_shared<RunState>();
     run->row = std::move(row);
     run->model = model;
     run->spec = spec;
+    run->create_request_id = std::move(create_request_id);  // set before the run is visible to resends
     std::lock_guard<std::mutex> lock(mutex_);
     runs_[run->row.run_id] = run;
     return run;
 }
 
+void App::keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot) {
+    constexpr size_t MAX_SNAPSHOTS_PER_RUN = 8;
+    snapshot->created_at = now_seconds();
+    std::lock_guard<std::mutex> lock(mutex_);
+    snapshots_[sampler_id] = std::move(snapshot);
+    std::vector<std::pair<double, std::string>> of_run;  // (created_at, id) of the run's snapshots
+    const std::string & run_id = snapshots_[sampler_id]->run_id;
+    for (const auto & [id, s] : snapshots_) {
+        if (s->run_id == run_id) {
+            of_run.emplace_back(s->created_at, id);
+        }
+    }
+    std::sort(of_run.begin(), of_run.end());
+    for (size_t i = 0; i + MAX_SNAPSHOTS_PER_RUN < of_run.size(); ++i) {
+        snapshots_.erase(of_run[i].second);
+    }
+}
+
 void App::unload_run(const RunPtr & run, const std::string & reason) {
     if (!run->loaded.exchange(false)) {
         return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = snapshots_.begin(); it != snapshots_.end();) {
+            it = it->second->run_id == run->row.run_id ? snapshots_.erase(it) : std::next(it);
+        }
     }
     run->ready = false;
     run->model->worker->close_run(run->row.run_id, reason);

@@ -22,6 +22,7 @@
 #include "scheduler/worker.h"
 #include "store/checkpoint_files.h"
 #include "store/database.h"
+#include "wire/forward_backward_codec.h"
 
 namespace tinkerd::api {
 
@@ -58,8 +59,21 @@ struct RunState {
 };
 using RunPtr = std::shared_ptr<RunState>;
 
+// Runs an engine call on the engine thread, turning an exception (a torch error) into an INTERNAL error.
+template <typename T, typename F>
+Result<T> guarded_engine_call(F && call) {
+    try {
+        return call();
+    } catch (const std::exception & e) {
+        return internal_error(std::string("engine error: ") + e.what());
+    }
+}
+using AdapterId = engine::AdapterId;
+
 // A frozen copy of an adapter's weights for sampling (save_weights_for_sampler without a name).
 struct SamplerSnapshot {
+    std::string run_id;
+    double created_at = 0;
     std::string base_model;
     engine::LoraSpec spec;
     std::map<std::string, engine::HostTensor> tensors;
@@ -116,6 +130,8 @@ class App {
     Result<json> get_info(Call & call);
     Result<json> unload_model(Call & call);
     Result<json> forward_backward(Call & call);
+    Result<wire::ForwardBackwardRequest> decode_forward_backward(Call & call);
+    void release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id);
     Result<json> forward_legacy(Call & call);
     Result<json> optim_step(Call & call);
 
@@ -170,14 +186,17 @@ class App {
     Result<store::CheckpointRow> find_checkpoint(const std::string & tenant, const TinkerPath & path,
                                                  bool allow_public);
     Result<store::SessionRow> find_session(const std::string & tenant, const std::string & session_id);
-    RunPtr register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec);
+    RunPtr register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec,
+                        std::string create_request_id);
     void unload_run(const RunPtr & run, const std::string & reason);
+    // Keeps a sampler snapshot; a run keeps its MAX_SNAPSHOTS_PER_RUN newest ones in memory.
+    void keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot);
     void note_session_activity(const std::string & session_id);
     // A new pending future, also recorded in the database (so a restart can answer it).
     std::string create_future(const std::string & tenant, const std::string & request_type,
                               const std::string & run_id = "");
     json checkpoint_json(const store::CheckpointRow & row) const;
-    json training_run_json(const store::TrainingRunRow & row);
+    json training_run_json(const store::TrainingRunRow & row, const std::string & tenant);
     store::AdapterConfig adapter_config(const RunState & run) const;
 
     // sweeper.cpp: session expiry, checkpoint TTLs, pruning.

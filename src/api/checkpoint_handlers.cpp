@@ -29,7 +29,14 @@ void App::store_checkpoint(const RunState & run, const std::string & tenant, con
     row.dir = store::checkpoint_dir(options_.data_dir, row.run_id, path.kind, path.name);
     row.created_at = now_seconds();
     row.expires_at = expiry_from_ttl(ttl_seconds, row.created_at);
-    auto size = store::write_checkpoint(row.dir, adapter_config(run), tensors, overwrite);
+    auto existing = db_->get_checkpoint(row.run_id, row.checkpoint_id);
+    if (!overwrite && existing.ok() && existing->has_value()) {
+        fail_future(request_id,
+                    invalid_argument("checkpoint " + path.str() + " already exists (save with overwrite=true)"));
+        return;
+    }
+    // A directory without a row is what a crash between writing and recording leaves: replace it.
+    auto size = store::write_checkpoint(row.dir, adapter_config(run), tensors, true);
     if (!size.ok()) {
         fail_future(request_id, size.error());
         return;
@@ -128,10 +135,8 @@ Result<json> App::save_weights_for_sampler(Call & call) {
                 snapshot->base_model = run->row.base_model;
                 snapshot->spec = run->spec;
                 snapshot->tensors = std::move(tensors).value();
-                {
-                    std::lock_guard<std::mutex> lock(mutex_);
-                    snapshots_[sampler_id] = snapshot;
-                }
+                snapshot->run_id = run->row.run_id;
+                keep_snapshot(sampler_id, snapshot);
                 store::SamplerRow row{sampler_id, tenant,          run->row.session_id, run->row.base_model,
                                       "",         run->row.run_id, now_seconds()};
                 (void)db_->insert_sampler(row);
@@ -250,8 +255,11 @@ Result<json> App::create_model_from_checkpoint(Call & call, const store::Checkpo
             return;
         }
         auto contents = store::read_checkpoint(dir, with_optimizer);
-        auto imported = contents.ok() ? engine.import_adapter(run->adapter.load(), contents->tensors, with_optimizer)
-                                      : Result<void>(contents.error());
+        auto imported = contents.ok() ? guarded_engine_call<bool>([&]() -> Result<bool> {
+            auto status = engine.import_adapter(run->adapter.load(), contents->tensors, with_optimizer);
+            return status.ok() ? Result<bool>(true) : Result<bool>(status.error());
+        })
+                                      : Result<bool>(contents.error());
         if (!imported.ok()) {
             fail_future(request_id, imported.error());
             unload_run(run, "load_weights failed");
@@ -315,6 +323,14 @@ Result<json> App::create_sampling_session(Call & call) {
         return invalid_argument("base_model '" + base + "' is not served here (see get_server_capabilities)");
     }
     const std::string sampler_id = *session_id + ":sample:" + std::to_string(*sampler_seq);
+    auto existing = db_->get_sampler(sampler_id);
+    if (existing.ok() && existing->has_value()) {  // a resend
+        if ((*existing)->base_model != base || (*existing)->model_path != model_path->value_or("")) {
+            return invalid_argument("sampling_session_seq_id " + std::to_string(*sampler_seq) + " of session " +
+                                    *session_id + " was already used for another sampler");
+        }
+        return json{{"sampling_session_id", sampler_id}, {"type", "create_sampling_session"}};
+    }
     store::SamplerRow row{sampler_id, call.tenant, *session_id, base, model_path->value_or(""), "", now_seconds()};
     TRY_STATUS(db_->insert_sampler(row));
     return json{{"sampling_session_id", sampler_id}, {"type", "create_sampling_session"}};

@@ -114,6 +114,10 @@ void App::retrieve_future(Call & call, http::Respond respond) {
             response.status = 200;
             response.content_type = "application/x-protobuf";
             response.body = std::move(outcome.proto);
+        } else if (outcome.state == State::DONE && outcome.json.empty() && !outcome.proto.empty()) {
+            auto decoded = wire::decode_forward_backward_output_proto(outcome.proto);  // legacy JSON poll
+            response = decoded.ok() ? json_response(wire::encode_forward_backward_output_json(*decoded))
+                                    : error_response(decoded.error());
         } else if (outcome.state == State::DONE) {
             response = http::Response::json(200, std::move(outcome.json));
         } else {

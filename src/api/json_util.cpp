@@ -1,6 +1,7 @@
 // JSON field access, error responses, times, tinker:// paths and digests for the API handlers.
 #include "api/json_util.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -251,11 +252,14 @@ std::string body_digest(const std::string & body) {
 }
 
 std::string random_hex(size_t n_chars) {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    static thread_local std::random_device entropy;  // the kernel's CSPRNG: ids and archive links are bearer secrets
     static const char * digits = "0123456789abcdef";
     std::string out(n_chars, '0');
-    for (auto & c : out) {
-        c = digits[rng() & 15];
+    for (size_t i = 0; i < n_chars; i += 8) {
+        uint32_t bits = entropy();
+        for (size_t j = i; j < std::min(n_chars, i + 8); ++j, bits >>= 4) {
+            out[j] = digits[bits & 15];
+        }
     }
     return out;
 }

@@ -60,7 +60,8 @@ json App::checkpoint_json(const store::CheckpointRow & row) const {
                 {"expires_at", row.expires_at ? json(iso_time(*row.expires_at)) : json(nullptr)}};
 }
 
-json App::training_run_json(const store::TrainingRunRow & row) {
+json App::training_run_json(const store::TrainingRunRow & row, const std::string & tenant) {
+    const bool owner = row.tenant == tenant;
     json out = {{"training_run_id", row.run_id},
                 {"base_model", row.base_model},
                 {"model_owner", row.tenant},
@@ -71,8 +72,11 @@ json App::training_run_json(const store::TrainingRunRow & row) {
                 {"last_checkpoint", nullptr},
                 {"last_sampler_checkpoint", nullptr},
                 {"user_metadata", json::parse(row.user_metadata_json, nullptr, false)}};
-    if (out["user_metadata"].is_discarded()) {
-        out["user_metadata"] = nullptr;
+    if (out["user_metadata"].is_discarded() || !owner) {
+        out["user_metadata"] = nullptr;  // another tenant sees a published run, not its metadata
+    }
+    if (!owner) {
+        return out;
     }
     auto last = db_->last_checkpoint(row.run_id, "training");
     if (last.ok() && last->has_value()) {
@@ -96,7 +100,7 @@ Result<json> App::list_training_runs(Call & call) {
     }
     json list = json::array();
     for (const auto & row : runs->first) {
-        list.push_back(training_run_json(row));
+        list.push_back(training_run_json(row, call.tenant));
     }
     return json{{"training_runs", list}, {"cursor", cursor_json(*page, runs->second)}};
 }
@@ -106,7 +110,7 @@ Result<json> App::get_training_run(Call & call) {
     if (!row.ok()) {
         return row.error();
     }
-    return training_run_json(*row);
+    return training_run_json(*row, call.tenant);
 }
 
 Result<json> App::list_run_checkpoints(Call & call) {
@@ -152,7 +156,7 @@ Result<json> App::delete_checkpoint(Call & call) {
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
-    TRY_STATUS(db_->delete_checkpoint(path->run_id, path->checkpoint_id()));
+    TRY_STATUS(db_->delete_checkpoint(path->run_id, path->checkpoint_id()));  // row first, then files
     TRY_STATUS(store::remove_checkpoint(checkpoint->dir));
     LOG_INF("api", "deleted checkpoint %s", path->str().c_str());
     return json::object();

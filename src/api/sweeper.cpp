@@ -6,7 +6,7 @@
 namespace tinkerd::api {
 
 namespace {
-constexpr double FUTURE_RETENTION_SECONDS = 7 * 24 * 3600.0;
+constexpr double FUTURE_RETENTION_SECONDS = 24 * 3600.0;  // results stay pollable for a day
 }
 
 void App::sweeper_loop() {
@@ -77,13 +77,17 @@ void App::expire_checkpoints(double now) {
         return;
     }
     for (const auto & c : *expired) {
+        // The row goes first: a crash in between leaves files without a row (overwritten by the next
+        // save of that name), never a listed checkpoint without files.
+        if (!db_->delete_checkpoint(c.run_id, c.checkpoint_id).ok()) {
+            continue;
+        }
         auto removed = store::remove_checkpoint(c.dir);
         if (!removed.ok()) {
-            LOG_ERR("sweeper", "cannot delete expired checkpoint %s: %s", c.dir.c_str(),
+            LOG_ERR("sweeper", "cannot delete files of expired checkpoint %s: %s", c.dir.c_str(),
                     removed.error().message.c_str());
             continue;
         }
-        (void)db_->delete_checkpoint(c.run_id, c.checkpoint_id);
         LOG_INF("sweeper", "deleted expired checkpoint tinker://%s/%s", c.run_id.c_str(), c.checkpoint_id.c_str());
     }
 }

@@ -1,5 +1,7 @@
 // Handlers for training models: create_model (a new LoRA adapter on a served base model), get_info,
 // unload_model, forward_backward (protobuf, zstd or legacy JSON), forward (legacy) and optim_step.
+#include <cmath>
+
 #include "api/app.h"
 #include "common/log.h"
 #include "wire/forward_backward_codec.h"
@@ -72,6 +74,9 @@ Result<json> App::create_model(Call & call) {
     if (!session.ok()) {
         return session.error();
     }
+    if (session->expired) {
+        return not_found("session '" + *session_id + "' expired; create a new one");
+    }
     ServedModel * model = find_model(*base_model);
     if (model == nullptr) {
         return invalid_argument("base_model '" + *base_model + "' is not served here (see get_server_capabilities)");
@@ -104,16 +109,20 @@ Result<json> App::create_model(Call & call) {
     row.user_metadata_json = metadata->dump();
     row.created_at = row.last_request_time = now_seconds();
     TRY_STATUS(db_->insert_run(row));
-    RunPtr run = register_run(row, model, *spec);
-    run->create_request_id = create_future(call.tenant, "CreateModel", run_id);
+    RunPtr run = register_run(row, model, *spec, create_future(call.tenant, "CreateModel", run_id));
     model->worker->open_run(run_id, 1);
     note_session_activity(*session_id);
     const std::string request_id = run->create_request_id;
     model->worker->post([this, run, request_id](engine::Engine & engine) {
-        auto adapter = engine.create_adapter(run->spec);
+        auto adapter = guarded_engine_call<AdapterId>([&] { return engine.create_adapter(run->spec); });
         if (!adapter.ok()) {
             fail_future(request_id, adapter.error());
             unload_run(run, "creation failed");
+            return;
+        }
+        if (!run->loaded) {  // unloaded (expired session, shutdown) before this task ran
+            (void)engine.remove_adapter(*adapter);
+            fail_future(request_id, invalid_argument("model was unloaded before it was created"));
             return;
         }
         run->adapter = *adapter;
@@ -162,28 +171,52 @@ Result<json> App::unload_model(Call & call) {
     return json{{"request_id", request_id}, {"model_id", model_id}};
 }
 
-// Decodes the body by Content-Type / Content-Encoding and queues it in seq_id order.
-Result<json> App::forward_backward(Call & call) {
+// Decodes the body by Content-Type / Content-Encoding (protobuf, zstd, or the legacy JSON form).
+// A request refused for its data still names its model and seq_id: that seq_id is released (skip_seq)
+// so the run's later operations do not wait behind it forever.
+Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
     const http::Request & req = call.req;
-    Result<wire::ForwardBackwardRequest> decoded = internal_error("unreachable");
-    if (req.header("content-type").find("application/x-protobuf") != std::string::npos) {
-        std::string body = req.body;
-        if (req.header("content-encoding").find("zstd") != std::string::npos) {
-            auto plain = wire::zstd_decompress(req.body, options_.max_decompressed_bytes);
-            if (!plain.ok()) {
-                return plain.error();
-            }
-            body = std::move(plain).value();
-        }
-        decoded = wire::decode_forward_backward_proto(body);
-    } else {
+    if (req.header("content-type").find("application/x-protobuf") == std::string::npos) {
         auto body = parse_json_body(req.body);
         if (!body.ok()) {
             return body.error();
         }
         call.body = *body;
-        decoded = wire::decode_forward_backward_json(*body);
+        auto decoded = wire::decode_forward_backward_json(*body);
+        if (!decoded.ok() && body->contains("model_id") && body->contains("seq_id")) {
+            release_refused_seq(call.tenant, body->value("model_id", ""), (*body)["seq_id"]);
+        }
+        return decoded;
     }
+    std::string body = req.body;
+    if (req.header("content-encoding").find("zstd") != std::string::npos) {
+        auto plain = wire::zstd_decompress(req.body, options_.max_decompressed_bytes);
+        if (!plain.ok()) {
+            return plain.error();
+        }
+        body = std::move(plain).value();
+    }
+    auto decoded = wire::decode_forward_backward_proto(body);
+    if (!decoded.ok()) {
+        if (auto ids = wire::forward_backward_ids_proto(body)) {
+            release_refused_seq(call.tenant, ids->model_id, ids->seq_id);
+        }
+    }
+    return decoded;
+}
+
+void App::release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id) {
+    if (!seq_id.is_number_integer()) {
+        return;
+    }
+    auto run = find_live_run(tenant, model_id);
+    if (run.ok()) {
+        skip_seq(*run, seq_id.get<int64_t>());
+    }
+}
+
+Result<json> App::forward_backward(Call & call) {
+    auto decoded = decode_forward_backward(call);
     if (!decoded.ok()) {
         return decoded.error();
     }
@@ -207,8 +240,8 @@ Result<json> App::forward_backward(Call & call) {
                 fail_future(id, out.error());
                 return;
             }
-            futures_->complete(id, wire::encode_forward_backward_output_json(*out).dump(),
-                               wire::encode_forward_backward_output_proto(*out));
+            // Only the protobuf is kept; the legacy JSON form is built from it when a poll asks for JSON.
+            futures_->complete(id, "", wire::encode_forward_backward_output_proto(*out));
         };
         return op;
     });
@@ -255,7 +288,9 @@ Result<json> App::optim_step(Call & call) {
             }
             json metrics = json::object();
             for (const auto & [key, value] : out->metrics) {
-                metrics[key] = finite_or_null(value);
+                if (std::isfinite(value)) {  // the SDK types metrics as floats: no nulls
+                    metrics[key] = value;
+                }
             }
             futures_->complete(id, json{{"metrics", metrics}}.dump());
         };

@@ -139,6 +139,14 @@ Result<engine::Datum> decode_datum_proto(const tinker_public::Datum & msg, const
 
 }  // namespace
 
+std::optional<RequestIds> forward_backward_ids_proto(std::string_view body) {
+    tinker_public::ForwardBackwardRequest msg;
+    if (body.size() > static_cast<size_t>(INT_MAX) || !msg.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+        return std::nullopt;
+    }
+    return RequestIds{msg.model_id(), msg.seq_id()};
+}
+
 Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body) {
     tinker_public::ForwardBackwardRequest msg;
     if (body.size() > static_cast<size_t>(INT_MAX) || !msg.ParseFromArray(body.data(), static_cast<int>(body.size()))) {

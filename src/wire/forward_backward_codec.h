@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,14 @@ std::string zstd_compress(std::string_view plain, int level = 3);
 // of 4`, "data[0].model_input[1]: image chunks are not supported (text-only models)".
 // Sparse CSR tensors are densified; a tensor without a shape is 1-D.
 Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body);
+
+// The model_id and seq_id of a protobuf request whose full decode failed on its data (an image chunk,
+// a bad tensor), so the server can release that seq_id; nullopt when the message itself is malformed.
+struct RequestIds {
+    std::string model_id;
+    int64_t seq_id = 0;
+};
+std::optional<RequestIds> forward_backward_ids_proto(std::string_view body);
 
 // Legacy JSON: {"forward_backward_input" | "forward_input": {"data": [...], "loss_fn", "loss_fn_config"?},
 // "model_id", "seq_id"}. forward_only is true for the "forward_input" form.
