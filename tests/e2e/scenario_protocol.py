@@ -97,6 +97,25 @@ def check_early_arrivals(wire, batch):
         wire.retrieve(rid, kind)
 
 
+def check_refused_chunk_releases_seq(wire, batch):
+    """A forward_backward refused for its data (an image chunk: text-only models) is a 400, and its
+    seq_id is released: the run's next operations run instead of waiting for it forever."""
+    tc = new_client(wire, rank=8, seed=0)
+    seq = tc.next_seq(2)
+    P = wc.pb2()
+    req = P.ForwardBackwardRequest()
+    req.ParseFromString(wc.encode_fb_request(tc.model_id, seq, batch, forward_only=True))
+    req.data[0].model_input.add().image.data = b"\x89PNG"
+    try:
+        wire.forward_backward_raw(req.SerializeToString())
+        raise AssertionError("an image chunk was accepted by a text-only model")
+    except ApiError as e:
+        check(e.status == 400 and "image" in e.body, "image chunk: HTTP %d %r" % (e.status, e.body[:200]))
+    rid = wire.forward_backward(tc.model_id, seq + 1, batch, forward_only=True)
+    out = wire.retrieve(rid, "Forward", max_wait=30)
+    check(len(out.outputs) == len(batch), "the op after the refused chunk did not run")
+
+
 def check_barrier(wire, batch):
     """[fb, optim, fb, optim] held behind seq 1, then released: the second fb sees the first optim
     and equals a sequential reference."""
@@ -174,6 +193,7 @@ def run(ctx):
     ctx.case("idempotent resend; same seq_id other body -> 4xx", check_idempotency, wire, batch)
     ctx.case("early arrivals wait for the missing seq_id", check_early_arrivals, wire, batch)
     ctx.case("barrier [fb, optim, fb, optim]", check_barrier, wire, batch)
+    ctx.case("a refused chunk releases its seq_id", check_refused_chunk_releases_seq, wire, batch)
     failed_as = ctx.case("failed futures are user errors; model keeps working", check_failed_futures,
                          wire, batch)
     results = ctx.case("optim_step lr 0 keeps logprobs, lr 1e-3 moves them", check_lr_zero, wire, batch)
