@@ -14,6 +14,7 @@
 #include "http/server.h"
 #include "model/builtin_model.h"
 #include "model/hf_cache.h"
+#include "wire/forward_backward_codec.h"
 
 namespace {
 
@@ -188,6 +189,7 @@ int main(int argc, char ** argv) {
         const char * home = std::getenv("HOME");
         flags.data_dir = std::string(home ? home : ".") + "/.local/share/tinkerd";
     }
+    tinkerd::wire::route_protobuf_logs_to_debug();
     tinkerd::api::Auth auth;
     if (!flags.api_keys_file.empty()) {
         auto loaded = tinkerd::api::Auth::from_file(flags.api_keys_file);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "common/log.h"
 #include "tinker_public.pb.h"
 #include "wire/tensor_codec.h"
 
@@ -138,6 +139,13 @@ Result<engine::Datum> decode_datum_proto(const tinker_public::Datum & msg, const
 }
 
 }  // namespace
+
+void route_protobuf_logs_to_debug() {
+    google::protobuf::SetLogHandler(
+        [](google::protobuf::LogLevel, const char * file, int line, const std::string & message) {
+            LOG_DBG("protobuf", "%s:%d: %s", file, line, message.c_str());
+        });
+}
 
 std::optional<RequestIds> forward_backward_ids_proto(std::string_view body) {
     tinker_public::ForwardBackwardRequest msg;

@@ -27,6 +27,10 @@ struct ForwardBackwardRequest {
     bool forward_only = false;
 };
 
+// Sends libprotobuf's own messages (e.g. "invalid UTF-8" for a bad request) to tinkerd's log at debug
+// level instead of raw stderr lines; the request itself gets its 400. Call once at start-up.
+void route_protobuf_logs_to_debug();
+
 // Decompresses a zstd frame. A malformed frame -> INVALID_ARGUMENT; more than max_bytes of output
 // (or a declared content size above it) -> TOO_LARGE. Never allocates more than max_bytes.
 Result<std::string> zstd_decompress(std::string_view compressed, size_t max_bytes);
