@@ -171,46 +171,8 @@ bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & op
     return true;
 }
 
-}  // namespace
-
-int main(int argc, char ** argv) {
-    Flags flags;
-    if (!parse_flags(argc, argv, flags)) {
-        std::fputs(USAGE, stderr);
-        return 2;
-    }
-    tinkerd::engine::EngineOptions engine_options;
-    engine_options.n_threads = flags.threads;
-    if (!parse_dtype(flags.dtype, engine_options.dtype)) {
-        std::fprintf(stderr, "error: --dtype must be auto, bf16 or fp32, got '%s'\n", flags.dtype.c_str());
-        return 2;
-    }
-    if (flags.data_dir.empty()) {
-        const char * home = std::getenv("HOME");
-        flags.data_dir = std::string(home ? home : ".") + "/.local/share/tinkerd";
-    }
-    tinkerd::wire::route_protobuf_logs_to_debug();
-    tinkerd::api::Auth auth;
-    if (!flags.api_keys_file.empty()) {
-        auto loaded = tinkerd::api::Auth::from_file(flags.api_keys_file);
-        if (!loaded.ok()) {
-            LOG_ERR("main", "%s", loaded.error().message.c_str());
-            return 2;
-        }
-        auth = std::move(loaded).value();
-        LOG_INF("main", "%zu API key(s) from %s", auth.key_count(), flags.api_keys_file.c_str());
-    }
-    // Every thread started from here on inherits the blocked signals; main waits for them below.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-    EngineList engines;
-    if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
-        return 1;
-    }
+// Opens the data dir, starts the API and the HTTP server, and runs until SIGINT/SIGTERM.
+int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth auth, sigset_t & signals) {
     std::vector<tinkerd::api::ServedModelSpec> served;
     for (size_t i = 0; i < engines.size(); ++i) {
         served.push_back({flags.models[i].first, engines[i].get()});
@@ -250,4 +212,46 @@ int main(int argc, char ** argv) {
     server.stop();
     (*app)->stop();
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    Flags flags;
+    if (!parse_flags(argc, argv, flags)) {
+        std::fputs(USAGE, stderr);
+        return 2;
+    }
+    tinkerd::engine::EngineOptions engine_options;
+    engine_options.n_threads = flags.threads;
+    if (!parse_dtype(flags.dtype, engine_options.dtype)) {
+        std::fprintf(stderr, "error: --dtype must be auto, bf16 or fp32, got '%s'\n", flags.dtype.c_str());
+        return 2;
+    }
+    if (flags.data_dir.empty()) {
+        const char * home = std::getenv("HOME");
+        flags.data_dir = std::string(home ? home : ".") + "/.local/share/tinkerd";
+    }
+    tinkerd::wire::route_protobuf_logs_to_debug();
+    tinkerd::api::Auth auth;
+    if (!flags.api_keys_file.empty()) {
+        auto loaded = tinkerd::api::Auth::from_file(flags.api_keys_file);
+        if (!loaded.ok()) {
+            LOG_ERR("main", "%s", loaded.error().message.c_str());
+            return 2;
+        }
+        auth = std::move(loaded).value();
+        LOG_INF("main", "%zu API key(s) from %s", auth.key_count(), flags.api_keys_file.c_str());
+    }
+    // Every thread started from here on inherits the blocked signals; serve() waits for them.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    EngineList engines;
+    if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
+        return 1;
+    }
+    return serve(flags, engines, std::move(auth), signals);
 }

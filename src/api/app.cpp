@@ -9,29 +9,26 @@
 
 namespace tinkerd::api {
 
-Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vector<ServedModelSpec> models) {
-    std::unique_ptr<App> app(new App());
-    app->options_ = std::move(options);
-    app->auth_ = std::move(auth);
-    std::error_code ec;
-    std::filesystem::create_directories(app->options_.data_dir, ec);
-    auto db = store::Database::open(app->options_.data_dir + "/tinkerd.db");
-    if (!db.ok()) {
-        return db.error();
-    }
-    app->db_ = std::move(db).value();
-    // Nothing is in memory after a start: pending futures of a crashed process can never finish.
-    auto failed = app->db_->fail_pending_futures("server restarted before this request finished", now_seconds());
-    if (failed.ok() && *failed > 0) {
-        LOG_WRN("api", "%lld request(s) pending at the last shutdown are now failed (server restarted)",
-                static_cast<long long>(*failed));
-    }
-    TRY_STATUS(app->db_->mark_all_runs_unloaded());
+namespace {
 
-    scheduler::FutureTableOptions future_options;
-    future_options.max_finished_in_memory = 2000;  // older results are answered from SQLite
-    store::Database * db_ptr = app->db_.get();
-    future_options.on_finish = [db_ptr](const std::string & id, const scheduler::FutureOutcome & outcome) {
+scheduler::FutureOutcome outcome_of_row(const store::FutureRow & r) {
+    using State = scheduler::FutureOutcome::State;
+    scheduler::FutureOutcome out;
+    out.state = r.state == "done" ? State::DONE : r.state == "failed" ? State::FAILED : State::PENDING;
+    out.tenant = r.tenant;
+    out.request_type = r.request_type;
+    out.json = r.result_json;
+    out.proto = r.result_proto;
+    out.error = r.error;
+    out.category = r.error_category;
+    return out;
+}
+
+// Finished futures are written to the database (answered after a restart or once evicted from memory).
+scheduler::FutureTableOptions future_table_options(store::Database * db) {
+    scheduler::FutureTableOptions options;
+    options.max_finished_in_memory = 2000;  // older results are answered from SQLite
+    options.on_finish = [db](const std::string & id, const scheduler::FutureOutcome & outcome) {
         store::FutureRow row;
         row.request_id = id;
         row.state = outcome.state == scheduler::FutureOutcome::State::DONE ? "done" : "failed";
@@ -40,31 +37,51 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         row.error = outcome.error;
         row.error_category = outcome.category;
         row.finished_at = now_seconds();
-        auto status = db_ptr->finish_future(row);
+        auto status = db->finish_future(row);
         if (!status.ok() && status.error().kind != ErrorKind::NOT_FOUND) {  // NOT_FOUND: never recorded
             LOG_ERR("api", "cannot record result of %s: %s", id.c_str(), status.error().message.c_str());
         }
     };
-    future_options.lookup = [db_ptr](const std::string & id) -> std::optional<scheduler::FutureOutcome> {
-        auto row = db_ptr->get_future(id);
+    options.lookup = [db](const std::string & id) -> std::optional<scheduler::FutureOutcome> {
+        auto row = db->get_future(id);
         if (!row.ok() || !row->has_value()) {
             return std::nullopt;
         }
-        const store::FutureRow & r = **row;
-        scheduler::FutureOutcome out;
-        out.state = r.state == "done"     ? scheduler::FutureOutcome::State::DONE
-                    : r.state == "failed" ? scheduler::FutureOutcome::State::FAILED
-                                          : scheduler::FutureOutcome::State::PENDING;
-        out.tenant = r.tenant;
-        out.request_type = r.request_type;
-        out.json = r.result_json;
-        out.proto = r.result_proto;
-        out.error = r.error;
-        out.category = r.error_category;
-        return out;
+        return outcome_of_row(**row);
     };
-    app->futures_ = std::make_unique<scheduler::FutureTable>(std::move(future_options));
+    return options;
+}
 
+// Opens tinkerd.db and recovers from the previous process: nothing is in memory after a start, so its
+// pending futures can never finish and its runs are not loaded.
+Result<std::unique_ptr<store::Database>> open_database(const std::string & data_dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(data_dir, ec);
+    auto db = store::Database::open(data_dir + "/tinkerd.db");
+    if (!db.ok()) {
+        return db.error();
+    }
+    auto failed = (*db)->fail_pending_futures("server restarted before this request finished", now_seconds());
+    if (failed.ok() && *failed > 0) {
+        LOG_WRN("api", "%lld request(s) pending at the last shutdown are now failed (server restarted)",
+                static_cast<long long>(*failed));
+    }
+    TRY_STATUS((*db)->mark_all_runs_unloaded());
+    return db;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vector<ServedModelSpec> models) {
+    std::unique_ptr<App> app(new App());
+    app->options_ = std::move(options);
+    app->auth_ = std::move(auth);
+    auto db = open_database(app->options_.data_dir);
+    if (!db.ok()) {
+        return db.error();
+    }
+    app->db_ = std::move(db).value();
+    app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
     for (const auto & spec : models) {
         auto served = std::make_unique<ServedModel>();
         served->name = spec.name;

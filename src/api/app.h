@@ -127,6 +127,7 @@ class App {
 
     // training_handlers.cpp: models and training steps.
     Result<json> create_model(Call & call);
+    void start_adapter_creation(const RunPtr & run);
     Result<json> get_info(Call & call);
     Result<json> unload_model(Call & call);
     Result<json> forward_backward(Call & call);
@@ -139,6 +140,10 @@ class App {
     Result<json> save_weights(Call & call);
     Result<json> save_weights_for_sampler(Call & call);
     Result<json> load_weights(Call & call);
+    Result<void> import_checkpoint(engine::Engine & engine, const RunState & run, const std::string & dir,
+                                   bool with_optimizer);
+    static Result<void> check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint,
+                                       bool with_optimizer);
     // On the engine thread: write a checkpoint's files and row, then complete the future.
     void store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
                           const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,

@@ -151,6 +151,39 @@ Result<json> App::save_weights_for_sampler(Call & call) {
     });
 }
 
+// On the engine thread: reads the checkpoint's files and replaces the run's adapter weights (and Adam
+// state). A rank that differs from the model's is a user error naming both.
+Result<void> App::import_checkpoint(engine::Engine & engine, const RunState & run, const std::string & dir,
+                                    bool with_optimizer) {
+    auto contents = store::read_checkpoint(dir, with_optimizer);
+    if (!contents.ok()) {
+        return contents.error();
+    }
+    if (contents->config.rank != run.spec.rank) {
+        return invalid_argument("checkpoint has LoRA rank " + std::to_string(contents->config.rank) + " but model " +
+                                run.row.run_id + " has rank " + std::to_string(run.spec.rank));
+    }
+    return engine.import_adapter(run.adapter.load(), contents->tensors, with_optimizer);
+}
+
+// What the official service allows: load_weights as a model's first request only, from a checkpoint
+// the caller can read, with optimizer state only from a training checkpoint.
+Result<void> App::check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint, bool with_optimizer) {
+    if (seq_id > 1) {
+        return invalid_argument("LoadWeights is not permitted with seq_id " + std::to_string(seq_id) +
+                                ": load_weights must be a model's first request; create a new training client "
+                                "from the checkpoint (create_training_client_from_state[_with_optimizer])");
+    }
+    if (!checkpoint.ok()) {
+        return checkpoint.error();
+    }
+    if (with_optimizer && checkpoint->checkpoint_type != "training") {
+        return invalid_argument("tinker://" + checkpoint->run_id + "/" + checkpoint->checkpoint_id +
+                                " is a sampler checkpoint: it has no optimizer state");
+    }
+    return {};
+}
+
 Result<json> App::load_weights(Call & call) {
     auto path_text = get_string(call.body, "path");
     auto optimizer = get_bool(call.body, "optimizer", false);
@@ -174,19 +207,10 @@ Result<json> App::load_weights(Call & call) {
     if (!seq_id.ok()) {
         return seq_id.error();
     }
-    if (*seq_id > 1) {  // as the official service: only a model's first request may load weights
+    auto loadable = check_loadable(*seq_id, checkpoint, *optimizer);
+    if (!loadable.ok()) {
         skip_seq(*run, *seq_id);
-        return invalid_argument("LoadWeights is not permitted with seq_id " + std::to_string(*seq_id) +
-                                ": load_weights must be a model's first request; create a new training client "
-                                "from the checkpoint (create_training_client_from_state[_with_optimizer])");
-    }
-    if (!checkpoint.ok()) {
-        skip_seq(*run, *seq_id);
-        return checkpoint.error();
-    }
-    if (optimizer.value() && checkpoint->checkpoint_type != "training") {
-        skip_seq(*run, *seq_id);
-        return invalid_argument("'" + *path_text + "' is a sampler checkpoint: it has no optimizer state");
+        return loadable.error();
     }
     const std::string dir = checkpoint->dir;
     const bool with_optimizer = *optimizer;
@@ -194,18 +218,7 @@ Result<json> App::load_weights(Call & call) {
     return submit_ordered(call, *run, *seq_id, "LoadWeights", [=, this, run = *run](const std::string & id) {
         scheduler::Op op;
         op.run = [=, this](engine::Engine & engine) {
-            auto contents = store::read_checkpoint(dir, with_optimizer);
-            if (!contents.ok()) {
-                fail_future(id, contents.error());
-                return;
-            }
-            if (contents->config.rank != run->spec.rank) {
-                fail_future(id, invalid_argument("checkpoint has LoRA rank " + std::to_string(contents->config.rank) +
-                                                 " but model " + run->row.run_id + " has rank " +
-                                                 std::to_string(run->spec.rank)));
-                return;
-            }
-            auto imported = engine.import_adapter(run->adapter.load(), contents->tensors, with_optimizer);
+            auto imported = import_checkpoint(engine, *run, dir, with_optimizer);
             if (!imported.ok()) {
                 fail_future(id, imported.error());
                 return;
@@ -254,12 +267,10 @@ Result<json> App::create_model_from_checkpoint(Call & call, const store::Checkpo
             fail_future(request_id, invalid_argument("model creation failed"));
             return;
         }
-        auto contents = store::read_checkpoint(dir, with_optimizer);
-        auto imported = contents.ok() ? guarded_engine_call<bool>([&]() -> Result<bool> {
-            auto status = engine.import_adapter(run->adapter.load(), contents->tensors, with_optimizer);
+        auto imported = guarded_engine_call<bool>([&]() -> Result<bool> {
+            auto status = import_checkpoint(engine, *run, dir, with_optimizer);
             return status.ok() ? Result<bool>(true) : Result<bool>(status.error());
-        })
-                                      : Result<bool>(contents.error());
+        });
         if (!imported.ok()) {
             fail_future(request_id, imported.error());
             unload_run(run, "load_weights failed");

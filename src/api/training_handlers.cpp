@@ -50,6 +50,27 @@ const char * error_category(const Error & error) {
     return error.kind == ErrorKind::INTERNAL ? "server" : "user";
 }
 
+// The new run's row from a validated create_model body.
+store::TrainingRunRow new_run_row(const std::string & tenant, const std::string & run_id,
+                                  const std::string & session_id, const std::string & base_model,
+                                  const engine::LoraSpec & spec, const json & metadata) {
+    store::TrainingRunRow row;
+    row.run_id = run_id;
+    row.tenant = tenant;
+    row.session_id = session_id;
+    row.base_model = base_model;
+    row.lora_rank = spec.rank;
+    row.train_attn = spec.train_attn;
+    row.train_mlp = spec.train_mlp;
+    row.train_unembed = spec.train_unembed;
+    if (spec.seed) {
+        row.seed = static_cast<int64_t>(*spec.seed);
+    }
+    row.user_metadata_json = metadata.dump();
+    row.created_at = row.last_request_time = now_seconds();
+    return row;
+}
+
 }  // namespace
 
 void App::fail_future(const std::string & request_id, const Error & error) {
@@ -71,11 +92,8 @@ Result<json> App::create_model(Call & call) {
         }
     }
     auto session = find_session(call.tenant, *session_id);
-    if (!session.ok()) {
-        return session.error();
-    }
-    if (session->expired) {
-        return not_found("session '" + *session_id + "' expired; create a new one");
+    if (!session.ok() || session->expired) {
+        return session.ok() ? not_found("session '" + *session_id + "' expired; create a new one") : session.error();
     }
     ServedModel * model = find_model(*base_model);
     if (model == nullptr) {
@@ -94,26 +112,19 @@ Result<json> App::create_model(Call & call) {
         return invalid_argument("model_seq_id " + std::to_string(*model_seq) + " of session " + *session_id +
                                 " was already used");
     }
-    store::TrainingRunRow row;
-    row.run_id = run_id;
-    row.tenant = call.tenant;
-    row.session_id = *session_id;
-    row.base_model = *base_model;
-    row.lora_rank = spec->rank;
-    row.train_attn = spec->train_attn;
-    row.train_mlp = spec->train_mlp;
-    row.train_unembed = spec->train_unembed;
-    if (spec->seed) {
-        row.seed = static_cast<int64_t>(*spec->seed);
-    }
-    row.user_metadata_json = metadata->dump();
-    row.created_at = row.last_request_time = now_seconds();
+    store::TrainingRunRow row = new_run_row(call.tenant, run_id, *session_id, *base_model, *spec, *metadata);
     TRY_STATUS(db_->insert_run(row));
-    RunPtr run = register_run(row, model, *spec, create_future(call.tenant, "CreateModel", run_id));
+    RunPtr run = register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
     model->worker->open_run(run_id, 1);
     note_session_activity(*session_id);
-    const std::string request_id = run->create_request_id;
-    model->worker->post([this, run, request_id](engine::Engine & engine) {
+    start_adapter_creation(run);
+    return json{{"request_id", run->create_request_id}, {"model_id", run_id}};
+}
+
+// On the engine thread: creates the run's adapter, then the run accepts operations.
+void App::start_adapter_creation(const RunPtr & run) {
+    run->model->worker->post([this, run](engine::Engine & engine) {
+        const std::string & request_id = run->create_request_id;
         auto adapter = guarded_engine_call<AdapterId>([&] { return engine.create_adapter(run->spec); });
         if (!adapter.ok()) {
             fail_future(request_id, adapter.error());
@@ -131,7 +142,6 @@ Result<json> App::create_model(Call & call) {
         LOG_INF("api", "model %s created on %s (rank %lld)", run->row.run_id.c_str(), run->row.base_model.c_str(),
                 static_cast<long long>(run->spec.rank));
     });
-    return json{{"request_id", request_id}, {"model_id", run_id}};
 }
 
 Result<json> App::get_info(Call & call) {

@@ -64,6 +64,13 @@ double logprob_atol(const Fixture & f) {
     return f.name == "stories260K" ? 4e-5 : 1e-5;
 }
 
+// AdamW weights after 5 steps, in units of the learning rate. stories260K is ill-conditioned in fp32:
+// make_fixtures.py's own fp32 replay drifts 7.7e-4 lr from its float64 result there (6e-5..1e-4 on the
+// tiny models), and our fp32 engine measures 1.1e-3 on an AMD EPYC (OpenBLAS kernels differ by CPU).
+double adam_weight_atol_in_lr(const Fixture & f) {
+    return f.name == "stories260K" ? 3e-3 : 1e-3;
+}
+
 int64_t n_terms(const engine::ForwardBackwardInput & input) {
     int64_t n = 0;
     for (const auto & d : input.datums) {
@@ -185,7 +192,8 @@ TEST_P(ReferenceTest, AdamWStepsMatchTorchOptimAdamW) {
         }
         auto weights = s.engine->export_adapter(id, false).value();
         for (const auto & [key, want] : f.tensors_under("adam_final/" + std::to_string(k))) {
-            EXPECT_LT(max_abs_diff(values(weights.at(key)), values(want)), 1e-3 * adam.params.learning_rate)
+            EXPECT_LT(max_abs_diff(values(weights.at(key)), values(want)),
+                      adam_weight_atol_in_lr(f) * adam.params.learning_rate)
                 << "adam " << k << " " << key;
         }
     }
