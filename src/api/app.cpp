@@ -161,7 +161,7 @@ void App::register_routes() {
     add_sync("POST", "load_weights", &App::load_weights);
     add_sync("POST", "weights_info", &App::weights_info);
     add_sync("POST", "create_sampling_session", &App::create_sampling_session);
-    add_sync("POST", "asample", &App::sample_unavailable);
+    add_sync("POST", "asample", &App::asample);
     add_async("POST", "retrieve_future", &App::retrieve_future, true, true);
     add_sync("GET", "training_runs", &App::list_training_runs);
     add_sync("GET", "training_runs/{run_id}", &App::get_training_run);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include "store/checkpoint_files.h"
 #include "store/database.h"
 #include "wire/forward_backward_codec.h"
+#include "wire/sample_codec.h"
 
 namespace tinkerd::api {
 
@@ -32,6 +34,8 @@ struct AppOptions {
     double session_timeout_seconds = 120;           // sessions without a heartbeat for this long expire
     double sweep_interval_seconds = 1.0;
     size_t max_decompressed_bytes = 512u << 20;  // cap on a zstd forward_backward body once decompressed
+    int64_t max_queued_samples = 256;            // more queued asample requests get 429 (SDK backpressure)
+    size_t max_cached_sampler_adapters = 8;      // per base model: samplers whose weights stay loaded
     double archive_url_ttl_seconds = 900;
 };
 
@@ -45,6 +49,8 @@ struct ServedModel {
     std::string name;
     engine::Engine * engine = nullptr;
     std::unique_ptr<scheduler::EngineWorker> worker;
+    // (sampler id, engine adapter) holding samplers' weights, most recent first; engine thread only.
+    std::list<std::pair<std::string, engine::AdapterId>> sampler_adapters;
 };
 
 // A training run (a LoRA adapter) known to this process.
@@ -152,7 +158,16 @@ class App {
                                               bool with_optimizer);
     Result<json> weights_info(Call & call);
     Result<json> create_sampling_session(Call & call);
-    Result<json> sample_unavailable(Call & call);
+
+    // sampling_handlers.cpp: asample / compute_logprobs.
+    Result<json> asample(Call & call);
+    Result<engine::SampleRequest> parse_sample_request(const json & body, const ServedModel & model);
+    void run_sample(engine::Engine & engine, ServedModel & model, const store::SamplerRow & sampler,
+                    engine::SampleRequest request, const wire::SampleEncoding & encoding,
+                    const std::string & request_id);
+    Result<engine::AdapterId> sampler_adapter(engine::Engine & engine, ServedModel & model,
+                                              const store::SamplerRow & sampler);
+    Result<std::pair<engine::LoraSpec, store::Tensors>> sampler_weights(const store::SamplerRow & sampler);
 
     // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.
     Result<json> list_training_runs(Call & call);
@@ -231,7 +246,8 @@ class App {
     std::condition_variable sweeper_wake_;
     bool stopping_ = false;
     bool started_ = false;
-    std::atomic<bool> shutting_down_{false};  // set before the workers cancel their queued ops
+    std::atomic<bool> shutting_down_{false};
+    std::atomic<int64_t> in_flight_samples_{0};  // set before the workers cancel their queued ops
 };
 
 }  // namespace tinkerd::api

@@ -347,10 +347,4 @@ Result<json> App::create_sampling_session(Call & call) {
     return json{{"sampling_session_id", sampler_id}, {"type", "create_sampling_session"}};
 }
 
-Result<json> App::sample_unavailable(Call & call) {
-    return unsupported(
-        "sampling (asample) is not available in this tinkerd build yet: the sampling engine is "
-        "issue 4; training, checkpoints and REST work");
-}
-
 }  // namespace tinkerd::api

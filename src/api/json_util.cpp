@@ -135,6 +135,8 @@ int http_status(ErrorKind kind) {
             return 404;
         case ErrorKind::TOO_LARGE:
             return 413;
+        case ErrorKind::UNAVAILABLE:
+            return 429;
         case ErrorKind::INTERNAL:
             return 500;
     }
@@ -151,6 +153,8 @@ static const char * error_code(ErrorKind kind) {
             return "not_found";
         case ErrorKind::TOO_LARGE:
             return "too_large";
+        case ErrorKind::UNAVAILABLE:
+            return "unavailable";
         case ErrorKind::INTERNAL:
             return "internal";
     }
@@ -159,7 +163,11 @@ static const char * error_code(ErrorKind kind) {
 
 http::Response error_response(const Error & error) {
     json body = {{"detail", error.message}, {"code", error_code(error.kind)}};
-    return json_response(body, http_status(error.kind));
+    http::Response response = json_response(body, http_status(error.kind));
+    if (error.kind == ErrorKind::UNAVAILABLE) {
+        response.headers.emplace_back("Retry-After", "1");
+    }
+    return response;
 }
 
 http::Response error_response(int status, const std::string & message) {

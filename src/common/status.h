@@ -13,6 +13,7 @@ enum class ErrorKind {
     NOT_FOUND,         // a named thing does not exist (HTTP 404)
     UNSUPPORTED,       // valid but not supported by this server (HTTP 400)
     TOO_LARGE,         // a body or decompressed payload over a configured limit (HTTP 413)
+    UNAVAILABLE,       // busy right now, retry shortly (HTTP 429, the SDK's backpressure signal)
     INTERNAL,          // our fault (HTTP 500)
 };
 
@@ -32,6 +33,9 @@ inline Error unsupported(std::string msg) {
 }
 inline Error too_large(std::string msg) {
     return {ErrorKind::TOO_LARGE, std::move(msg)};
+}
+inline Error unavailable(std::string msg) {
+    return {ErrorKind::UNAVAILABLE, std::move(msg)};
 }
 inline Error internal_error(std::string msg) {
     return {ErrorKind::INTERNAL, std::move(msg)};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,6 +74,42 @@ struct OptimStepOutput {
     std::map<std::string, double> metrics;  // "grad_norm:mean" (before clipping), "step:max"
 };
 
+// Sampling (Tinker semantics, design.md §3): temperature 0 = greedy; logprobs of sampled tokens are under
+// the temperature-scaled distribution, before top-k/top-p truncation; a stop token is returned once, as
+// the last token; the same seed gives the same tokens whatever else is in the batch.
+struct SamplingParams {
+    int64_t max_tokens = 16;
+    double temperature = 1.0;
+    int64_t top_k = -1;            // -1 = no limit
+    double top_p = 1.0;            // 1 = no nucleus truncation
+    std::optional<uint64_t> seed;  // none = a fresh seed per request
+    std::vector<int64_t> stop_token_ids;
+};
+
+struct SampleRequest {
+    AdapterId adapter = BASE_MODEL;
+    std::vector<int64_t> prompt;  // at least one token
+    int64_t num_samples = 1;      // copies share one prefill of the prompt
+    SamplingParams params;
+    bool prompt_logprobs = false;      // logprob of each prompt token given the ones before (first: NaN)
+    int64_t topk_prompt_logprobs = 0;  // K best (token, logprob) per prompt position (first: empty)
+    // Optional, called after each generated token with all tokens generated so far in that sequence;
+    // true stops the sequence as "stop" (stop strings are checked this way by the caller's tokenizer).
+    std::function<bool(const std::vector<int64_t> & generated)> stop_check;
+};
+
+struct SampledSequence {
+    std::vector<int64_t> tokens;
+    std::vector<float> logprobs;  // one per token
+    bool stopped = false;         // true: a stop token / stop_check / EOS ("stop"); false: max_tokens ("length")
+};
+
+struct SampleOutput {
+    std::vector<SampledSequence> sequences;  // num_samples of them
+    std::vector<float> prompt_logprobs;      // prompt length, [0] = NaN; empty unless requested
+    std::vector<std::vector<std::pair<int64_t, float>>> topk_prompt_logprobs;  // per position, best first
+};
+
 class Engine {
   public:
     // Loads a Hugging Face model directory (config.json + safetensors, memory-mapped).
@@ -105,6 +142,10 @@ class Engine {
 
     // The adapter's accumulated gradients, PEFT-named (for tests and debugging).
     virtual Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const = 0;
+
+    // Samples every request (prefill, then batched decode steps with a KV cache; rows of different
+    // adapters and of the base model share each step). Each request succeeds or fails on its own.
+    virtual std::vector<Result<SampleOutput>> sample(const std::vector<SampleRequest> & requests) = 0;
 
     // Logits [V] at the last position of one sequence (no gradient). For tests and simple decoding.
     virtual Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) = 0;

@@ -30,6 +30,7 @@ class EngineImpl final : public Engine {
                                 bool with_optimizer) override;
     Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const override;
     Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) override;
+    std::vector<Result<SampleOutput>> sample(const std::vector<SampleRequest> & requests) override;
 
   private:
     // An input that passed validation, with its parsed loss.

@@ -76,13 +76,12 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
     return {};
 }
 
-torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
-                                         const torch::Tensor & cos, const torch::Tensor & sin) const {
+std::array<torch::Tensor, 3> Transformer::attention_inputs(int64_t layer, const torch::Tensor & h,
+                                                           const std::vector<RowSegment> & seg,
+                                                           const torch::Tensor & cos, const torch::Tensor & sin) const {
     const LayerWeights & w = weights_.layers[layer];
     const auto & c = config_;
-    const int64_t T = x.size(0);
-    const auto & seg = batch.segments;
-    torch::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);  // [T, C]
+    const int64_t T = h.size(0);
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     torch::Tensor qkv = torch::matmul(h.to(compute_), w.w_qkv.t()).to(act_);  // [T, q_dim + 2 kv_dim]
     if (w.b_qkv.defined()) {
@@ -94,11 +93,22 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
     torch::Tensor k = add_lora(parts[1], h, seg, layer, LoraTarget::K).reshape({T, c.n_kv_heads, c.head_dim});
     torch::Tensor v = add_lora(parts[2], h, seg, layer, LoraTarget::V).reshape({T, c.n_kv_heads, c.head_dim});
     family_->prepare_qk(w, c, q, k);
-    q = apply_rope(q, cos, sin);
-    k = apply_rope(k, cos, sin);
-    torch::Tensor attn = packed_causal_attention(q, k, v, batch.layout);  // [T, H*D]
+    return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
+}
+
+torch::Tensor Transformer::layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & attn,
+                                        const std::vector<RowSegment> & seg) const {
+    const LayerWeights & w = weights_.layers[layer];
     torch::Tensor x2 = x + lora_linear(attn, w.wo, {}, seg, layer, LoraTarget::O);
-    return x2 + family_->mlp(w, rms_norm(x2, w.post_norm, c.rms_norm_eps), seg, layer);
+    return x2 + family_->mlp(w, rms_norm(x2, w.post_norm, config_.rms_norm_eps), seg, layer);
+}
+
+torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
+                                         const torch::Tensor & cos, const torch::Tensor & sin) const {
+    torch::Tensor h = rms_norm(x, weights_.layers[layer].input_norm, config_.rms_norm_eps);  // [T, C]
+    auto [q, k, v] = attention_inputs(layer, h, batch.segments, cos, sin);
+    torch::Tensor attn = packed_causal_attention(q, k, v, batch.layout);  // [T, H*D]
+    return layer_output(layer, x, attn, batch.segments);
 }
 
 torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
@@ -106,6 +116,34 @@ torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
     auto [cos, sin] = rope_.lookup(batch.positions);                          // [T, 1, D]
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
         x = layer_forward(layer, x, batch, cos, sin);
+    }
+    return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
+}
+
+SequenceCache Transformer::make_cache() const {
+    return SequenceCache(config_.n_layers, config_.n_kv_heads, config_.head_dim, act_, device_);
+}
+
+torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
+    torch::NoGradGuard no_grad;  // sampling never needs a graph
+    std::vector<int64_t> positions;
+    for (size_t s = 0; s < batch.caches.size(); ++s) {
+        const int64_t start = batch.caches[s]->length();
+        batch.caches[s]->reserve(start + batch.lengths[s]);
+        for (int64_t t = 0; t < batch.lengths[s]; ++t) {
+            positions.push_back(start + t);
+        }
+    }
+    const CachedAttention attention(batch.lengths, batch.caches, device_);
+    torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);              // [T, C]
+    auto [cos, sin] = rope_.lookup(torch::tensor(positions, torch::kInt64).to(device_));  // [T, 1, D]
+    for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+        torch::Tensor h = rms_norm(x, weights_.layers[layer].input_norm, config_.rms_norm_eps);  // [T, C]
+        auto [q, k, v] = attention_inputs(layer, h, batch.segments, cos, sin);
+        x = layer_output(layer, x, attention.run(layer, q, k, v), batch.segments);
+    }
+    for (size_t s = 0; s < batch.caches.size(); ++s) {
+        batch.caches[s]->advance(batch.lengths[s]);
     }
     return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
 }

@@ -2,6 +2,7 @@
 // with per-row LoRA adapters. Autograd provides the backward (only LoRA parameters require grad).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "engine/arch/family.h"
 #include "engine/attention.h"
+#include "engine/kv_cache.h"
 #include "engine/lora.h"
 #include "engine/weights.h"
 
@@ -22,6 +24,15 @@ struct PackedBatch {
     torch::Tensor positions;  // [T] int64, restarting at 0 for each sequence
     SequenceLayout layout;
     std::vector<RowSegment> segments;
+};
+
+// New tokens of several sequences for an incremental (KV-cached) forward: sequence s owns rows
+// [sum(lengths[..s]), + lengths[s]) and its positions continue from caches[s]->length().
+struct CachedBatch {
+    torch::Tensor tokens;                 // [T] int64
+    std::vector<int64_t> lengths;         // new tokens per sequence (prefill: the prompt; decode: 1)
+    std::vector<SequenceCache *> caches;  // one per sequence; the new K/V are appended
+    std::vector<RowSegment> segments;     // adapters of the rows, contiguous
 };
 
 class Transformer {
@@ -38,6 +49,11 @@ class Transformer {
 
     // Final-norm hidden states [T, C] in the act dtype.
     torch::Tensor hidden_states(const PackedBatch & batch);
+    // Incremental forward without autograd: runs the new rows against each sequence's cached K/V,
+    // appends their K/V, and returns their final-norm hidden states [T, C] in the act dtype.
+    torch::Tensor hidden_states_cached(const CachedBatch & batch);
+    // An empty cache shaped for this model.
+    SequenceCache make_cache() const;
     // Logits [n, V] in the act dtype for hidden rows h [n, C]; segments index rows of h.
     torch::Tensor logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const;
 
@@ -47,6 +63,13 @@ class Transformer {
     Result<void> load_weights(const std::shared_ptr<model::SafetensorsFile> & file);
     torch::Tensor layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
                                 const torch::Tensor & cos, const torch::Tensor & sin) const;
+    // q [T, H, D] and k, v [T, KV, D] of one layer from its normed input h [T, C] (LoRA, q/k norm, RoPE).
+    std::array<torch::Tensor, 3> attention_inputs(int64_t layer, const torch::Tensor & h,
+                                                  const std::vector<RowSegment> & segments, const torch::Tensor & cos,
+                                                  const torch::Tensor & sin) const;
+    // The residual stream after the o-projection of attn [T, H*D] and the MLP.
+    torch::Tensor layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & attn,
+                               const std::vector<RowSegment> & segments) const;
 
     model::ModelConfig config_;
     std::unique_ptr<DecoderFamily> family_;

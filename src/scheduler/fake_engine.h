@@ -73,6 +73,9 @@ class FakeEngine : public engine::Engine {
     Result<std::map<std::string, engine::HostTensor>> export_gradients(AdapterId) const override {
         return std::map<std::string, engine::HostTensor>{};
     }
+    std::vector<Result<engine::SampleOutput>> sample(const std::vector<engine::SampleRequest> & requests) override {
+        return std::vector<Result<engine::SampleOutput>>(requests.size(), unsupported("fake engine: no sampling"));
+    }
     Result<std::vector<float>> last_logits(AdapterId, const std::vector<int64_t> &) override {
         return std::vector<float>{};
     }

@@ -1,0 +1,66 @@
+// KV cache for sampling: one SequenceCache per sequence holds every layer's K and V as
+// [KV, capacity, D] slabs in the act dtype (grown in chunks, never paged), and cached_attention runs
+// new queries against a sequence's cached keys/values (causal within the new rows).
+#pragma once
+
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace tinkerd::engine {
+
+class SequenceCache {
+  public:
+    SequenceCache() = default;
+    SequenceCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, torch::ScalarType dtype,
+                  torch::Device device);
+
+    int64_t length() const { return length_; }      // tokens cached (= position of the next token)
+    int64_t capacity() const { return capacity_; }  // tokens that fit without growing
+    // Makes room for at least n_tokens in total (grows every layer's slabs, keeping their contents).
+    void reserve(int64_t n_tokens);
+    // Writes layer's new k, v [n, KV, D] at positions [length, length + n) (length moves in advance()).
+    void write(int64_t layer, const torch::Tensor & k, const torch::Tensor & v);
+    // Keys / values of layer for positions [0, n) as views [KV, n, D].
+    torch::Tensor keys(int64_t layer, int64_t n) const { return k_[layer].narrow(1, 0, n); }
+    torch::Tensor values(int64_t layer, int64_t n) const { return v_[layer].narrow(1, 0, n); }
+    // Commits n written tokens after every layer has written them.
+    void advance(int64_t n) { length_ += n; }
+    // A deep copy (its own tensors) with the same length and capacity.
+    SequenceCache fork() const;
+
+  private:
+    std::vector<torch::Tensor> k_, v_;  // per layer [KV, capacity, D]
+    int64_t n_kv_heads_ = 0, head_dim_ = 0;
+    int64_t length_ = 0, capacity_ = 0;
+    torch::TensorOptions options_;
+};
+
+// The attention of one cached forward: new rows of several sequences, sequence s owning rows
+// [offsets[s], offsets[s] + lengths[s]). Sequences with equal (new, total) lengths share one batched call.
+class CachedAttention {
+  public:
+    CachedAttention(const std::vector<int64_t> & lengths, const std::vector<SequenceCache *> & caches,
+                    torch::Device device);
+    // Appends layer's new k, v [T, KV, D] to the caches, then attends q [T, H, D] -> [T, H*D].
+    torch::Tensor run(int64_t layer, const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v) const;
+
+  private:
+    struct Group {
+        std::vector<size_t> seqs;  // sequence indices
+        int64_t n = 0;             // new rows per sequence
+        int64_t total = 0;         // cached + new
+        torch::Tensor rows;        // [B*n] int64 rows of q, sequence-major
+    };
+    std::vector<int64_t> offsets_, lengths_;
+    std::vector<SequenceCache *> caches_;
+    std::vector<Group> groups_;
+    torch::Tensor inverse_;  // [T] row of the concatenated group outputs for each packed row (undefined: identity)
+};
+
+// Attention of the new rows of B sequences that share n new tokens and total length L (cached + new).
+// q [B, n, H, D]; k, v [B, KV, L, D]; new row i sits at position L - n + i and sees keys [0, L - n + i].
+// Returns [B, n, H*D]. Query head h uses kv head h / (H / KV), as packed_causal_attention.
+torch::Tensor cached_attention(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v);
+
+}  // namespace tinkerd::engine

