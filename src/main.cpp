@@ -14,6 +14,7 @@
 #include "http/server.h"
 #include "model/builtin_model.h"
 #include "model/hf_cache.h"
+#include "tokenizer/tokenizer.h"
 #include "wire/forward_backward_codec.h"
 
 namespace {
@@ -149,6 +150,24 @@ bool resolve_model_dirs(Flags & flags) {
 }
 
 using EngineList = std::vector<std::unique_ptr<tinkerd::engine::Engine>>;
+using TokenizerList = std::vector<std::unique_ptr<tinkerd::tokenizer::Tokenizer>>;
+
+// Each model's tokenizer.json when its directory has one (stop strings need it); nullptr otherwise.
+TokenizerList load_tokenizers(const Flags & flags) {
+    TokenizerList tokenizers;
+    for (const auto & [name, dir] : flags.models) {
+        auto tok = tinkerd::tokenizer::Tokenizer::load(dir);
+        if (tok.ok()) {
+            LOG_INF("main", "tokenizer of %s: %lld tokens", name.c_str(), static_cast<long long>((*tok)->vocab_size()));
+            tokenizers.push_back(std::move(tok).value());
+        } else {
+            LOG_INF("main", "no usable tokenizer for %s (%s): stop strings unavailable, token ids work", name.c_str(),
+                    tok.error().message.c_str());
+            tokenizers.push_back(nullptr);
+        }
+    }
+    return tokenizers;
+}
 
 bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
     for (const auto & [name, dir] : flags.models) {
@@ -173,9 +192,10 @@ bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & op
 
 // Opens the data dir, starts the API and the HTTP server, and runs until SIGINT/SIGTERM.
 int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth auth, sigset_t & signals) {
+    const TokenizerList tokenizers = load_tokenizers(flags);
     std::vector<tinkerd::api::ServedModelSpec> served;
     for (size_t i = 0; i < engines.size(); ++i) {
-        served.push_back({flags.models[i].first, engines[i].get()});
+        served.push_back({flags.models[i].first, engines[i].get(), tokenizers[i].get()});
     }
     tinkerd::api::AppOptions app_options;
     app_options.data_dir = flags.data_dir;

@@ -86,6 +86,7 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         auto served = std::make_unique<ServedModel>();
         served->name = spec.name;
         served->engine = spec.engine;
+        served->tokenizer = spec.tokenizer;
         served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name);
         app->models_.push_back(std::move(served));
     }

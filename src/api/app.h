@@ -23,6 +23,7 @@
 #include "scheduler/worker.h"
 #include "store/checkpoint_files.h"
 #include "store/database.h"
+#include "tokenizer/tokenizer.h"
 #include "wire/forward_backward_codec.h"
 #include "wire/sample_codec.h"
 
@@ -43,11 +44,13 @@ struct AppOptions {
 struct ServedModelSpec {
     std::string name;
     engine::Engine * engine = nullptr;
+    const tokenizer::Tokenizer * tokenizer = nullptr;  // none when the model directory has no tokenizer.json
 };
 
 struct ServedModel {
     std::string name;
     engine::Engine * engine = nullptr;
+    const tokenizer::Tokenizer * tokenizer = nullptr;
     std::unique_ptr<scheduler::EngineWorker> worker;
     // (sampler id, engine adapter) holding samplers' weights, most recent first; engine thread only.
     std::list<std::pair<std::string, engine::AdapterId>> sampler_adapters;

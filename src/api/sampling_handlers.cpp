@@ -91,6 +91,37 @@ Result<engine::SamplingParams> parse_sampling_params(const json & body, std::vec
     return params;
 }
 
+// Stop strings are checked on the decoded text of the generated tokens' tail after each token: a sequence
+// stops at the first token whose text completes one of them (that token is the last one returned).
+Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(const ServedModel & model,
+                                                                            std::vector<std::string> stops) {
+    if (model.tokenizer == nullptr) {
+        return invalid_argument("sampling_params.stop: stop strings need a tokenizer, and model '" + model.name +
+                                "' has no tokenizer.json; pass stop token ids instead");
+    }
+    size_t longest = 0;
+    for (const auto & s : stops) {
+        if (s.empty()) {
+            return invalid_argument("sampling_params.stop: empty stop string");
+        }
+        longest = std::max(longest, s.size());
+    }
+    const size_t window = 4 * longest + 8;  // tokens: enough for any token split of the longest stop string
+    const tokenizer::Tokenizer * tok = model.tokenizer;
+    return std::function<bool(const std::vector<int64_t> &)>(
+        [tok, stops = std::move(stops), window](const std::vector<int64_t> & generated) {
+            const size_t start = generated.size() > window ? generated.size() - window : 0;
+            const std::vector<int32_t> tail(generated.begin() + static_cast<std::ptrdiff_t>(start), generated.end());
+            const std::string text = tok->decode(tail, false);
+            for (const auto & s : stops) {
+                if (text.find(s) != std::string::npos) {
+                    return true;
+                }
+            }
+            return false;
+        });
+}
+
 }  // namespace
 
 Result<json> App::asample(Call & call) {
@@ -141,9 +172,11 @@ Result<engine::SampleRequest> App::parse_sample_request(const json & body, const
         }
     }
     if (!stop_strings.empty()) {
-        return unsupported(
-            "sampling_params.stop: stop strings need the model's tokenizer, which this tinkerd build "
-            "does not load yet; pass stop token ids");
+        auto check = stop_string_check(model, std::move(stop_strings));
+        if (!check.ok()) {
+            return check.error();
+        }
+        request.stop_check = std::move(check).value();
     }
     request.prompt = std::move(tokens).value();
     request.num_samples = num_samples->value_or(1);
