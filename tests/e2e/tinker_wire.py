@@ -296,6 +296,30 @@ class TinkerWire:
     def unload_model(self, model_id):
         return self.post("unload_model", {"model_id": model_id, "type": "unload_model"})["request_id"]
 
+    def create_sampling_session(self, session_id, sampling_session_seq_id, base_model=None,
+                                model_path=None):
+        body = {"session_id": session_id, "sampling_session_seq_id": sampling_session_seq_id,
+                "type": "create_sampling_session"}
+        if model_path is not None:
+            body["model_path"] = model_path
+        if base_model is not None:
+            body["base_model"] = base_model
+        return self.post("create_sampling_session", body)["sampling_session_id"]
+
+    def asample(self, body, max_backoffs=120):
+        """POST asample with the backpressure header; a 429 (or 402) means wait 1 s and resubmit,
+        as the SDK does. Returns the request_id."""
+        raw = json.dumps(body).encode()
+        for _ in range(max_backoffs):
+            r = self.request("POST", "/api/v1/asample", raw, {"X-Tinker-Sampling-Backpressure": "1"})
+            if r.status in (402, 429):
+                time.sleep(1)
+                continue
+            if r.status >= 400:
+                raise ApiError(r.status, r.body.decode(errors="replace"), "asample")
+            return r.json()["request_id"]
+        raise TimeoutError("asample still refused with 429 after %d tries" % max_backoffs)
+
     def get_info(self, model_id):
         return self.post("get_info", {"model_id": model_id, "type": "get_info"})
 
@@ -326,6 +350,8 @@ class TinkerWire:
             r = self.poll_once(request_id, request_type, it, accept, allow_meta)
             it += 1
             if r.status == 200 and PROTO in r.content_type:
+                if request_type == "Sample":
+                    return wc.decode_sample_proto(r.body)
                 if request_type not in ("ForwardBackward", "Forward"):
                     raise wc.ProtocolError("protobuf result for %s" % request_type)
                 return wc.decode_fb_output(r.body)
@@ -345,7 +371,7 @@ class TinkerWire:
                 if request_type in PROTO_TYPES:
                     if proto:
                         raise wc.ProtocolError("JSON result for %s: the SDK only supports proto" % request_type)
-                    return wc.decode_fb_json(obj)
+                    return wc.decode_sample_json(obj) if request_type == "Sample" else wc.decode_fb_json(obj)
                 return obj
             if r.status == 408 or r.status >= 500:
                 continue

@@ -295,3 +295,93 @@ def combine_chunks(results):
             metrics[key] = vals[0]
     outputs = [o for r in results for o in r.outputs]
     return FbResult(results[0].loss_fn_output_type, outputs, metrics)
+
+
+# ---------------------------------------------------------------- SampleResponse (asample results)
+
+TOPK_EMPTY_LOGPROB = -99999.0
+
+
+class SampleResult:
+    """A decoded sample result as the SDK 0.25 presents it: sequences (tokens, logprobs,
+    stop_reason), prompt_logprobs (None first) and topk_prompt_logprobs ([(tok, lp)...] or None)."""
+
+    def __init__(self, sequences, prompt_logprobs=None, topk_prompt_logprobs=None, cache_hits=0):
+        self.sequences = sequences
+        self.prompt_logprobs = prompt_logprobs
+        self.topk_prompt_logprobs = topk_prompt_logprobs
+        self.prompt_cache_hit_tokens = cache_hits
+
+    @property
+    def tokens(self):
+        return [s["tokens"] for s in self.sequences]
+
+    @property
+    def stop_reasons(self):
+        return [s["stop_reason"] for s in self.sequences]
+
+    def __repr__(self):
+        return "SampleResult(%r)" % [(s["tokens"], s["stop_reason"]) for s in self.sequences]
+
+
+def _floats_or_none(raw):
+    return [None if np.isnan(v) else float(v) for v in np.frombuffer(raw, dtype="<f4")]
+
+
+def _topk_rows(ids, lps, prompt_length, k):
+    """The SDK's reshaping: a row whose first cell is empty is None; trailing empty cells go."""
+    rows = []
+    for r in range(prompt_length):
+        cells = [(int(ids[r * k + j]), float(lps[r * k + j])) for j in range(k)]
+        if not cells or (cells[0][0] == 0 and cells[0][1] == TOPK_EMPTY_LOGPROB):
+            rows.append(None)
+            continue
+        while cells and cells[-1][0] == 0 and cells[-1][1] == TOPK_EMPTY_LOGPROB:
+            cells.pop()
+        rows.append(cells)
+    return rows
+
+
+def decode_sample_proto(raw):
+    P = pb2()
+    msg = P.SampleResponse()
+    msg.ParseFromString(raw)
+    seqs = []
+    for s in msg.sequences:
+        if s.stop_reason not in (P.STOP_REASON_STOP, P.STOP_REASON_LENGTH):
+            raise ProtocolError("stop_reason %d is not STOP or LENGTH" % s.stop_reason)
+        if len(s.tokens) % 4 or len(s.logprobs) % 4:
+            raise ProtocolError("sequence bytes not a multiple of 4")
+        tokens = np.frombuffer(s.tokens, dtype="<i4").astype(np.int64).tolist()
+        lps = np.frombuffer(s.logprobs, dtype="<f4").astype(np.float64).tolist() if s.logprobs else None
+        if lps is not None and len(lps) != len(tokens):
+            raise ProtocolError("%d logprobs for %d tokens" % (len(lps), len(tokens)))
+        seqs.append({"tokens": tokens, "logprobs": lps,
+                     "stop_reason": "stop" if s.stop_reason == P.STOP_REASON_STOP else "length"})
+    plp = _floats_or_none(msg.prompt_logprobs) if msg.HasField("prompt_logprobs") else None
+    topk = None
+    if msg.HasField("topk_prompt_logprobs"):
+        t = msg.topk_prompt_logprobs
+        if t.k > 0 and t.prompt_length > 0:
+            n = int(t.k) * int(t.prompt_length)
+            ids = np.frombuffer(t.token_ids, dtype="<i4")
+            lps = np.frombuffer(t.logprobs, dtype="<f4")
+            if len(ids) != n or len(lps) != n:
+                raise ProtocolError("topk: %d ids, %d logprobs for %d x %d" % (
+                    len(ids), len(lps), t.prompt_length, t.k))
+            topk = _topk_rows(ids, lps, int(t.prompt_length), int(t.k))
+    return SampleResult(seqs, plp, topk, int(msg.prompt_cache_hit_tokens))
+
+
+def decode_sample_json(obj):
+    """The legacy JSON sample result (SDK <= 0.24.1)."""
+    seqs = []
+    for s in obj.get("sequences", []):
+        if s.get("stop_reason") not in ("stop", "length"):
+            raise ProtocolError("stop_reason %r" % s.get("stop_reason"))
+        seqs.append({"tokens": [int(t) for t in s["tokens"]], "stop_reason": s["stop_reason"],
+                     "logprobs": None if s.get("logprobs") is None else [float(x) for x in s["logprobs"]]})
+    topk = obj.get("topk_prompt_logprobs")
+    if topk is not None:
+        topk = [None if row is None else [(int(t), float(lp)) for t, lp in row] for row in topk]
+    return SampleResult(seqs, obj.get("prompt_logprobs"), topk, obj.get("prompt_cache_hit_tokens", 0))
