@@ -386,5 +386,39 @@ TEST(EngineWorker, PostedTasksRunInOrder) {
     EXPECT_EQ(tasks, (std::vector<std::string>{"task0:fp32", "task1:fp32", "task2:fp32", "task3"}));
 }
 
+// The interleaving policy (`next_work_locked`): a burst of 20 sampling tasks queued together with 5
+// training steps of one run neither starves the training steps nor is starved by them — they alternate.
+TEST(EngineWorker, SamplingBurstAndTrainingStepsInterleave) {
+    FakeEngine engine;
+    Recorder rec;
+    EngineWorker worker(engine, "test");
+    worker.open_run("A", 1);
+    for (int i = 0; i < 20; i++) {
+        worker.post([&rec](engine::Engine &) { rec.add("sample"); });
+    }
+    for (int seq = 1; seq <= 5; seq++) {
+        submit_kind(worker, "A", seq, generic_op(rec, "step"));
+    }
+    worker.start();
+    ASSERT_TRUE(rec.wait_for(25));
+    const auto events = rec.events();
+    int max_samples_between_steps = 0, samples_in_a_row = 0, steps_seen = 0;
+    for (const auto & event : events) {
+        if (event == "step") {
+            ++steps_seen;
+            max_samples_between_steps = std::max(max_samples_between_steps, samples_in_a_row);
+            samples_in_a_row = 0;
+        } else if (steps_seen < 5) {
+            ++samples_in_a_row;
+        }
+    }
+    EXPECT_EQ(steps_seen, 5);
+    EXPECT_LE(max_samples_between_steps, 1) << "a training step waited for more than one sampling task";
+    // and the sampling burst was not held back until training finished: samples ran between the steps
+    const auto first_sample = std::find(events.begin(), events.end(), "sample") - events.begin();
+    const auto last_step = std::find(events.rbegin(), events.rend(), "step").base() - events.begin();
+    EXPECT_LT(first_sample, last_step);
+}
+
 }  // namespace
 }  // namespace tinkerd::scheduler
