@@ -6,10 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +49,14 @@ struct ServedModelSpec {
     const tokenizer::Tokenizer * tokenizer = nullptr;  // none when the model directory has no tokenizer.json
 };
 
+// One asample request between its submission and its batched engine call.
+struct PendingSample {
+    store::SamplerRow sampler;
+    engine::SampleRequest request;
+    wire::SampleEncoding encoding;
+    std::string request_id;
+};
+
 struct ServedModel {
     std::string name;
     engine::Engine * engine = nullptr;
@@ -54,6 +64,10 @@ struct ServedModel {
     std::unique_ptr<scheduler::EngineWorker> worker;
     // (sampler id, engine adapter) holding samplers' weights, most recent first; engine thread only.
     std::list<std::pair<std::string, engine::AdapterId>> sampler_adapters;
+    // asample requests waiting for the next batched Engine::sample call on the engine thread.
+    std::mutex sample_mutex;
+    std::deque<PendingSample> sample_queue;
+    bool drain_posted = false;  // a run_sample_batch task is queued on the worker
 };
 
 // A training run (a LoRA adapter) known to this process.
@@ -165,11 +179,11 @@ class App {
     // sampling_handlers.cpp: asample / compute_logprobs.
     Result<json> asample(Call & call);
     Result<engine::SampleRequest> parse_sample_request(const json & body, const ServedModel & model);
-    void run_sample(engine::Engine & engine, ServedModel & model, const store::SamplerRow & sampler,
-                    engine::SampleRequest request, const wire::SampleEncoding & encoding,
-                    const std::string & request_id);
+    void run_sample_batch(engine::Engine & engine, ServedModel & model);
+    void trim_sampler_adapters(engine::Engine & engine, ServedModel & model);
     Result<engine::AdapterId> sampler_adapter(engine::Engine & engine, ServedModel & model,
-                                              const store::SamplerRow & sampler);
+                                              const store::SamplerRow & sampler,
+                                              const std::set<engine::AdapterId> & pinned);
     Result<std::pair<engine::LoraSpec, store::Tensors>> sampler_weights(const store::SamplerRow & sampler);
 
     // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.

@@ -2,6 +2,8 @@
 // request, resolves the sampler (base model, a frozen snapshot, or a checkpoint loaded once into a cached
 // engine adapter), applies backpressure (429), and runs the sampling on the base model's engine thread.
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "api/app.h"
 #include "common/log.h"
@@ -145,14 +147,19 @@ Result<json> App::asample(Call & call) {
         return unavailable("too many sample requests queued (" + std::to_string(options_.max_queued_samples) +
                            "); retry shortly");
     }
-    const wire::SampleEncoding encoding{request->prompt_logprobs, request->topk_prompt_logprobs};
-    const std::string request_id = create_future(call.tenant, "Sample");
+    PendingSample pending{**sampler, std::move(request).value(), {}, create_future(call.tenant, "Sample")};
+    pending.encoding = {pending.request.prompt_logprobs, pending.request.topk_prompt_logprobs};
+    const std::string request_id = pending.request_id;
     ++in_flight_samples_;
-    model->worker->post([this, model, request = std::move(request).value(), sampler_row = **sampler, encoding,
-                         request_id](engine::Engine & engine) mutable {
-        run_sample(engine, *model, sampler_row, std::move(request), encoding, request_id);
-        --in_flight_samples_;
-    });
+    bool post_drain = false;
+    {
+        std::lock_guard<std::mutex> lock(model->sample_mutex);
+        model->sample_queue.push_back(std::move(pending));
+        post_drain = !std::exchange(model->drain_posted, true);
+    }
+    if (post_drain) {
+        model->worker->post([this, model](engine::Engine & engine) { run_sample_batch(engine, *model); });
+    }
     return json{{"request_id", request_id}};
 }
 
@@ -200,7 +207,8 @@ Result<engine::SampleRequest> App::parse_sample_request(const json & body, const
 // On the engine thread: the engine adapter that holds a sampler's weights. The base model needs none; a
 // frozen snapshot or a checkpoint is imported once into a fresh adapter and kept in a small LRU cache.
 Result<engine::AdapterId> App::sampler_adapter(engine::Engine & engine, ServedModel & model,
-                                               const store::SamplerRow & sampler) {
+                                               const store::SamplerRow & sampler,
+                                               const std::set<engine::AdapterId> & pinned) {
     if (sampler.model_path.empty() && sampler.run_id.empty()) {
         return engine::BASE_MODEL;
     }
@@ -225,9 +233,14 @@ Result<engine::AdapterId> App::sampler_adapter(engine::Engine & engine, ServedMo
         return imported.error();
     }
     cache.emplace_front(sampler.sampler_id, *adapter);
-    while (cache.size() > options_.max_cached_sampler_adapters) {
-        (void)engine.remove_adapter(cache.back().second);
-        cache.pop_back();
+    // Make room, least recently used first, but never under a request of the running batch.
+    for (auto it = std::prev(cache.end());
+         cache.size() > options_.max_cached_sampler_adapters && it != cache.begin();) {
+        auto victim = it--;
+        if (pinned.count(victim->second) == 0) {
+            (void)engine.remove_adapter(victim->second);
+            cache.erase(victim);
+        }
     }
     return *adapter;
 }
@@ -265,27 +278,60 @@ Result<std::pair<engine::LoraSpec, store::Tensors>> App::sampler_weights(const s
     return std::make_pair(spec, std::move(contents->tensors));
 }
 
-// On the engine thread: the sampler's adapter (created once, cached), then the sampling itself.
-void App::run_sample(engine::Engine & engine, ServedModel & model, const store::SamplerRow & sampler,
-                     engine::SampleRequest request, const wire::SampleEncoding & encoding,
-                     const std::string & request_id) {
-    auto adapter = sampler_adapter(engine, model, sampler);
-    if (!adapter.ok()) {
-        fail_future(request_id, adapter.error());
-        return;
+// On the engine thread: every sample request queued for this model so far (up to MAX_SAMPLE_BATCH) runs
+// in ONE Engine::sample call, so their decode steps are shared whatever adapters they use. Requests that
+// arrive meanwhile wait for the next call (posted at once when the queue is not empty).
+void App::run_sample_batch(engine::Engine & engine, ServedModel & model) {
+    constexpr size_t MAX_SAMPLE_BATCH = 64;
+    std::vector<PendingSample> batch;
+    {
+        std::lock_guard<std::mutex> lock(model.sample_mutex);
+        while (!model.sample_queue.empty() && batch.size() < MAX_SAMPLE_BATCH) {
+            batch.push_back(std::move(model.sample_queue.front()));
+            model.sample_queue.pop_front();
+        }
+        model.drain_posted = !model.sample_queue.empty();
     }
-    request.adapter = *adapter;
+    if (model.drain_posted) {
+        model.worker->post([this, m = &model](engine::Engine & e) { run_sample_batch(e, *m); });
+    }
+    std::vector<engine::SampleRequest> requests;
+    std::vector<PendingSample *> runnable;
+    std::set<engine::AdapterId> pinned;  // adapters of this batch: never evicted while it runs
+    for (auto & pending : batch) {
+        auto adapter = sampler_adapter(engine, model, pending.sampler, pinned);
+        if (!adapter.ok()) {
+            fail_future(pending.request_id, adapter.error());
+            continue;
+        }
+        pinned.insert(*adapter);
+        pending.request.adapter = *adapter;
+        requests.push_back(std::move(pending.request));
+        runnable.push_back(&pending);
+    }
     auto results =
-        guarded_engine_call<std::vector<Result<engine::SampleOutput>>>([&] { return engine.sample({request}); });
-    if (!results.ok() || results->empty() || !(*results)[0].ok()) {
-        fail_future(request_id, !results.ok()      ? results.error()
-                                : results->empty() ? internal_error("engine returned no sample result")
-                                                   : (*results)[0].error());
-        return;
+        guarded_engine_call<std::vector<Result<engine::SampleOutput>>>([&] { return engine.sample(requests); });
+    for (size_t i = 0; i < runnable.size(); ++i) {
+        const std::string & id = runnable[i]->request_id;
+        if (!results.ok() || i >= results->size() || !(*results)[i].ok()) {
+            fail_future(id, !results.ok()          ? results.error()
+                            : i >= results->size() ? internal_error("engine returned too few sample results")
+                                                   : (*results)[i].error());
+            continue;
+        }
+        futures_->complete(id, wire::encode_sample_response_json(*(*results)[i], runnable[i]->encoding).dump(),
+                           wire::encode_sample_response_proto(*(*results)[i], runnable[i]->encoding));
     }
-    const engine::SampleOutput & output = *(*results)[0];
-    futures_->complete(request_id, wire::encode_sample_response_json(output, encoding).dump(),
-                       wire::encode_sample_response_proto(output, encoding));
+    trim_sampler_adapters(engine, model);
+    in_flight_samples_ -= static_cast<int64_t>(batch.size());
+}
+
+// Keeps at most max_cached_sampler_adapters sampler adapters loaded, dropping the least recently used.
+void App::trim_sampler_adapters(engine::Engine & engine, ServedModel & model) {
+    while (model.sampler_adapters.size() > options_.max_cached_sampler_adapters) {
+        (void)engine.remove_adapter(model.sampler_adapters.back().second);
+        model.sampler_adapters.pop_back();
+    }
 }
 
 }  // namespace tinkerd::api
