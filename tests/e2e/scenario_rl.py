@@ -126,6 +126,28 @@ def zero_advantage_batch(tc, sid, tasks, beta1=0.9):
     check_abs(after, before, 1e-6, "compute_logprobs after an all-zero-advantage step")
 
 
+def half_batches(wire, sid, base, tasks):
+    """Two importance_sampling forward_backwards on half-batches, then one optim_step, give the
+    same weights as one full batch (two adapters with the same seed)."""
+    for it in range(100, 130):  # a batch with some reward variance (non-zero advantages)
+        datums, _, _ = rollouts(base, tasks, it)
+        if any(np.any(d.inputs["advantages"] != 0) for d in datums):
+            break
+    full = new_client(wire, rank=8, session_id=sid, model_seq_id=2, seed=5)
+    halves = new_client(wire, rank=8, session_id=sid, model_seq_id=3, seed=5)
+    full.forward_backward(datums, "importance_sampling")
+    full.optim_step(LR)
+    half = len(datums) // 2
+    halves.forward_backward(datums[:half], "importance_sampling")
+    halves.forward_backward(datums[half:], "importance_sampling")
+    halves.optim_step(LR)
+    probe = tasks[1][0] + [tasks[1][1], 3, 4]
+    a = lp_array(SamplingClient.snapshot(full, sid).compute_logprobs(probe))
+    b = lp_array(SamplingClient.snapshot(halves, sid).compute_logprobs(probe))
+    check(np.max(np.abs(a - lp_array(base.compute_logprobs(probe)))) > 1e-4, "the step changed nothing")
+    check_abs(b, a, 1e-5, "two accumulated half-batches vs one batch")
+
+
 def run(ctx):
     srv = ctx.start_server()
     wire = srv.wire()
@@ -136,6 +158,8 @@ def run(ctx):
     fresh = new_client(wire, rank=8, session_id=sid, model_seq_id=0, seed=1)
     ctx.case("all-zero advantages on a fresh adapter: weights unchanged", zero_advantage_batch,
              fresh, sid, tasks)
+    ctx.case("two half-batch forward_backwards before one step == one batch", half_batches,
+             wire, sid, base, tasks)
     tc = new_client(wire, rank=8, session_id=sid, model_seq_id=1, seed=0)
     out = ctx.case("RL loop: sampler == trainer logprobs, reward rises", train, ctx, wire, sid, tc, tasks)
     ctx.case("all-zero advantages after training (beta1=0): weights unchanged", zero_advantage_batch,
