@@ -155,7 +155,7 @@ void App::register_routes() {
     add_sync("POST", "get_info", &App::get_info);
     add_sync("POST", "unload_model", &App::unload_model);
     add_sync("POST", "forward_backward", &App::forward_backward, false);
-    add_sync("POST", "forward", &App::forward_legacy, false);
+    add_sync("POST", "forward", &App::forward_backward, false);  // SDK <= 0.24: {"forward_input": ...}
     add_sync("POST", "optim_step", &App::optim_step);
     add_sync("POST", "save_weights", &App::save_weights);
     add_sync("POST", "save_weights_for_sampler", &App::save_weights_for_sampler);

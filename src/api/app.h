@@ -156,7 +156,6 @@ class App {
     Result<json> forward_backward(Call & call);
     Result<wire::ForwardBackwardRequest> decode_forward_backward(Call & call);
     void release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id);
-    Result<json> forward_legacy(Call & call);
     Result<json> optim_step(Call & call);
 
     // checkpoint_handlers.cpp: saving and loading weights.
@@ -210,6 +209,12 @@ class App {
                                 const std::function<scheduler::Op(const std::string & request_id)> & make_op);
     // find_live_run of the body's "model_id".
     Result<RunPtr> run_of_body(Call & call);
+    // The live run and the seq_id of an ordered operation's body ("model_id", "seq_id").
+    struct OrderedTarget {
+        RunPtr run;
+        int64_t seq_id = 0;
+    };
+    Result<OrderedTarget> ordered_target(Call & call);
     // The run named by the body's model_id, owned by the caller, loaded and ready.
     Result<RunPtr> find_live_run(const std::string & tenant, const std::string & model_id);
     // Marks a seq_id as used when its request is refused at submission (so later ones still run).

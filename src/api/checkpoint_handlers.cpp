@@ -51,33 +51,28 @@ void App::store_checkpoint(const RunState & run, const std::string & tenant, con
 }
 
 Result<json> App::save_weights(Call & call) {
-    auto run = run_of_body(call);
-    if (!run.ok()) {
-        return run.error();
+    auto target = ordered_target(call);
+    if (!target.ok()) {
+        return target.error();
     }
-    auto seq_id = get_int(call.body, "seq_id");
-    if (!seq_id.ok()) {
-        return seq_id.error();
-    }
+    const RunPtr run = target->run;
+    const int64_t seq_id = target->seq_id;
     auto name = get_string(call.body, "path");
     auto ttl = get_optional_int(call.body, "ttl_seconds");
     auto overwrite = get_bool(call.body, "overwrite", false);
     Result<void> name_ok = name.ok() ? validate_checkpoint_name(*name) : Result<void>(name.error());
-    for (const Error * e : {name_ok.ok() ? nullptr : &name_ok.error(), ttl.ok() ? nullptr : &ttl.error(),
-                            overwrite.ok() ? nullptr : &overwrite.error()}) {
-        if (e != nullptr) {
-            skip_seq(*run, *seq_id);
-            return *e;
-        }
+    if (const Error * e = first_error(name_ok, ttl, overwrite)) {
+        skip_seq(run, seq_id);
+        return *e;
     }
     if (ttl->has_value() && **ttl <= 0) {
-        skip_seq(*run, *seq_id);
+        skip_seq(run, seq_id);
         return invalid_argument("ttl_seconds must be > 0");
     }
     const std::string tenant = call.tenant;
     return submit_ordered(
-        call, *run, *seq_id, "SaveWeights",
-        [this, run = *run, name = *name, ttl = *ttl, overwrite = *overwrite, tenant](const std::string & id) {
+        call, run, seq_id, "SaveWeights",
+        [this, run, name = *name, ttl = *ttl, overwrite = *overwrite, tenant](const std::string & id) {
             scheduler::Op op;
             op.run = [this, run, name, ttl, overwrite, tenant, id](engine::Engine & engine) {
                 auto tensors = engine.export_adapter(run->adapter.load(), true);
@@ -95,34 +90,32 @@ Result<json> App::save_weights(Call & call) {
 // Named: a PEFT adapter directory and a sampler checkpoint row. Unnamed: an ephemeral frozen snapshot
 // in memory, registered as sampler "<session>:sample:<sampling_session_seq_id>".
 Result<json> App::save_weights_for_sampler(Call & call) {
-    auto run = run_of_body(call);
-    if (!run.ok()) {
-        return run.error();
+    auto target = ordered_target(call);
+    if (!target.ok()) {
+        return target.error();
     }
-    auto seq_id = get_int(call.body, "seq_id");
-    if (!seq_id.ok()) {
-        return seq_id.error();
-    }
+    const RunPtr run = target->run;
+    const int64_t seq_id = target->seq_id;
     auto name = get_optional_string(call.body, "path");
     auto sampler_seq = get_optional_int(call.body, "sampling_session_seq_id");
     auto ttl = get_optional_int(call.body, "ttl_seconds");
-    Result<void> valid = !name.ok()          ? Result<void>(name.error())
-                         : !sampler_seq.ok() ? Result<void>(sampler_seq.error())
-                         : !ttl.ok()         ? Result<void>(ttl.error())
-                         : name->has_value() ? validate_checkpoint_name(**name)
-                         : sampler_seq->has_value()
-                             ? Result<void>()
-                             : Result<void>(invalid_argument("save_weights_for_sampler needs path (a name) or "
-                                                             "sampling_session_seq_id"));
-    if (!valid.ok()) {
-        skip_seq(*run, *seq_id);
-        return valid.error();
+    Result<void> destination =
+        Result<void>(invalid_argument("save_weights_for_sampler needs path (a name) or "
+                                      "sampling_session_seq_id"));
+    if (name.ok() && name->has_value()) {
+        destination = validate_checkpoint_name(**name);
+    } else if (sampler_seq.ok() && sampler_seq->has_value()) {
+        destination = Result<void>();
+    }
+    if (const Error * e = first_error(name, sampler_seq, ttl, destination)) {
+        skip_seq(run, seq_id);
+        return *e;
     }
     const std::string tenant = call.tenant;
     const std::optional<std::string> checkpoint_name = *name;
-    const std::string sampler_id = run.value()->row.session_id + ":sample:" + std::to_string(sampler_seq->value_or(0));
+    const std::string sampler_id = run->row.session_id + ":sample:" + std::to_string(sampler_seq->value_or(0));
     const std::optional<int64_t> ttl_seconds = *ttl;
-    return submit_ordered(call, *run, *seq_id, "SaveWeightsForSampler", [=, this, run = *run](const std::string & id) {
+    return submit_ordered(call, run, seq_id, "SaveWeightsForSampler", [=, this](const std::string & id) {
         scheduler::Op op;
         op.run = [=, this](engine::Engine & engine) {
             auto tensors = engine.export_adapter(run->adapter.load(), false);
@@ -187,8 +180,8 @@ Result<void> App::check_loadable(int64_t seq_id, const Result<store::CheckpointR
 Result<json> App::load_weights(Call & call) {
     auto path_text = get_string(call.body, "path");
     auto optimizer = get_bool(call.body, "optimizer", false);
-    if (!path_text.ok() || !optimizer.ok()) {
-        return path_text.ok() ? optimizer.error() : path_text.error();
+    if (const Error * e = first_error(path_text, optimizer)) {
+        return *e;
     }
     auto path = parse_tinker_path(*path_text);
     auto checkpoint =
@@ -199,23 +192,21 @@ Result<json> App::load_weights(Call & call) {
         }
         return create_model_from_checkpoint(call, *checkpoint, *optimizer);
     }
-    auto run = run_of_body(call);
-    if (!run.ok()) {
-        return run.error();
+    auto target = ordered_target(call);
+    if (!target.ok()) {
+        return target.error();
     }
-    auto seq_id = get_int(call.body, "seq_id");
-    if (!seq_id.ok()) {
-        return seq_id.error();
-    }
-    auto loadable = check_loadable(*seq_id, checkpoint, *optimizer);
+    const RunPtr run = target->run;
+    const int64_t seq_id = target->seq_id;
+    auto loadable = check_loadable(seq_id, checkpoint, *optimizer);
     if (!loadable.ok()) {
-        skip_seq(*run, *seq_id);
+        skip_seq(run, seq_id);
         return loadable.error();
     }
     const std::string dir = checkpoint->dir;
     const bool with_optimizer = *optimizer;
     const std::string path_str = *path_text;
-    return submit_ordered(call, *run, *seq_id, "LoadWeights", [=, this, run = *run](const std::string & id) {
+    return submit_ordered(call, run, seq_id, "LoadWeights", [=, this](const std::string & id) {
         scheduler::Op op;
         op.run = [=, this](engine::Engine & engine) {
             auto imported = import_checkpoint(engine, *run, dir, with_optimizer);
@@ -311,11 +302,8 @@ Result<json> App::create_sampling_session(Call & call) {
     auto sampler_seq = get_int(call.body, "sampling_session_seq_id");
     auto base_model = get_optional_string(call.body, "base_model");
     auto model_path = get_optional_string(call.body, "model_path");
-    if (!session_id.ok() || !sampler_seq.ok() || !base_model.ok() || !model_path.ok()) {
-        return !session_id.ok()    ? session_id.error()
-               : !sampler_seq.ok() ? sampler_seq.error()
-               : !base_model.ok()  ? base_model.error()
-                                   : model_path.error();
+    if (const Error * e = first_error(session_id, sampler_seq, base_model, model_path)) {
+        return *e;
     }
     TRY_STATUS(find_session(call.tenant, *session_id));
     std::string base = base_model->value_or("");

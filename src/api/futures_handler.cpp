@@ -41,6 +41,18 @@ Result<RunPtr> App::run_of_body(Call & call) {
     return find_live_run(call.tenant, *model_id);
 }
 
+Result<App::OrderedTarget> App::ordered_target(Call & call) {
+    auto run = run_of_body(call);
+    if (!run.ok()) {
+        return run.error();
+    }
+    auto seq_id = get_int(call.body, "seq_id");
+    if (!seq_id.ok()) {
+        return seq_id.error();
+    }
+    return OrderedTarget{*run, *seq_id};
+}
+
 void App::skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id) {
     if (seq_id) {
         run->model->worker->skip(run->row.run_id, *seq_id);

@@ -31,6 +31,15 @@ Result<bool> get_bool(const json & obj, const std::string & key, bool fallback, 
 // A JSON object of string values ({} when absent); other value types are refused.
 Result<json> get_string_map(const json & obj, const std::string & key, const std::string & where = "");
 
+// The first error among several results, or nullptr when all are ok. Handlers read every field first,
+// then report the first bad one: `if (const Error * e = first_error(a, b, c)) return *e;`.
+template <typename... Results>
+const Error * first_error(const Results &... results) {
+    const Error * found = nullptr;
+    ((found = (found == nullptr && !results.ok()) ? &results.error() : found), ...);
+    return found;
+}
+
 // HTTP status for an error kind: 400, 404, 413 or 500.
 int http_status(ErrorKind kind);
 // {"detail": message, "code": "invalid_argument"|...} with the status of the error's kind.

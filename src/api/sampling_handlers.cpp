@@ -75,12 +75,8 @@ Result<engine::SamplingParams> parse_sampling_params(const json & body, std::vec
     auto top_k = get_optional_int(sp, "top_k", "sampling_params");
     auto temperature = get_number(sp, "temperature", 1.0, "sampling_params");
     auto top_p = get_number(sp, "top_p", 1.0, "sampling_params");
-    for (const Error * e : {max_tokens.ok() ? nullptr : &max_tokens.error(), seed.ok() ? nullptr : &seed.error(),
-                            top_k.ok() ? nullptr : &top_k.error(), temperature.ok() ? nullptr : &temperature.error(),
-                            top_p.ok() ? nullptr : &top_p.error()}) {
-        if (e != nullptr) {
-            return *e;
-        }
+    if (const Error * e = first_error(max_tokens, seed, top_k, temperature, top_p)) {
+        return *e;
     }
     params.max_tokens = max_tokens->value_or(-1);  // -1: filled in from the context length
     if (seed->has_value()) {
@@ -171,12 +167,8 @@ Result<engine::SampleRequest> App::parse_sample_request(const json & body, const
     auto topk = get_optional_int(body, "topk_prompt_logprobs");
     std::vector<std::string> stop_strings;
     auto params = parse_sampling_params(body, stop_strings);
-    for (const Error * e : {tokens.ok() ? nullptr : &tokens.error(), num_samples.ok() ? nullptr : &num_samples.error(),
-                            prompt_logprobs.ok() ? nullptr : &prompt_logprobs.error(),
-                            topk.ok() ? nullptr : &topk.error(), params.ok() ? nullptr : &params.error()}) {
-        if (e != nullptr) {
-            return *e;
-        }
+    if (const Error * e = first_error(tokens, num_samples, prompt_logprobs, topk, params)) {
+        return *e;
     }
     if (!stop_strings.empty()) {
         auto check = stop_string_check(model, std::move(stop_strings));

@@ -23,12 +23,8 @@ Result<engine::LoraSpec> parse_lora_config(const json & body) {
     auto attn = get_bool(config, "train_attn", true, "lora_config");
     auto mlp = get_bool(config, "train_mlp", true, "lora_config");
     auto unembed = get_bool(config, "train_unembed", true, "lora_config");
-    for (const Error * e :
-         {rank.ok() ? nullptr : &rank.error(), seed.ok() ? nullptr : &seed.error(), attn.ok() ? nullptr : &attn.error(),
-          mlp.ok() ? nullptr : &mlp.error(), unembed.ok() ? nullptr : &unembed.error()}) {
-        if (e != nullptr) {
-            return *e;
-        }
+    if (const Error * e = first_error(rank, seed, attn, mlp, unembed)) {
+        return *e;
     }
     spec.rank = rank->value_or(32);
     if (spec.rank < 1 || spec.rank > MAX_LORA_RANK) {
@@ -83,13 +79,8 @@ Result<json> App::create_model(Call & call) {
     auto base_model = get_string(call.body, "base_model");
     auto metadata = get_string_map(call.body, "user_metadata");
     auto spec = parse_lora_config(call.body);
-    for (const Error * e :
-         {session_id.ok() ? nullptr : &session_id.error(), model_seq.ok() ? nullptr : &model_seq.error(),
-          base_model.ok() ? nullptr : &base_model.error(), metadata.ok() ? nullptr : &metadata.error(),
-          spec.ok() ? nullptr : &spec.error()}) {
-        if (e != nullptr) {
-            return *e;
-        }
+    if (const Error * e = first_error(session_id, model_seq, base_model, metadata, spec)) {
+        return *e;
     }
     auto session = find_session(call.tenant, *session_id);
     if (!session.ok() || session->expired) {
@@ -257,20 +248,13 @@ Result<json> App::forward_backward(Call & call) {
     });
 }
 
-// SDK <= 0.24: /api/v1/forward with {"forward_input": {...}}.
-Result<json> App::forward_legacy(Call & call) {
-    return forward_backward(call);
-}
-
 Result<json> App::optim_step(Call & call) {
-    auto run = run_of_body(call);
-    if (!run.ok()) {
-        return run.error();
+    auto target = ordered_target(call);
+    if (!target.ok()) {
+        return target.error();
     }
-    auto seq_id = get_int(call.body, "seq_id");
-    if (!seq_id.ok()) {
-        return seq_id.error();
-    }
+    const RunPtr run = target->run;
+    const int64_t seq_id = target->seq_id;
     const json adam = call.body.value("adam_params", json::object());
     engine::AdamParams params;
     const std::pair<const char *, double *> fields[] = {{"learning_rate", &params.learning_rate},
@@ -283,12 +267,12 @@ Result<json> App::optim_step(Call & call) {
         auto value = adam.is_object() ? get_number(adam, name, *dst, "adam_params")
                                       : Result<double>(invalid_argument("adam_params: expected an object"));
         if (!value.ok()) {
-            skip_seq(*run, *seq_id);
+            skip_seq(run, seq_id);
             return value.error();
         }
         *dst = *value;
     }
-    return submit_ordered(call, *run, *seq_id, "OptimStep", [this, run = *run, params](const std::string & id) {
+    return submit_ordered(call, run, seq_id, "OptimStep", [this, run, params](const std::string & id) {
         scheduler::Op op;
         op.run = [this, run, params, id](engine::Engine & engine) {
             auto out = engine.optim_step(run->adapter.load(), params);
