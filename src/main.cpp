@@ -31,12 +31,15 @@ struct Flags {
     double session_timeout_seconds = 120;
     double poll_timeout_seconds = 25;
     long long max_body_bytes = 256LL << 20;
+    long long kv_cache_mib = 4096;
+    long long max_sampler_adapters = 8;
 };
 
 const char * USAGE =
     "usage: tinkerd [--model NAME=DIR | --model ORG/NAME ...] [--host H] [--port P] [--data-dir D]\n"
     "               [--api-keys FILE] [--dtype auto|bf16|fp32] [--threads N] [--io-threads N]\n"
     "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
+    "               [--kv-cache-mib N] [--max-sampler-adapters N]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -50,7 +53,11 @@ const char * USAGE =
     "  --session-timeout-seconds  a session without heartbeat for this long expires: its models are\n"
     "                     unloaded, its checkpoints kept (default 120)\n"
     "  --poll-timeout-seconds     how long retrieve_future holds a poll before try_again (default 25)\n"
-    "  --max-body-bytes   request size limit, larger requests get 413 (default 268435456)\n";
+    "  --max-body-bytes   request size limit, larger requests get 413 (default 268435456)\n"
+    "  --kv-cache-mib     sampling KV cache budget per base model; when full, the newest request is\n"
+    "                     preempted and resumes later (default 4096)\n"
+    "  --max-sampler-adapters  sampler checkpoints / snapshots kept loaded per base model, least\n"
+    "                     recently used dropped first (default 8)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     if (flag == "--model") {
@@ -81,6 +88,10 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.poll_timeout_seconds = std::atof(value.c_str());
     } else if (flag == "--max-body-bytes") {
         flags.max_body_bytes = std::atoll(value.c_str());
+    } else if (flag == "--kv-cache-mib") {
+        flags.kv_cache_mib = std::atoll(value.c_str());
+    } else if (flag == "--max-sampler-adapters") {
+        flags.max_sampler_adapters = std::atoll(value.c_str());
     } else {
         std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
         return false;
@@ -103,8 +114,10 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
         }
     }
     if (flags.port < 0 || flags.port > 65535 || flags.session_timeout_seconds <= 0 || flags.poll_timeout_seconds <= 0 ||
-        flags.max_body_bytes < 1024) {
-        std::fprintf(stderr, "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024\n");
+        flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 || flags.max_sampler_adapters < 1) {
+        std::fprintf(stderr,
+                     "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
+                     "--kv-cache-mib and --max-sampler-adapters >= 1\n");
         return false;
     }
     return true;
@@ -201,6 +214,7 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
     app_options.data_dir = flags.data_dir;
     app_options.session_timeout_seconds = flags.session_timeout_seconds;
     app_options.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
+    app_options.max_cached_sampler_adapters = static_cast<size_t>(flags.max_sampler_adapters);
     auto app = tinkerd::api::App::create(app_options, std::move(auth), served);
     if (!app.ok()) {
         LOG_ERR("main", "cannot open data dir %s: %s", flags.data_dir.c_str(), app.error().message.c_str());
@@ -244,6 +258,7 @@ int main(int argc, char ** argv) {
     }
     tinkerd::engine::EngineOptions engine_options;
     engine_options.n_threads = flags.threads;
+    engine_options.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
     if (!parse_dtype(flags.dtype, engine_options.dtype)) {
         std::fprintf(stderr, "error: --dtype must be auto, bf16 or fp32, got '%s'\n", flags.dtype.c_str());
         return 2;

@@ -49,12 +49,17 @@ struct ServedModelSpec {
     const tokenizer::Tokenizer * tokenizer = nullptr;  // none when the model directory has no tokenizer.json
 };
 
-// One asample request between its submission and its batched engine call.
+// One sample request (Tinker asample or an OpenAI completion) from its submission until it finishes.
+// It ends through its future (request_id) or, when on_done is set, through that callback; both run on
+// the engine thread.
 struct PendingSample {
-    store::SamplerRow sampler;
+    store::SamplerRow sampler;                      // the weights: base model, snapshot or checkpoint
+    std::optional<engine::AdapterId> live_adapter;  // instead: a training run's live adapter
     engine::SampleRequest request;
     wire::SampleEncoding encoding;
     std::string request_id;
+    std::function<void(Result<engine::SampleOutput>)> on_done;
+    std::shared_ptr<std::atomic<bool>> cancelled;  // set by the caller when nobody waits any more
 };
 
 struct ServedModel {
@@ -64,10 +69,12 @@ struct ServedModel {
     std::unique_ptr<scheduler::EngineWorker> worker;
     // (sampler id, engine adapter) holding samplers' weights, most recent first; engine thread only.
     std::list<std::pair<std::string, engine::AdapterId>> sampler_adapters;
-    // asample requests waiting for the next batched Engine::sample call on the engine thread.
+    // Sample requests waiting to join the engine's running batch (next pump_samples step).
     std::mutex sample_mutex;
     std::deque<PendingSample> sample_queue;
-    bool drain_posted = false;  // a run_sample_batch task is queued on the worker
+    bool pump_posted = false;  // a pump_samples task is queued on the worker (guarded by sample_mutex)
+    // Requests inside the engine's continuous batch, by handle; engine thread only.
+    std::map<engine::SampleHandle, PendingSample> running_samples;
 };
 
 // A training run (a LoRA adapter) known to this process.
@@ -178,11 +185,21 @@ class App {
     // sampling_handlers.cpp: asample / compute_logprobs.
     Result<json> asample(Call & call);
     Result<engine::SampleRequest> parse_sample_request(const json & body, const ServedModel & model);
-    void run_sample_batch(engine::Engine & engine, ServedModel & model);
+
+    // sample_pump.cpp: the engine-thread side of sampling (continuous batching through the engine).
+    // 429 (UNAVAILABLE) while max_queued_samples requests are queued or running.
+    Result<void> check_sample_capacity() const;
+    // Queues a request for the model's engine and makes sure a pump is posted.
+    void enqueue_sample(ServedModel & model, PendingSample pending);
+    // One step: moves queued requests into the engine, drops cancelled ones, runs one sample_step,
+    // finishes what finished, and posts itself again while anything is queued or running.
+    void pump_samples(engine::Engine & engine, ServedModel & model);
+    void admit_queued_samples(engine::Engine & engine, ServedModel & model);
+    void finish_sample(PendingSample & pending, Result<engine::SampleOutput> output);
     void trim_sampler_adapters(engine::Engine & engine, ServedModel & model);
+    std::set<engine::AdapterId> adapters_in_use(const ServedModel & model) const;
     Result<engine::AdapterId> sampler_adapter(engine::Engine & engine, ServedModel & model,
-                                              const store::SamplerRow & sampler,
-                                              const std::set<engine::AdapterId> & pinned);
+                                              const store::SamplerRow & sampler);
     Result<std::pair<engine::LoraSpec, store::Tensors>> sampler_weights(const store::SamplerRow & sampler);
 
     // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.

@@ -1,8 +1,7 @@
 // asample (and compute_logprobs, which is asample with max_tokens 1 and prompt_logprobs): parses the
-// request, resolves the sampler (base model, a frozen snapshot, or a checkpoint loaded once into a cached
-// engine adapter), applies backpressure (429), and runs the sampling on the base model's engine thread.
+// request (prompt chunks, sampling params, stop strings checked through the tokenizer), applies
+// backpressure (429), and hands it to the model's sample pump (sample_pump.cpp).
 #include <cmath>
-#include <set>
 #include <utility>
 
 #include "api/app.h"
@@ -139,23 +138,14 @@ Result<json> App::asample(Call & call) {
     if (!request.ok()) {
         return request.error();
     }
-    if (in_flight_samples_.load() >= options_.max_queued_samples) {
-        return unavailable("too many sample requests queued (" + std::to_string(options_.max_queued_samples) +
-                           "); retry shortly");
-    }
-    PendingSample pending{**sampler, std::move(request).value(), {}, create_future(call.tenant, "Sample")};
+    TRY_STATUS(check_sample_capacity());
+    PendingSample pending;
+    pending.sampler = **sampler;
+    pending.request = std::move(request).value();
     pending.encoding = {pending.request.prompt_logprobs, pending.request.topk_prompt_logprobs};
+    pending.request_id = create_future(call.tenant, "Sample");
     const std::string request_id = pending.request_id;
-    ++in_flight_samples_;
-    bool post_drain = false;
-    {
-        std::lock_guard<std::mutex> lock(model->sample_mutex);
-        model->sample_queue.push_back(std::move(pending));
-        post_drain = !std::exchange(model->drain_posted, true);
-    }
-    if (post_drain) {
-        model->worker->post([this, model](engine::Engine & engine) { run_sample_batch(engine, *model); });
-    }
+    enqueue_sample(*model, std::move(pending));
     return json{{"request_id", request_id}};
 }
 
@@ -194,136 +184,6 @@ Result<engine::SampleRequest> App::parse_sample_request(const json & body, const
         request.params.max_tokens = std::max<int64_t>(0, std::min(room, DEFAULT_MAX_TOKENS_CAP));
     }
     return request;
-}
-
-// On the engine thread: the engine adapter that holds a sampler's weights. The base model needs none; a
-// frozen snapshot or a checkpoint is imported once into a fresh adapter and kept in a small LRU cache.
-Result<engine::AdapterId> App::sampler_adapter(engine::Engine & engine, ServedModel & model,
-                                               const store::SamplerRow & sampler,
-                                               const std::set<engine::AdapterId> & pinned) {
-    if (sampler.model_path.empty() && sampler.run_id.empty()) {
-        return engine::BASE_MODEL;
-    }
-    auto & cache = model.sampler_adapters;
-    for (auto it = cache.begin(); it != cache.end(); ++it) {
-        if (it->first == sampler.sampler_id) {
-            cache.splice(cache.begin(), cache, it);  // most recently used first
-            return cache.front().second;
-        }
-    }
-    auto weights = sampler_weights(sampler);
-    if (!weights.ok()) {
-        return weights.error();
-    }
-    auto adapter = guarded_engine_call<engine::AdapterId>([&] { return engine.create_adapter(weights->first); });
-    if (!adapter.ok()) {
-        return adapter.error();
-    }
-    auto imported = engine.import_adapter(*adapter, weights->second, false);
-    if (!imported.ok()) {
-        (void)engine.remove_adapter(*adapter);
-        return imported.error();
-    }
-    cache.emplace_front(sampler.sampler_id, *adapter);
-    // Make room, least recently used first, but never under a request of the running batch.
-    for (auto it = std::prev(cache.end());
-         cache.size() > options_.max_cached_sampler_adapters && it != cache.begin();) {
-        auto victim = it--;
-        if (pinned.count(victim->second) == 0) {
-            (void)engine.remove_adapter(victim->second);
-            cache.erase(victim);
-        }
-    }
-    return *adapter;
-}
-
-// The LoRA shape and PEFT tensors of a snapshot (in memory) or a checkpoint (read from disk).
-Result<std::pair<engine::LoraSpec, store::Tensors>> App::sampler_weights(const store::SamplerRow & sampler) {
-    if (!sampler.run_id.empty()) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = snapshots_.find(sampler.sampler_id);
-        if (it == snapshots_.end()) {
-            return not_found("the weights of sampler '" + sampler.sampler_id +
-                             "' are no longer in memory (its training run was unloaded, or 8 newer snapshots "
-                             "replaced it); save named sampler weights to keep them");
-        }
-        return std::make_pair(it->second->spec, it->second->tensors);
-    }
-    auto path = parse_tinker_path(sampler.model_path);
-    if (!path.ok()) {
-        return path.error();
-    }
-    auto row = db_->get_checkpoint(path->run_id, path->checkpoint_id());
-    if (!row.ok() || !row->has_value()) {
-        return not_found("checkpoint '" + sampler.model_path + "' of sampler '" + sampler.sampler_id + "' not found");
-    }
-    auto contents = store::read_checkpoint((*row)->dir, false);
-    if (!contents.ok()) {
-        return contents.error();
-    }
-    engine::LoraSpec spec;
-    spec.rank = contents->config.rank;
-    spec.alpha = contents->config.alpha;
-    spec.train_attn = contents->config.train_attn;
-    spec.train_mlp = contents->config.train_mlp;
-    spec.train_unembed = contents->config.train_unembed;
-    return std::make_pair(spec, std::move(contents->tensors));
-}
-
-// On the engine thread: every sample request queued for this model so far (up to MAX_SAMPLE_BATCH) runs
-// in ONE Engine::sample call, so their decode steps are shared whatever adapters they use. Requests that
-// arrive meanwhile wait for the next call (posted at once when the queue is not empty).
-void App::run_sample_batch(engine::Engine & engine, ServedModel & model) {
-    constexpr size_t MAX_SAMPLE_BATCH = 64;
-    std::vector<PendingSample> batch;
-    {
-        std::lock_guard<std::mutex> lock(model.sample_mutex);
-        while (!model.sample_queue.empty() && batch.size() < MAX_SAMPLE_BATCH) {
-            batch.push_back(std::move(model.sample_queue.front()));
-            model.sample_queue.pop_front();
-        }
-        model.drain_posted = !model.sample_queue.empty();
-    }
-    if (model.drain_posted) {
-        model.worker->post([this, m = &model](engine::Engine & e) { run_sample_batch(e, *m); });
-    }
-    std::vector<engine::SampleRequest> requests;
-    std::vector<PendingSample *> runnable;
-    std::set<engine::AdapterId> pinned;  // adapters of this batch: never evicted while it runs
-    for (auto & pending : batch) {
-        auto adapter = sampler_adapter(engine, model, pending.sampler, pinned);
-        if (!adapter.ok()) {
-            fail_future(pending.request_id, adapter.error());
-            continue;
-        }
-        pinned.insert(*adapter);
-        pending.request.adapter = *adapter;
-        requests.push_back(std::move(pending.request));
-        runnable.push_back(&pending);
-    }
-    auto results =
-        guarded_engine_call<std::vector<Result<engine::SampleOutput>>>([&] { return engine.sample(requests); });
-    for (size_t i = 0; i < runnable.size(); ++i) {
-        const std::string & id = runnable[i]->request_id;
-        if (!results.ok() || i >= results->size() || !(*results)[i].ok()) {
-            fail_future(id, !results.ok()          ? results.error()
-                            : i >= results->size() ? internal_error("engine returned too few sample results")
-                                                   : (*results)[i].error());
-            continue;
-        }
-        futures_->complete(id, wire::encode_sample_response_json(*(*results)[i], runnable[i]->encoding).dump(),
-                           wire::encode_sample_response_proto(*(*results)[i], runnable[i]->encoding));
-    }
-    trim_sampler_adapters(engine, model);
-    in_flight_samples_ -= static_cast<int64_t>(batch.size());
-}
-
-// Keeps at most max_cached_sampler_adapters sampler adapters loaded, dropping the least recently used.
-void App::trim_sampler_adapters(engine::Engine & engine, ServedModel & model) {
-    while (model.sampler_adapters.size() > options_.max_cached_sampler_adapters) {
-        (void)engine.remove_adapter(model.sampler_adapters.back().second);
-        model.sampler_adapters.pop_back();
-    }
 }
 
 }  // namespace tinkerd::api

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "engine/engine_impl.h"
 #include "engine/optimizer.h"
+#include "engine/sampler.h"
 #include "engine/torch_convert.h"
 
 namespace tinkerd::engine {
@@ -33,7 +34,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, cons
         if (!transformer.ok()) {
             return transformer.error();
         }
-        std::unique_ptr<Engine> engine = std::make_unique<EngineImpl>(std::move(transformer).value());
+        std::unique_ptr<Engine> engine =
+            std::make_unique<EngineImpl>(std::move(transformer).value(), options.kv_cache_bytes);
         LOG_INF("engine", "loaded %s (%s, %lld layers, %s weights, %d threads)", model_dir.c_str(),
                 engine->config().architecture.c_str(), static_cast<long long>(engine->config().n_layers),
                 engine->compute_dtype_name().c_str(), threads);
@@ -77,10 +79,26 @@ Result<Adapter *> EngineImpl::find_adapter(AdapterId id) {
 }
 
 Result<void> EngineImpl::remove_adapter(AdapterId id) {
-    if (!adapters_.erase(id)) {
+    auto it = adapters_.find(id);
+    if (it == adapters_.end()) {
         return not_found("unknown adapter " + std::to_string(id));
     }
+    sampling_.drop_adapter(it->second.get());
+    adapters_.erase(it);
     return {};
+}
+
+Result<SampleHandle> EngineImpl::sample_submit(SampleRequest request) {
+    const Adapter * adapter = nullptr;
+    if (request.adapter != BASE_MODEL) {
+        auto it = adapters_.find(request.adapter);
+        if (it == adapters_.end()) {
+            return not_found("unknown adapter " + std::to_string(request.adapter));
+        }
+        adapter = it->second.get();
+    }
+    TRY_STATUS(validate_sample_request(request, config()));
+    return sampling_.submit(std::move(request), adapter);
 }
 
 Result<LoraSpec> EngineImpl::adapter_spec(AdapterId id) const {

@@ -23,7 +23,8 @@ enum class ComputeDType { AUTO, FP32, BF16, FP64 };
 
 struct EngineOptions {
     ComputeDType dtype = ComputeDType::AUTO;
-    int n_threads = 0;  // intra-op threads; 0 = every core
+    int n_threads = 0;                          // intra-op threads; 0 = every core
+    int64_t kv_cache_bytes = int64_t{4} << 30;  // sampling KV cache budget; when full, the newest request waits
 };
 
 // A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;
@@ -93,21 +94,43 @@ struct SampleRequest {
     SamplingParams params;
     bool prompt_logprobs = false;      // logprob of each prompt token given the ones before (first: NaN)
     int64_t topk_prompt_logprobs = 0;  // K best (token, logprob) per prompt position (first: empty)
+    int64_t top_logprobs = 0;          // K best (token, logprob) at each generated position (same temperature)
     // Optional, called after each generated token with all tokens generated so far in that sequence;
     // true stops the sequence as "stop" (stop strings are checked this way by the caller's tokenizer).
     std::function<bool(const std::vector<int64_t> & generated)> stop_check;
+    // Optional, called on the engine thread after each generated token of sequence `index` (streaming).
+    std::function<void(int64_t index, int64_t token, float logprob)> on_token;
 };
+
+using TopLogprobs = std::vector<std::pair<int64_t, float>>;  // (token, logprob), best first
 
 struct SampledSequence {
     std::vector<int64_t> tokens;
-    std::vector<float> logprobs;  // one per token
-    bool stopped = false;         // true: a stop token / stop_check / EOS ("stop"); false: max_tokens ("length")
+    std::vector<float> logprobs;            // one per token
+    std::vector<TopLogprobs> top_logprobs;  // one per token when SampleRequest::top_logprobs > 0
+    bool stopped = false;  // true: a stop token / stop_check / EOS ("stop"); false: max_tokens ("length")
 };
 
 struct SampleOutput {
     std::vector<SampledSequence> sequences;  // num_samples of them
     std::vector<float> prompt_logprobs;      // prompt length, [0] = NaN; empty unless requested
     std::vector<std::vector<std::pair<int64_t, float>>> topk_prompt_logprobs;  // per position, best first
+};
+
+using SampleHandle = int64_t;
+
+struct FinishedSample {
+    SampleHandle handle = 0;
+    Result<SampleOutput> output = internal_error("not finished");
+};
+
+struct SampleStats {
+    int64_t queued = 0;           // submitted, waiting for admission (incl. preempted ones)
+    int64_t running = 0;          // admitted requests
+    int64_t live_sequences = 0;   // sequences in the decode batch
+    int64_t kv_bytes = 0;         // KV cache reserved now
+    int64_t kv_budget_bytes = 0;  // EngineOptions::kv_cache_bytes
+    int64_t preemptions = 0;      // since start
 };
 
 class Engine {
@@ -143,9 +166,21 @@ class Engine {
     // The adapter's accumulated gradients, PEFT-named (for tests and debugging).
     virtual Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const = 0;
 
-    // Samples every request (prefill, then batched decode steps with a KV cache; rows of different
-    // adapters and of the base model share each step). Each request succeeds or fails on its own.
-    virtual std::vector<Result<SampleOutput>> sample(const std::vector<SampleRequest> & requests) = 0;
+    // Continuous batching. sample_submit validates a request and queues it; each sample_step admits
+    // queued requests while the KV budget allows (one batched prefill), then runs ONE decode step over
+    // every live sequence of every request (rows of different adapters and of the base model share it),
+    // and returns the requests that finished. When the KV cache is full, the newest request is
+    // preempted (its cache freed) and resumes later with the same tokens. Requests join and leave the
+    // running batch between steps. A removed adapter fails its live requests.
+    virtual Result<SampleHandle> sample_submit(SampleRequest request) = 0;
+    virtual std::vector<FinishedSample> sample_step() = 0;
+    // Drops a request (queued or running) and frees its KV cache; false if unknown or finished.
+    virtual bool sample_cancel(SampleHandle handle) = 0;
+    virtual SampleStats sample_stats() const = 0;
+
+    // Samples every request to completion (submit all, step until done). Each succeeds or fails on its own.
+    // Not virtual: it only drives the four calls above (defined in sampler.cpp).
+    std::vector<Result<SampleOutput>> sample(const std::vector<SampleRequest> & requests);
 
     // Logits [V] at the last position of one sequence (no gradient). For tests and simple decoding.
     virtual Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) = 0;

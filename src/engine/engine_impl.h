@@ -9,13 +9,15 @@
 
 #include "engine/engine.h"
 #include "engine/losses.h"
+#include "engine/sample_loop.h"
 #include "engine/transformer.h"
 
 namespace tinkerd::engine {
 
 class EngineImpl final : public Engine {
   public:
-    explicit EngineImpl(std::unique_ptr<Transformer> transformer) : transformer_(std::move(transformer)) {}
+    EngineImpl(std::unique_ptr<Transformer> transformer, int64_t kv_cache_bytes)
+        : transformer_(std::move(transformer)), sampling_(*transformer_, kv_cache_bytes) {}
 
     const model::ModelConfig & config() const override { return transformer_->config(); }
     std::string compute_dtype_name() const override;
@@ -30,7 +32,10 @@ class EngineImpl final : public Engine {
                                 bool with_optimizer) override;
     Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const override;
     Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) override;
-    std::vector<Result<SampleOutput>> sample(const std::vector<SampleRequest> & requests) override;
+    Result<SampleHandle> sample_submit(SampleRequest request) override;
+    std::vector<FinishedSample> sample_step() override { return sampling_.step(); }
+    bool sample_cancel(SampleHandle handle) override { return sampling_.cancel(handle); }
+    SampleStats sample_stats() const override { return sampling_.stats(); }
 
   private:
     // An input that passed validation, with its parsed loss.
@@ -55,6 +60,7 @@ class EngineImpl final : public Engine {
 
     std::unique_ptr<Transformer> transformer_;
     std::map<AdapterId, std::unique_ptr<Adapter>> adapters_;
+    SampleLoop sampling_;  // after transformer_: it holds a reference to it
     AdapterId next_id_ = 1;
     uint64_t next_seed_ = 0x5eed;
 };

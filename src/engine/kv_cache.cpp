@@ -7,10 +7,6 @@
 
 namespace tinkerd::engine {
 
-namespace {
-constexpr int64_t GROWTH_CHUNK = 64;  // tokens added at least per growth
-}  // namespace
-
 SequenceCache::SequenceCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, torch::ScalarType dtype,
                              torch::Device device)
     : k_(n_layers),
@@ -23,7 +19,7 @@ void SequenceCache::reserve(int64_t n_tokens) {
     if (n_tokens <= capacity_) {
         return;
     }
-    const int64_t grown = std::max(n_tokens, capacity_ + GROWTH_CHUNK);
+    const int64_t grown = n_tokens;  // exact: SampleLoop chooses (and accounts for) the growth steps
     for (auto * slabs : {&k_, &v_}) {
         for (torch::Tensor & slab : *slabs) {
             torch::Tensor bigger = torch::empty({n_kv_heads_, grown, head_dim_}, options_);  // [KV, grown, D]

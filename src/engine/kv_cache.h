@@ -1,5 +1,5 @@
 // KV cache for sampling: one SequenceCache per sequence holds every layer's K and V as
-// [KV, capacity, D] slabs in the act dtype (grown in chunks, never paged), and cached_attention runs
+// [KV, capacity, D] slabs in the act dtype (grown by the caller's reserve, never paged), and cached_attention runs
 // new queries against a sequence's cached keys/values (causal within the new rows).
 #pragma once
 
@@ -17,7 +17,7 @@ class SequenceCache {
 
     int64_t length() const { return length_; }      // tokens cached (= position of the next token)
     int64_t capacity() const { return capacity_; }  // tokens that fit without growing
-    // Makes room for at least n_tokens in total (grows every layer's slabs, keeping their contents).
+    // Makes room for n_tokens in total (grows every layer's slabs to exactly that, keeping their contents).
     void reserve(int64_t n_tokens);
     // Writes layer's new k, v [n, KV, D] at positions [length, length + n) (length moves in advance()).
     void write(int64_t layer, const torch::Tensor & k, const torch::Tensor & v);

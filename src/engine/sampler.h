@@ -1,6 +1,6 @@
 // Sampling numerics, torch-free: request validation, per-sequence seeds (splitmix64 mixing) and the
 // choice of one token from a row of logits (greedy, or temperature + top-k + top-p with a uniform of our
-// own over double probabilities). EngineImpl::sample (sampler.cpp) drives prefill and batched decode.
+// own over double probabilities). SampleLoop (sample_loop.cpp) drives prefill and batched decode.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +21,12 @@ uint64_t splitmix64(uint64_t x);
 // Depends on nothing else, so a sequence's tokens do not depend on what else is in the batch.
 uint64_t sequence_seed(uint64_t seed, int64_t index);
 
+inline constexpr int64_t MAX_TOP_LOGPROBS = 1000;
+
 struct TokenChoice {
     int64_t token = 0;
     double logprob = 0;  // under the temperature-scaled distribution, before truncation (T = 0: T = 1)
+    TopLogprobs top;     // the top_n most probable tokens of that distribution, best first (ties: lower id)
 };
 
 // Picks the next token from logits [vocab] (double). temperature 0: the first argmax, with the
@@ -31,6 +34,7 @@ struct TokenChoice {
 // logits / T, logprob = log_softmax(scaled)[token]; then top-k keeps the k most probable tokens (ties
 // to the lower id), top-p keeps the shortest prefix of those whose renormalised mass reaches top_p, and
 // one uniform u in [0, 1) from rng (53 bits) is walked over the renormalised kept probabilities.
-TokenChoice choose_token(const double * logits, int64_t vocab, const SamplingParams & params, std::mt19937_64 & rng);
+TokenChoice choose_token(const double * logits, int64_t vocab, const SamplingParams & params, std::mt19937_64 & rng,
+                         int64_t top_n = 0);
 
 }  // namespace tinkerd::engine

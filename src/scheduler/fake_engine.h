@@ -73,9 +73,12 @@ class FakeEngine : public engine::Engine {
     Result<std::map<std::string, engine::HostTensor>> export_gradients(AdapterId) const override {
         return std::map<std::string, engine::HostTensor>{};
     }
-    std::vector<Result<engine::SampleOutput>> sample(const std::vector<engine::SampleRequest> & requests) override {
-        return std::vector<Result<engine::SampleOutput>>(requests.size(), unsupported("fake engine: no sampling"));
+    Result<engine::SampleHandle> sample_submit(engine::SampleRequest) override {
+        return unsupported("fake engine: no sampling");
     }
+    std::vector<engine::FinishedSample> sample_step() override { return {}; }
+    bool sample_cancel(engine::SampleHandle) override { return false; }
+    engine::SampleStats sample_stats() const override { return {}; }
     Result<std::vector<float>> last_logits(AdapterId, const std::vector<int64_t> &) override {
         return std::vector<float>{};
     }
