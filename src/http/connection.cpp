@@ -1,6 +1,7 @@
 // One HTTP/1.1 connection: reads a request (header first, so an oversized body is refused with 413
 // before it is read), hands it to the Handler, writes the Response whenever Respond is called (from
 // any thread, via the strand), then reads the next request or closes. Logs one line per response.
+// A streamed response (Response::stream) is sent by stream.cpp.
 
 #include "http/connection.h"
 
@@ -101,6 +102,12 @@ Session::Session(tcp::socket socket, std::shared_ptr<ServerContext> context, uin
     remote_ = ec ? "unknown" : peer.address().to_string() + ":" + std::to_string(peer.port());
 }
 
+Session::~Session() {
+    if (stream_state_) {
+        stream_state_->close("connection closed");  // (close() normally did this already)
+    }
+}
+
 void Session::start() {
     read_header();
 }
@@ -114,6 +121,7 @@ void Session::close() {
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
     context_->remove_session(id_);
+    close_stream();  // last: it runs the stream's on_close callback
 }
 
 // ---- reading a request ----
@@ -229,30 +237,26 @@ Respond Session::make_respond() {
     std::weak_ptr<ServerContext> weak_context = context_;
     uint64_t seq = request_seq_;
     return [weak_session, weak_context, seq](Response response) {
-        auto context = weak_context.lock();
-        if (!context) {
-            return;  // the server is gone
-        }
-        // Under the context mutex, so stop() cannot tear the io_context down while we post to it.
-        std::lock_guard lock(context->mutex);
-        if (context->stopped) {
-            return;
-        }
-        if (auto self = weak_session.lock()) {
-            net::post(self->executor(),
-                      [self, seq, response = std::move(response)]() mutable { self->send(seq, std::move(response)); });
+        auto stream = response.stream;
+        const bool posted = post_to_session(
+            weak_context, weak_session,
+            [seq, response = std::move(response)](Session & self) mutable { self.send(seq, std::move(response)); });
+        if (!posted) {
+            refuse_stream(stream, "connection closed");  // the server is stopping, or the connection gone
         }
     };
 }
 
-// While a request is held, notices a client that hangs up, so its connection is freed at once.
+// While a request is held or its response streamed, notices a client that hangs up, so its connection
+// is freed (and the stream closed) at once.
 void Session::watch_for_disconnect() {
-    stream_.socket().async_wait(
-        tcp::socket::wait_read, [self = shared_from_this(), seq = request_seq_](beast::error_code ec) {
-            if (!ec && !self->closed_ && self->awaiting_response_ && seq == self->request_seq_) {
-                self->on_readable();
-            }
-        });
+    stream_.socket().async_wait(tcp::socket::wait_read,
+                                [self = shared_from_this(), seq = request_seq_](beast::error_code ec) {
+                                    const bool pending = self->awaiting_response_ || self->stream_state_;
+                                    if (!ec && !self->closed_ && pending && seq == self->request_seq_) {
+                                        self->on_readable();
+                                    }
+                                });
 }
 
 // Wake-ups can be spurious (Asio reads speculatively, so an edge may arrive after its data was
@@ -266,6 +270,7 @@ void Session::on_readable() {
     if (n <= 0) {
         LOG_DBG("http", "%s hung up before the response to %s %s", remote_.c_str(), request_method_.c_str(),
                 printable(request_path_).c_str());
+        stream_close_reason_ = "client gone";
         return close();
     }
     // The client sent more (a pipelined request): it is read after this response.
@@ -275,9 +280,15 @@ void Session::on_readable() {
 
 void Session::send(uint64_t request_seq, Response response) {
     if (closed_ || !awaiting_response_ || request_seq != request_seq_) {
-        return;  // the connection is gone, or Respond was called twice
+        return refuse_stream(response.stream, "connection closed");  // gone, or Respond was called twice
     }
     awaiting_response_ = false;
+    if (response.stream) {
+        if (response.status >= 100 && response.status <= 999) {
+            return start_stream(std::move(response), request_keep_alive_);  // watch_for_disconnect() goes on
+        }
+        refuse_stream(response.stream, "invalid response status");  // write() sends a 500
+    }
     beast::error_code ignored;
     stream_.socket().cancel(ignored);  // ends watch_for_disconnect()
     write(std::move(response), request_keep_alive_);

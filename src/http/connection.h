@@ -1,10 +1,12 @@
 // Internal to src/http: one keep-alive HTTP connection (Session) and the state it shares with the
 // Server (ServerContext: options, handler, the registry of open sessions, the stopped flag).
+// Session's streamed responses are in stream.cpp.
 // Includes Beast, so only src/http/*.cpp may include it.
 #pragma once
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <unordered_map>
 
 #include "http/server.h"
+#include "http/stream.h"
 
 namespace tinkerd::http {
 
@@ -40,12 +43,15 @@ struct ServerContext {
 class Session : public std::enable_shared_from_this<Session> {
   public:
     Session(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerContext> context, uint64_t id);
+    ~Session();
 
     // Starts reading requests; call through the session's strand (see executor()).
     void start();
     // Closes the socket. Call on the session's strand, or after the I/O threads have been joined.
     void close();
     boost::asio::any_io_executor executor() { return stream_.get_executor(); }
+    // Sends what `state` has queued (if it is this session's current stream), ends or drops it. On the strand.
+    void pump_stream(const std::shared_ptr<StreamState> & state);
 
   private:
     using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
@@ -67,6 +73,14 @@ class Session : public std::enable_shared_from_this<Session> {
     void fail_request(int status, const std::string & detail);
     void drain_then_close();
     void drain_some();
+    // Streamed responses (stream.cpp).
+    void start_stream(Response response, bool keep_alive);
+    std::string stream_head(const Response & response, bool chunked, bool keep_alive) const;
+    void on_stream_write(const std::shared_ptr<StreamState> & state, boost::beast::error_code ec, size_t bytes);
+    void on_stream_done();
+    void on_stream_closed();
+    void close_stream();
+    void log_stream_end(const std::string & outcome);
 
     boost::beast::tcp_stream stream_;
     boost::beast::flat_buffer buffer_;
@@ -89,6 +103,35 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string response_log_tag_;
     bool drain_before_close_ = false;  // after an error response: drain the input, then close
     bool closed_ = false;
+
+    // The streamed response being sent, if any (on the strand too).
+    std::shared_ptr<StreamState> stream_state_;
+    std::string stream_out_;  // the bytes being written
+    bool stream_writing_ = false;
+    bool stream_keep_alive_ = false;
+    std::string stream_close_reason_;  // why close() is called, for the log line ("client gone", ...)
 };
+
+// Runs fn(session) on the session's strand unless the server is stopping or the session is gone; returns
+// whether it was posted. Holds the context mutex (so stop() cannot tear the io_context down while we post to
+// it) and drops its reference to the session before releasing it.
+template <class Fn>
+bool post_to_session(const std::weak_ptr<ServerContext> & weak_context, const std::weak_ptr<Session> & weak_session,
+                     Fn fn) {
+    auto context = weak_context.lock();
+    if (!context) {
+        return false;  // the server is gone
+    }
+    std::lock_guard lock(context->mutex);
+    if (context->stopped) {
+        return false;
+    }
+    auto session = weak_session.lock();
+    if (!session) {
+        return false;
+    }
+    boost::asio::post(session->executor(), [session, fn = std::move(fn)]() mutable { fn(*session); });
+    return true;
+}
 
 }  // namespace tinkerd::http

@@ -1,6 +1,6 @@
-// HTTP/1.1 server on Boost.Beast/Asio: keep-alive connections, a request-size limit (413), and
-// asynchronous responses, so a handler can hold a request (a long-poll) without holding a thread.
-// Knows nothing about Tinker: it parses requests, calls one Handler, writes Responses, logs each one.
+// HTTP/1.1 server on Boost.Beast/Asio: keep-alive connections, a request-size limit (413), asynchronous
+// responses (a handler can hold a request, a long-poll, without holding a thread) and streamed ones (chunked,
+// for Server-Sent Events). Knows nothing about Tinker: parses requests, calls one Handler, logs each response.
 #pragma once
 
 #include <cstddef>
@@ -27,12 +27,38 @@ struct Request {
     const std::string & header(const std::string & lower_name) const;
 };
 
+// Writes one streamed response body piece by piece (HTTP/1.1 chunked transfer encoding; to an HTTP/1.0
+// client, the raw bytes and then a close). Thread-safe: every method may be called from any thread. Writes
+// are queued and sent in order; once the client has gone, the server stops, or more than
+// ServerOptions::max_stream_buffer_bytes are queued unsent (a client too slow), the stream is closed:
+// write() returns false and the on_close callback runs once. Dropping the last reference before finish()
+// aborts the response: what was written is sent, then the connection closed without the last chunk.
+class StreamWriter {
+  public:
+    virtual ~StreamWriter() = default;
+    // Queues one chunk (empty data is ignored). False when closed or finished (the data is dropped).
+    virtual bool write(std::string data) = 0;
+    // Ends the body (the terminating 0-chunk); the connection then serves the next request (keep-alive).
+    virtual void finish() = 0;
+    // True once the client disconnected, the server stopped, or the stream was closed for slowness.
+    virtual bool closed() const = 0;
+    // Runs `callback` once when the stream closes before finish(), at once if it already has (it replaces an
+    // earlier callback; after finish() it is dropped). It runs on whichever thread notices the close (an I/O
+    // thread, the writer's, or Server::stop()'s), so it must not block nor call Server::stop().
+    virtual void on_close(std::function<void()> callback) = 0;
+};
+
 struct Response {
     int status = 200;
     std::string content_type = "application/json";
     std::string body;
     std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Location, Expires, ...)
     std::string log_tag;  // appended to the request's log line, e.g. "model=sess-1:train:0"
+    // When set, the status, content_type and headers are sent at once with Transfer-Encoding: chunked (no
+    // Content-Length), `body` is ignored, and `stream` is called once (on an I/O thread: it must not block)
+    // with the writer for the body. The log line is written when the stream ends. If the response cannot be
+    // sent (the connection is gone, the server stopping), `stream` gets a writer that is already closed.
+    std::function<void(std::shared_ptr<StreamWriter>)> stream;
 
     static Response json(int status, std::string body);
 };
@@ -46,11 +72,12 @@ using Handler = std::function<void(Request &&, Respond)>;
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8000;                    // 0 = an ephemeral port (see Server::port())
-    int io_threads = 2;                 // threads running the Asio event loop
-    size_t max_body_bytes = 64u << 20;  // larger bodies get 413 with a JSON body
-    int idle_timeout_seconds = 600;     // an idle keep-alive connection is closed after this
-    size_t max_connections = 10000;     // further connections are accepted and closed at once
+    int port = 8000;                            // 0 = an ephemeral port (see Server::port())
+    int io_threads = 2;                         // threads running the Asio event loop
+    size_t max_body_bytes = 64u << 20;          // larger bodies get 413 with a JSON body
+    int idle_timeout_seconds = 600;             // an idle connection (or a stalled write) is closed after this
+    size_t max_connections = 10000;             // further connections are accepted and closed at once
+    size_t max_stream_buffer_bytes = 8u << 20;  // a stream with more bytes queued unsent is closed
 };
 
 class Server {
