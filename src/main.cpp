@@ -208,7 +208,14 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
     const TokenizerList tokenizers = load_tokenizers(flags);
     std::vector<tinkerd::api::ServedModelSpec> served;
     for (size_t i = 0; i < engines.size(); ++i) {
-        served.push_back({flags.models[i].first, engines[i].get(), tokenizers[i].get()});
+        const auto & [name, dir] = flags.models[i];
+        auto chat = tinkerd::chat_template::load_model_chat_template(dir);
+        if (chat.chat_template) {
+            LOG_INF("main", "chat template of %s loaded", name.c_str());
+        } else {
+            LOG_INF("main", "%s: /v1/chat/completions unavailable: %s", name.c_str(), chat.missing_reason.c_str());
+        }
+        served.push_back({name, engines[i].get(), tokenizers[i].get(), std::move(chat)});
     }
     tinkerd::api::AppOptions app_options;
     app_options.data_dir = flags.data_dir;

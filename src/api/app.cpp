@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "api/openai_generation.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -87,6 +88,7 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         served->name = spec.name;
         served->engine = spec.engine;
         served->tokenizer = spec.tokenizer;
+        served->chat = spec.chat;
         served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name);
         app->models_.push_back(std::move(served));
     }
@@ -178,6 +180,9 @@ void App::register_routes() {
     add_sync("PUT", "sessions/{session_id}/project", &App::set_session_project);
     add_sync("GET", "samplers/{sampler_id}", &App::get_sampler);
     add_async("GET", "archive_downloads/{token}", &App::download_archive, false, false);
+    add_openai("GET", "models", &App::openai_models);
+    add_openai("POST", "completions", &App::openai_completions);
+    add_openai("POST", "chat/completions", &App::openai_chat);
     Route health;
     health.sync = &App::healthz;
     health.needs_auth = false;
@@ -188,8 +193,11 @@ void App::handle(http::Request && request, http::Respond respond) {
     auto match = router_.match(request.method, request.path);
     if (match.target == nullptr) {
         const int status = match.method_mismatch ? 405 : 404;
-        respond(error_response(status, request.method + " " + request.path +
-                                           (status == 405 ? ": method not allowed" : ": no such endpoint")));
+        const std::string message =
+            request.method + " " + request.path + (status == 405 ? ": method not allowed" : ": no such endpoint");
+        const bool openai = request.path.rfind("/v1/", 0) == 0 || request.path.rfind("/oai/api/v1/", 0) == 0;
+        respond(openai ? openai_error_response({status, message, "invalid_request_error", "", ""})
+                       : error_response(status, message));
         return;
     }
     const Route & route = *match.target;

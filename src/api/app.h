@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <deque>
 #include <list>
 #include <map>
@@ -19,6 +20,7 @@
 #include "api/auth.h"
 #include "api/json_util.h"
 #include "api/router.h"
+#include "chat_template/model_template.h"
 #include "engine/engine.h"
 #include "http/server.h"
 #include "scheduler/futures.h"
@@ -30,6 +32,8 @@
 #include "wire/sample_codec.h"
 
 namespace tinkerd::api {
+
+class OpenAiGeneration;
 
 struct AppOptions {
     std::string data_dir;
@@ -47,6 +51,7 @@ struct ServedModelSpec {
     std::string name;
     engine::Engine * engine = nullptr;
     const tokenizer::Tokenizer * tokenizer = nullptr;  // none when the model directory has no tokenizer.json
+    chat_template::ModelChatTemplate chat;             // for /v1/chat/completions
 };
 
 // One sample request (Tinker asample or an OpenAI completion) from its submission until it finishes.
@@ -66,6 +71,7 @@ struct ServedModel {
     std::string name;
     engine::Engine * engine = nullptr;
     const tokenizer::Tokenizer * tokenizer = nullptr;
+    chat_template::ModelChatTemplate chat;
     std::unique_ptr<scheduler::EngineWorker> worker;
     // (sampler id, engine adapter) holding samplers' weights, most recent first; engine thread only.
     std::list<std::pair<std::string, engine::AdapterId>> sampler_adapters;
@@ -101,6 +107,10 @@ Result<T> guarded_engine_call(F && call) {
 using AdapterId = engine::AdapterId;
 
 // A frozen copy of an adapter's weights for sampling (save_weights_for_sampler without a name).
+// Stop strings as a SampleRequest::stop_check over the tokenizer's decode of the generated tail.
+Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(const ServedModel & model,
+                                                                            std::vector<std::string> stops);
+
 struct SamplerSnapshot {
     std::string run_id;
     double created_at = 0;
@@ -185,6 +195,21 @@ class App {
     // sampling_handlers.cpp: asample / compute_logprobs.
     Result<json> asample(Call & call);
     Result<engine::SampleRequest> parse_sample_request(const json & body, const ServedModel & model);
+
+    // openai_handlers.cpp: /v1/models, /v1/completions, /v1/chat/completions (also under /oai/api/v1/).
+    struct OpenAiTarget {
+        ServedModel * model = nullptr;
+        store::SamplerRow sampler;                      // base model, checkpoint or sampling session
+        std::optional<engine::AdapterId> live_adapter;  // a training run's live weights
+    };
+    void add_openai(const std::string & method, const std::string & path, AsyncHandler handler);
+    std::optional<std::string> openai_tenant(const http::Request & request, http::Respond & respond);
+    void openai_models(Call & call, http::Respond respond);
+    void openai_completions(Call & call, http::Respond respond);
+    void openai_chat(Call & call, http::Respond respond);
+    void openai_generate(Call & call, http::Respond respond, bool chat);
+    Result<OpenAiTarget> resolve_openai_model(const std::string & tenant, const std::string & name);
+    void submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const OpenAiTarget & target);
 
     // sample_pump.cpp: the engine-thread side of sampling (continuous batching through the engine).
     // 429 (UNAVAILABLE) while max_queued_samples requests are queued or running.
@@ -286,7 +311,8 @@ class App {
     bool stopping_ = false;
     bool started_ = false;
     std::atomic<bool> shutting_down_{false};
-    std::atomic<int64_t> in_flight_samples_{0};  // set before the workers cancel their queued ops
+    int64_t started_at_ = static_cast<int64_t>(std::time(nullptr));  // "created" of the base models in /v1/models
+    std::atomic<int64_t> in_flight_samples_{0};                      // set before the workers cancel their queued ops
 };
 
 }  // namespace tinkerd::api

@@ -88,6 +88,8 @@ Result<engine::SamplingParams> parse_sampling_params(const json & body, std::vec
     return params;
 }
 
+}  // namespace
+
 // Stop strings are checked on the decoded text of the generated tokens' tail after each token: a sequence
 // stops at the first token whose text completes one of them (that token is the last one returned).
 Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(const ServedModel & model,
@@ -118,8 +120,6 @@ Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(cons
             return false;
         });
 }
-
-}  // namespace
 
 Result<json> App::asample(Call & call) {
     auto sampler_id = get_string(call.body, "sampling_session_id");

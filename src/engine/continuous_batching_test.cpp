@@ -183,7 +183,9 @@ TEST_F(ContinuousBatchingTest, OnTokenStreamsTheFinalTokensAndTopLogprobsAgree) 
         r.params.temperature = temperature;
         r.top_logprobs = 5;
         std::map<int64_t, std::vector<int64_t>> streamed;
-        r.on_token = [&](int64_t index, int64_t token, float) { streamed[index].push_back(token); };
+        r.on_token = [&](int64_t index, int64_t token, float, const engine::TopLogprobs &) {
+            streamed[index].push_back(token);
+        };
         const SampleOutput out = e->sample({r})[0].value();
         ASSERT_EQ(out.sequences.size(), 3u);
         for (size_t i = 0; i < out.sequences.size(); ++i) {

@@ -87,6 +87,8 @@ struct SamplingParams {
     std::vector<int64_t> stop_token_ids;
 };
 
+using TopLogprobs = std::vector<std::pair<int64_t, float>>;  // (token, logprob), best first
+
 struct SampleRequest {
     AdapterId adapter = BASE_MODEL;
     std::vector<int64_t> prompt;  // at least one token
@@ -98,11 +100,10 @@ struct SampleRequest {
     // Optional, called after each generated token with all tokens generated so far in that sequence;
     // true stops the sequence as "stop" (stop strings are checked this way by the caller's tokenizer).
     std::function<bool(const std::vector<int64_t> & generated)> stop_check;
-    // Optional, called on the engine thread after each generated token of sequence `index` (streaming).
-    std::function<void(int64_t index, int64_t token, float logprob)> on_token;
+    // Optional, called on the engine thread after each generated token of sequence `index` (streaming);
+    // top holds the top_logprobs alternatives (empty when none were asked). Must not call the engine.
+    std::function<void(int64_t index, int64_t token, float logprob, const TopLogprobs & top)> on_token;
 };
-
-using TopLogprobs = std::vector<std::pair<int64_t, float>>;  // (token, logprob), best first
 
 struct SampledSequence {
     std::vector<int64_t> tokens;

@@ -111,11 +111,11 @@ void SampleLoop::append_token(LiveRequest & r, int64_t index, const double * log
     TokenChoice choice = choose_token(logits, vocab, req.params, seq.rng, req.top_logprobs);
     seq.out.tokens.push_back(choice.token);
     seq.out.logprobs.push_back(static_cast<float>(choice.logprob));
+    if (req.on_token) {
+        req.on_token(index, choice.token, static_cast<float>(choice.logprob), choice.top);
+    }
     if (req.top_logprobs > 0) {
         seq.out.top_logprobs.push_back(std::move(choice.top));
-    }
-    if (req.on_token) {
-        req.on_token(index, choice.token, static_cast<float>(choice.logprob));
     }
     const auto & stops = req.params.stop_token_ids;
     const bool stop_token =

@@ -122,6 +122,14 @@ void Tokenizer::token_bytes(int32_t id, bool first, std::string & out) const {
     decoder_->append_token(id_to_token_[id], first, out);
 }
 
+std::string Tokenizer::token_text(int32_t id) const {
+    std::string out;
+    if (id >= 0 && static_cast<size_t>(id) < id_to_token_.size()) {
+        token_bytes(id, false, out);
+    }
+    return out;
+}
+
 int32_t Tokenizer::token_to_id(std::string_view token) const {
     if (token.empty()) {
         return -1;

@@ -6,8 +6,11 @@
 
 namespace tinkerd::tokenizer {
 
-IncrementalDecoder::IncrementalDecoder(const Tokenizer & tokenizer, bool skip_special_tokens)
-    : tok_(tokenizer), skip_special_(skip_special_tokens), strip_left_(tokenizer.decoder_->strip_start()) {}
+IncrementalDecoder::IncrementalDecoder(const Tokenizer & tokenizer, bool skip_special_tokens, bool continuation)
+    : tok_(tokenizer),
+      skip_special_(skip_special_tokens),
+      first_(!continuation),
+      strip_left_(continuation ? 0 : tokenizer.decoder_->strip_start()) {}
 
 std::string IncrementalDecoder::push(int32_t id) {
     if (id < 0 || static_cast<size_t>(id) >= tok_.vocab_size() || (skip_special_ && tok_.is_special(id))) {

@@ -38,7 +38,10 @@ class Tokenizer {
     // Text of ids (invalid UTF-8 becomes U+FFFD); unknown ids are skipped.
     std::string decode(const std::vector<int32_t> & ids, bool skip_special_tokens) const;
 
-    int32_t token_to_id(std::string_view token) const;         // -1 when unknown
+    int32_t token_to_id(std::string_view token) const;  // -1 when unknown
+    // The bytes one token contributes in the middle of a text (a SentencePiece "▁" is a space; may be
+    // part of a UTF-8 character); "" when out of range. For per-token logprob listings.
+    std::string token_text(int32_t id) const;
     std::string id_to_token(int32_t id) const;                 // "" when out of range
     size_t vocab_size() const { return id_to_token_.size(); }  // including added tokens
     bool is_special(int32_t id) const;
@@ -73,7 +76,10 @@ class Tokenizer {
 // character; incomplete bytes are held back until the next id), flush() returns what is left.
 class IncrementalDecoder {
   public:
-    explicit IncrementalDecoder(const Tokenizer & tokenizer, bool skip_special_tokens = true);
+    // continuation: the tokens continue a text decoded elsewhere (a completion after its prompt), so the
+    // decoder's start-of-text rules (SentencePiece's leading-space strip) do not apply.
+    explicit IncrementalDecoder(const Tokenizer & tokenizer, bool skip_special_tokens = true,
+                                bool continuation = false);
     std::string push(int32_t id);
     std::string flush();
 

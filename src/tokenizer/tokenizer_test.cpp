@@ -113,6 +113,21 @@ void check_incremental(const Tokenizer & tok, const std::string & text) {
     EXPECT_EQ(streamed, text);
 }
 
+TEST_F(Stories, ContinuationDecodingKeepsTheLeadingSpaceOfACompletion) {
+    const std::vector<int32_t> prompt = tok_->encode("Once upon a time,", true);
+    const std::vector<int32_t> whole = tok_->encode("Once upon a time, there was a", true);
+    ASSERT_TRUE(std::equal(prompt.begin(), prompt.end(), whole.begin()));
+    IncrementalDecoder fresh(*tok_), continued(*tok_, true, true);
+    std::string as_start, as_continuation;
+    for (size_t i = prompt.size(); i < whole.size(); ++i) {
+        as_start += fresh.push(whole[i]);
+        as_continuation += continued.push(whole[i]);
+    }
+    EXPECT_EQ(as_start, "there was a") << "a text's first token loses its SentencePiece space";
+    EXPECT_EQ(as_continuation + continued.flush(), " there was a");
+    EXPECT_EQ(tok_->token_text(whole[prompt.size()]), " there");
+}
+
 const char * MULTIBYTE_TEXT = "Hi 你好，世界！ 日本語のテキスト 😀🎉👩‍👩‍👧 café — ok";
 
 TEST_F(Stories, IncrementalDecodingOfByteFallbackText) {

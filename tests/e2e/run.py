@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import wire_codec  # noqa: E402
 
-SCENARIOS = ["codec", "sft", "resume", "crash", "tenants", "protocol", "load", "sample", "rl"]
+SCENARIOS = ["codec", "sft", "resume", "crash", "tenants", "protocol", "load", "sample", "rl", "openai"]
 
 
 def run_one(build_dir, name):

@@ -1,0 +1,174 @@
+// One OpenAI generation request from body to engine: parse and validate (openai/), resolve `model`,
+// build each prompt's tokens (the model's chat template, or completions text / token ids), then answer
+// with a body once done or with an SSE stream, submitting one engine request per prompt (n samples each).
+#include "api/app.h"
+#include "api/openai_generation.h"
+#include "openai/openai_request.h"
+
+namespace tinkerd::api {
+
+namespace {
+
+constexpr int64_t DEFAULT_MAX_TOKENS_CAP = 2048;  // chat without max_tokens: up to the context, at most this
+
+struct PromptError {
+    Error error;
+    std::string param;
+};
+
+Result<std::string> render_chat(const openai::GenerationRequest & r, const ServedModel & model) {
+    const auto & chat = model.chat;
+    if (!chat.chat_template) {
+        return invalid_argument("model '" + model.name + "' cannot chat: " + chat.missing_reason +
+                                "; use /v1/completions with a prompt instead");
+    }
+    return chat.chat_template->render(r.messages, r.add_generation_prompt, r.chat_template_kwargs, chat.bos_token,
+                                      chat.eos_token, r.tools);
+}
+
+// Each prompt's tokens and text; fills in max_tokens when absent and checks the context length.
+std::variant<std::vector<OpenAiGeneration::Prompt>, PromptError> build_prompts(openai::GenerationRequest & r,
+                                                                               const ServedModel & model) {
+    const tokenizer::Tokenizer & tok = *model.tokenizer;
+    std::vector<OpenAiGeneration::Prompt> prompts;
+    if (r.chat) {
+        auto text = render_chat(r, model);
+        if (!text.ok()) {
+            return PromptError{text.error(), model.chat.chat_template ? "messages" : "model"};
+        }
+        const auto ids = tok.encode(*text, false);  // the template writes any BOS itself
+        prompts.push_back({std::vector<int64_t>(ids.begin(), ids.end()), *text});
+    } else {
+        for (const openai::PromptInput & input : r.prompts) {
+            if (input.is_tokens) {
+                std::vector<int32_t> ids(input.tokens.begin(), input.tokens.end());
+                prompts.push_back({input.tokens, tok.decode(ids, false)});
+            } else {
+                const auto ids = tok.encode(input.text, true);
+                prompts.push_back({std::vector<int64_t>(ids.begin(), ids.end()), input.text});
+            }
+        }
+    }
+    const int64_t context = model.engine->config().max_position_embeddings;
+    for (const auto & p : prompts) {
+        const int64_t n = static_cast<int64_t>(p.tokens.size());
+        if (n == 0) {
+            return PromptError{invalid_argument("the prompt is empty after tokenization"), "prompt"};
+        }
+        if (!r.max_tokens) {
+            r.max_tokens = std::max<int64_t>(
+                0, std::min(context > 0 ? context - n : DEFAULT_MAX_TOKENS_CAP, DEFAULT_MAX_TOKENS_CAP));
+        }
+        if (context > 0 && n + *r.max_tokens > context) {
+            return PromptError{invalid_argument("This model's maximum context length is " + std::to_string(context) +
+                                                " tokens. However, you requested " + std::to_string(n + *r.max_tokens) +
+                                                " tokens (" + std::to_string(n) + " in the prompt, " +
+                                                std::to_string(*r.max_tokens) + " for the completion)."),
+                               "max_tokens"};
+        }
+    }
+    return prompts;
+}
+
+}  // namespace
+
+void App::openai_generate(Call & call, http::Respond respond, bool chat) {
+    auto tenant = openai_tenant(call.req, respond);
+    if (!tenant) {
+        return;
+    }
+    const json body = json::parse(call.req.body, nullptr, false);
+    if (body.is_discarded()) {
+        openai::ApiError e;
+        e.message = "We could not parse the JSON body of your request: expected a JSON object.";
+        respond(openai_error_response(e));
+        return;
+    }
+    openai::ParseResult parsed = chat ? openai::parse_chat_request(body) : openai::parse_completion_request(body);
+    if (const auto * e = std::get_if<openai::ApiError>(&parsed)) {
+        respond(openai_error_response(*e));
+        return;
+    }
+    auto & request = std::get<openai::GenerationRequest>(parsed);
+    auto target = resolve_openai_model(*tenant, request.model);
+    if (!target.ok()) {
+        respond(openai_error_response(openai_error(target.error(), "model")));
+        return;
+    }
+    if (target->model->tokenizer == nullptr) {
+        respond(openai_error_response(openai_error(
+            invalid_argument("model '" + request.model + "' has no tokenizer.json; the OpenAI endpoints need one"),
+            "model")));
+        return;
+    }
+    auto prompts = build_prompts(request, *target->model);
+    if (const auto * e = std::get_if<PromptError>(&prompts)) {
+        respond(openai_error_response(openai_error(e->error, e->param)));
+        return;
+    }
+    if (auto capacity = check_sample_capacity(); !capacity.ok()) {
+        respond(openai_error_response(openai_error(capacity.error())));
+        return;
+    }
+    const std::string model_name = request.model;
+    auto generation =
+        std::make_shared<OpenAiGeneration>(std::move(request), model_name, *target->model->tokenizer,
+                                           std::move(std::get<std::vector<OpenAiGeneration::Prompt>>(prompts)));
+    if (!generation->request().stream) {
+        generation->set_respond(std::move(respond));
+        submit_generation(generation, *target);
+        return;
+    }
+    http::Response response;
+    response.content_type = "text/event-stream";
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.log_tag = "model=" + model_name;
+    response.stream = [this, generation, target = *target](std::shared_ptr<http::StreamWriter> writer) {
+        generation->set_stream(writer);
+        if (!writer->closed()) {
+            submit_generation(generation, target);
+        }
+    };
+    respond(std::move(response));
+}
+
+// One engine request per prompt, each with the request's n samples; tokens and outcomes go to the
+// generation, and a client that went away cancels them (the pump checks the flag every step).
+void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const OpenAiTarget & target) {
+    const openai::GenerationRequest & r = generation->request();
+    std::function<bool(const std::vector<int64_t> &)> stop_check;
+    if (!r.stop.empty()) {
+        auto check = stop_string_check(*target.model, r.stop);
+        stop_check = check.ok() ? *check : nullptr;
+    }
+    std::vector<int64_t> eos;
+    for (int32_t id : target.model->tokenizer->eos_ids()) {
+        eos.push_back(id);
+    }
+    for (size_t p = 0; p < generation->prompts().size(); ++p) {
+        PendingSample pending;
+        pending.sampler = target.sampler;
+        pending.live_adapter = target.live_adapter;
+        engine::SampleRequest & s = pending.request;
+        s.prompt = generation->prompts()[p].tokens;
+        s.num_samples = r.n;
+        s.params.max_tokens = r.max_tokens.value_or(16);
+        s.params.temperature = r.temperature;
+        s.params.top_p = r.top_p;
+        s.params.top_k = r.top_k;
+        s.params.seed = r.seed;
+        s.params.stop_token_ids = eos;
+        s.top_logprobs = r.logprobs ? r.top_logprobs : 0;
+        s.prompt_logprobs = r.echo && r.logprobs;
+        s.topk_prompt_logprobs = r.echo && r.logprobs ? r.top_logprobs : 0;
+        s.stop_check = stop_check;
+        s.on_token = [generation, p](int64_t index, int64_t token, float logprob, const engine::TopLogprobs & top) {
+            generation->on_token(p, index, token, logprob, top);
+        };
+        pending.on_done = [generation, p](Result<engine::SampleOutput> out) { generation->on_done(p, std::move(out)); };
+        pending.cancelled = generation->cancelled();
+        enqueue_sample(*target.model, std::move(pending));
+    }
+}
+
+}  // namespace tinkerd::api
