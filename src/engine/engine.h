@@ -107,9 +107,9 @@ struct SampleRequest {
 
 struct SampledSequence {
     std::vector<int64_t> tokens;
-    std::vector<float> logprobs;            // one per token
+    std::vector<float> logprobs;  // one per token
+    bool stopped = false;         // true: a stop token / stop_check / EOS ("stop"); false: max_tokens ("length")
     std::vector<TopLogprobs> top_logprobs;  // one per token when SampleRequest::top_logprobs > 0
-    bool stopped = false;  // true: a stop token / stop_check / EOS ("stop"); false: max_tokens ("length")
 };
 
 struct SampleOutput {
