@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: generates the seeded SmolLM-135M-shaped models (fp32 and bf16), runs the engine's
 # training benchmark and the plain PyTorch (HF+PEFT-style) baseline on the same models and batches,
-# and prints one comparison table (bench/report.py). Raw JSON lines are kept in BUILD/bench/results.jsonl.
+# and prints one comparison table (bench/report.py); then the sampling benchmark and its table
+# (bench/sample_report.py). Raw JSON lines: BUILD/bench/results.jsonl and BUILD/bench/sample_results.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -25,5 +26,24 @@ echo "bench: plain PyTorch eager LoRA step (padded, HF+PEFT style)" >&2
 
 "$PYTHON" bench/report.py "$OUT"
 
+# Sampling (issue 4): decode at batch 1/8/32 (base, one adapter, 8 adapters mixed), prefill 256/512 and
+# time to first token, against the read-bandwidth bound measured in the same run, plain PyTorch and llama.cpp.
+SAMPLE_OUT=$BUILD/bench/sample_results.jsonl
+SAMPLE_TOKENS=${BENCH_SAMPLE_TOKENS:-128}
+: > "$SAMPLE_OUT"
+for w in bf16 f32; do
+    echo "bench: tinkerd sampling, $w base weights" >&2
+    "$BUILD/bench/sample_bench" "$MODELS/smollm135m-$w" auto --max-tokens "$SAMPLE_TOKENS" | tee -a "$SAMPLE_OUT"
+done
+for w in bf16 f32; do
+    echo "bench: plain PyTorch greedy loop with a KV cache, $w weights" >&2
+    "$PYTHON" bench/pytorch_sample_baseline.py "$MODELS/smollm135m-$w" --max-tokens "$SAMPLE_TOKENS" \
+        --check "$SAMPLE_OUT" | tee -a "$SAMPLE_OUT"
+done
+"$PYTHON" bench/sample_report.py "$SAMPLE_OUT"
+
 echo "bench: Tinker API round trip and 1,000 held retrieve_future polls (tests/e2e load scenario)" >&2
 "$PYTHON" tests/e2e/run.py --build "$BUILD" load
+
+echo "bench: OpenAI /v1/completions, 1/16/64 concurrent clients (stories260K, 8 tokens each)" >&2
+"$PYTHON" bench/openai_load.py "$BUILD" --seconds "${BENCH_OPENAI_SECONDS:-10}"

@@ -9,7 +9,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-openmp libopenblas-openmp-dev
   python3-torch python3-numpy
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libsqlite3-dev libboost-dev libprotobuf-dev protobuf-compiler libzstd-dev libpcre2-dev
+  nlohmann-json3-dev libsqlite3-dev libboost-dev libprotobuf-dev protobuf-compiler libzstd-dev libpcre2-dev libicu-dev
   python3-protobuf python3-zstandard
   clang-format-14 clang-tidy-14
 )

@@ -1,6 +1,9 @@
-// Normalizers from tokenizer.json: Sequence, Prepend, Replace, Strip, and NFC (passed through).
+// Normalizers from tokenizer.json: Sequence, Prepend, Replace, Strip, and NFC (through ICU).
 // Anything else (NFKC, Lowercase, BertNormalizer, ...) is refused with its type named.
+#include <algorithm>
 #include <string>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 
 #include "tokenizer/text_steps.h"
 
@@ -52,11 +55,10 @@ Result<void> Normalizer::add(const json & j, std::vector<Step> & steps) {
         }
         return {};
     }
-    if (type == "NFC") {
-        return {};  // pass-through: see the class comment
-    }
     Step s;
-    if (type == "Prepend") {
+    if (type == "NFC") {
+        s.kind = Step::NFC;
+    } else if (type == "Prepend") {
         s.kind = Step::PREPEND;
         s.content = j.value("prepend", "");
     } else if (type == "Replace") {
@@ -94,6 +96,25 @@ static std::string regex_replace(const Regex & re, const std::string & text, con
     return out;
 }
 
+// Unicode canonical composition through ICU. Plain ASCII is already NFC; invalid UTF-8 is left as is.
+static std::string nfc(const std::string & text) {
+    if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+        return text;
+    }
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::Normalizer2 * normalizer = icu::Normalizer2::getNFCInstance(status);
+    if (U_FAILURE(status)) {
+        return text;
+    }
+    icu::UnicodeString composed = normalizer->normalize(icu::UnicodeString::fromUTF8(text), status);
+    if (U_FAILURE(status)) {
+        return text;
+    }
+    std::string out;
+    composed.toUTF8String(out);
+    return out;
+}
+
 static bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
@@ -106,6 +127,8 @@ void Normalizer::apply(std::string & text) const {
             }
         } else if (s.kind == Step::REPLACE) {
             text = s.re ? regex_replace(*s.re, text, s.content) : replace_all(text, s.pattern, s.content);
+        } else if (s.kind == Step::NFC) {
+            text = nfc(text);
         } else {
             size_t b = 0, e = text.size();
             while (s.left && b < e && is_space(text[b])) {

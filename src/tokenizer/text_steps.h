@@ -14,8 +14,8 @@
 
 namespace tinkerd::tokenizer {
 
-// A chain of normalizers: Sequence, Prepend, Replace (String or Regex), Strip, NFC (passed through:
-// input text is assumed to be NFC already, which holds for almost all real text).
+// A chain of normalizers: Sequence, Prepend, Replace (String or Regex), Strip, NFC (Unicode canonical
+// composition through ICU, as the Qwen tokenizers declare).
 class Normalizer {
   public:
     static Result<Normalizer> from_json(const nlohmann::json & j);  // null -> no-op
@@ -24,7 +24,7 @@ class Normalizer {
 
   private:
     struct Step {
-        enum Kind { PREPEND, REPLACE, STRIP } kind = PREPEND;
+        enum Kind { PREPEND, REPLACE, STRIP, NFC } kind = PREPEND;
         std::string pattern;  // Replace: literal pattern (when re is null)
         std::string content;  // Prepend/Replace: inserted text
         std::shared_ptr<Regex> re;

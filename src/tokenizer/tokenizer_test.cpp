@@ -162,6 +162,22 @@ TEST(RealTokenizers, GoldenEncodingsAndRoundTrips) {
     }
 }
 
+TEST(RealTokenizers, QwenNormalizesToNfcBeforeEncoding) {
+    std::string why;
+    const auto qwen = real_tokenizer("qwen3", why);
+    if (!qwen) {
+        GTEST_SKIP() << "real qwen3 tokenizer unavailable: " << why;
+    }
+    // "café" written with a combining acute accent (U+0301) encodes as the precomposed U+00E9; Llama 3
+    // declares no normalizer, so there the two spellings stay different.
+    EXPECT_EQ(qwen->encode("caf\u00e9 na\u00efve", false), qwen->encode("cafe\u0301 nai\u0308ve", false));
+    EXPECT_EQ(qwen->decode(qwen->encode("cafe\u0301", false), true), "caf\u00e9");
+    const auto llama = real_tokenizer("llama3_1", why);
+    if (llama) {
+        EXPECT_NE(llama->encode("caf\u00e9", false), llama->encode("cafe\u0301", false));
+    }
+}
+
 TEST(RealTokenizers, SpecialTokensInTextAndIncrementalDecoding) {
     std::string why;
     const auto qwen = real_tokenizer("qwen3", why);
