@@ -50,12 +50,13 @@ void App::pump_samples(engine::Engine & engine, ServedModel & model) {
                 finish_sample(pending, finished.error());
             }
             model.running_samples.clear();
-        }
-        for (engine::FinishedSample & f : finished.ok() ? *finished : std::vector<engine::FinishedSample>{}) {
-            auto it = model.running_samples.find(f.handle);
-            if (it != model.running_samples.end()) {
-                finish_sample(it->second, std::move(f.output));
-                model.running_samples.erase(it);
+        } else {
+            for (engine::FinishedSample & f : *finished) {
+                auto it = model.running_samples.find(f.handle);
+                if (it != model.running_samples.end()) {
+                    finish_sample(it->second, std::move(f.output));
+                    model.running_samples.erase(it);
+                }
             }
         }
     }

@@ -8,38 +8,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "chat_template/chat_template.h"
+#include "chat_template/render_cases.h"
 
 namespace tinkerd::chat_template {
 namespace {
 
 using nlohmann::json;
-
-json default_messages() {
-    return json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}});
-}
-
-// Renders with the two default messages, bos "<s>", eos "</s>"; a failure comes back as "ERROR: message".
-std::string render(const std::string & source, const json & extra = json::object()) {
-    auto tmpl = ChatTemplate::compile(source);
-    if (!tmpl.ok()) {
-        return "ERROR: " + tmpl.error().message;
-    }
-    auto out = tmpl->render(default_messages(), false, extra, "<s>", "</s>");
-    return out.ok() ? out.value() : "ERROR: " + out.error().message;
-}
-
-// Each expected string is what Python Jinja2 3.1 renders with transformers' settings.
-struct Case {
-    const char * source;
-    const char * expected;
-};
-
-void expect_renders(const std::vector<Case> & cases) {
-    for (const Case & c : cases) {
-        EXPECT_EQ(render(c.source), c.expected) << "template: " << c.source;
-    }
-}
 
 // str methods as Python has them, by character (not byte).
 TEST(ChatTemplateMethods, StringMethodsLikePython) {

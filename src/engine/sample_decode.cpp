@@ -32,13 +32,18 @@ std::vector<SampleLoop::Row> SampleLoop::decode_rows() {
 // Grows every full cache by a quarter (at least 16 tokens; never past its request's limit). When the growth would pass
 // the budget, the most recently admitted request is preempted first, as long as another one keeps running.
 void SampleLoop::make_room() {
+    // The capacity a full cache grows to before this step; 0 when it has room.
+    auto grown_capacity = [](const Row & row) -> int64_t {
+        const SequenceCache & cache = row.seq().cache;
+        return cache.length() + 1 > cache.capacity()
+                   ? chunked_capacity(cache.length() + 1, token_limit(row.request->request))
+                   : 0;
+    };
     while (true) {
         int64_t growth = 0, admitted = 0;
         for (const Row & row : decode_rows()) {
-            const SequenceCache & cache = row.seq().cache;
-            if (cache.length() + 1 > cache.capacity()) {
-                growth += chunked_capacity(cache.length() + 1, token_limit(row.request->request)) - cache.capacity();
-            }
+            const int64_t grown = grown_capacity(row);
+            growth += grown > 0 ? grown - row.seq().cache.capacity() : 0;
         }
         LiveRequest * newest = nullptr;
         SampleHandle newest_handle = 0;
@@ -57,9 +62,8 @@ void SampleLoop::make_room() {
         preempt(newest_handle, *newest);
     }
     for (const Row & row : decode_rows()) {
-        SequenceCache & cache = row.seq().cache;
-        if (cache.length() + 1 > cache.capacity()) {
-            cache.reserve(chunked_capacity(cache.length() + 1, token_limit(row.request->request)));
+        if (const int64_t grown = grown_capacity(row); grown > 0) {
+            row.seq().cache.reserve(grown);
         }
     }
 }
