@@ -3,22 +3,42 @@
 JOBS ?= 2
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-PYTHON ?= /usr/bin/python3
+CUDA_BUILD ?= build-cuda
+# The project's virtual environment (scripts/install-deps.sh): torch 2.15 for the C++ build and the
+# references, transformers/peft/gguf, the official tinker and openai clients.
+VENV = $(CURDIR)/.venv
+PYTHON ?= $(VENV)/bin/python
+VENV_STAMP = $(VENV)/.tinkerd-stamp
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures tokenizers clean
+.PHONY: all deps build build-cuda cuda-check serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures tokenizers clean
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
 
-$(BUILD)/CMakeCache.txt:
+# The build finds libtorch in the torch wheel of .venv, so the venv comes first (a no-op when current).
+$(VENV_STAMP): scripts/requirements.lock scripts/install-deps.sh
+	@./scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt: | $(VENV_STAMP)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS)
+
+# The CUDA build: the wheel's CUDA libtorch and the installed CUDA toolkit. It compiles and links without
+# a GPU; `--device cuda` then needs one (cuda-check asserts the clear start-up error on machines without).
+$(CUDA_BUILD)/CMakeCache.txt: | $(VENV_STAMP)
+	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DTINKERD_CUDA=ON -DTINKERD_BUILD_TESTS=OFF
+
+build-cuda: $(CUDA_BUILD)/CMakeCache.txt
+	cmake --build $(CUDA_BUILD) -j$(JOBS) --target tinkerd
+
+cuda-check: build-cuda
+	./scripts/check-cuda-build.sh $(CUDA_BUILD)/tinkerd
 
 serve: deps build
 	$(BUILD)/tinkerd --host 127.0.0.1 --port $(PORT) --data-dir $(DATA_DIR)
@@ -35,6 +55,7 @@ tokenizers:
 # Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
 # then the sanitizer build of the torch-free unit tests.
 test: deps format-check build fixtures tokenizers
+	$(MAKE) cuda-check
 	cd $(BUILD) && TINKERD_TOKENIZERS_DIR=$(TOKENIZERS_DIR) ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -L reference
 	cd $(BUILD) && ctest --output-on-failure -L e2e
@@ -69,4 +90,4 @@ bench: deps build
 	./bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)

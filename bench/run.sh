@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTHON=${PYTHON:-.venv/bin/python}
 STEPS=${BENCH_STEPS:-3}
 MODELS=${BENCH_MODELS:-$BUILD/bench-models}
 OUT=$BUILD/bench/results.jsonl

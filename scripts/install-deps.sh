@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Installs the Debian packages tinkerd needs to build, test and run, idempotently.
-# Also makes OpenBLAS-openmp the libblas.so.3 alternative (the pthread flavour
-# fights libtorch's OpenMP pool; see docs/benchmarks.md).
+# Installs everything tinkerd needs to build, test and run, idempotently:
+#   1. Debian packages (apt; only the missing ones);
+#   2. .venv: the project's Python virtual environment with the pinned PyPI packages of
+#      scripts/requirements.lock (torch 2.15 wheel: libtorch for the C++ build, the references, the SDKs);
+#   3. .venv-sdk025: the official tinker SDK 0.25.0 for the e2e tier, over .venv's packages.
+# A stamp (the lock file's hash) makes a second run a no-op.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  build-essential cmake g++ make pkg-config
-  libtorch-dev libopenblas0-openmp libopenblas-openmp-dev
-  python3-torch python3-numpy
+  build-essential cmake g++ make pkg-config ccache
+  python3 python3-venv python3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsqlite3-dev libboost-dev libprotobuf-dev protobuf-compiler libzstd-dev libpcre2-dev libicu-dev
-  python3-protobuf python3-zstandard
   clang-format-14 clang-tidy-14
 )
 
@@ -32,16 +34,34 @@ else
   echo "install-deps: all Debian packages present"
 fi
 
-# Pick OpenBLAS-openmp for libblas.so.3 / liblapack.so.3 (never the pthread or reference build).
-arch_dir="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
-for lib in libblas.so.3 liblapack.so.3; do
-  target="$arch_dir/openblas-openmp/$lib"
-  name="$lib-$(basename "$arch_dir")"
-  if [ -e "$target" ]; then
-    current=$(update-alternatives --query "$name" 2>/dev/null | awk '/^Value:/{print $2}')
-    if [ "$current" != "$target" ]; then
-      $SUDO update-alternatives --set "$name" "$target" >/dev/null
-      echo "install-deps: $name -> $target"
-    fi
-  fi
-done
+# Debian's python3 (not a pyenv shim): the venvs must not depend on a user's interpreter.
+SYSTEM_PYTHON=/usr/bin/python3
+VENV=.venv
+LOCK=scripts/requirements.lock
+stamp_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
+
+want=$(stamp_of "$LOCK")
+if [ "$(cat "$VENV/.tinkerd-stamp" 2>/dev/null)" != "$want" ]; then
+  echo "install-deps: installing the pinned PyPI packages into $VENV (torch wheel ~0.5 GB + CUDA libraries)"
+  [ -x "$VENV/bin/python" ] || "$SYSTEM_PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$LOCK"
+  echo "$want" > "$VENV/.tinkerd-stamp"
+else
+  echo "install-deps: $VENV up to date"
+fi
+
+# tinker 0.25.0 cannot share a venv with 0.38.0; .venv-sdk025 holds only it and sees .venv's packages
+# (torch, transformers, ...) through a .pth file placed after its own site-packages.
+SDK025=.venv-sdk025
+want025="$want-0.25.0"
+if [ "$(cat "$SDK025/.tinkerd-stamp" 2>/dev/null)" != "$want025" ]; then
+  echo "install-deps: installing tinker==0.25.0 into $SDK025"
+  [ -x "$SDK025/bin/python" ] || "$SYSTEM_PYTHON" -m venv "$SDK025"
+  main_site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  own_site=$("$SDK025/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$main_site" > "$own_site/zz-tinkerd-main-venv.pth"
+  "$SDK025/bin/pip" install -q --disable-pip-version-check --no-deps tinker==0.25.0
+  echo "$want025" > "$SDK025/.tinkerd-stamp"
+else
+  echo "install-deps: $SDK025 up to date"
+fi

@@ -26,6 +26,7 @@ struct Flags {
     std::string data_dir;
     std::string api_keys_file;
     std::string dtype = "auto";
+    std::string device = "cpu";
     int threads = 0;
     int io_threads = 2;
     double session_timeout_seconds = 120;
@@ -37,7 +38,8 @@ struct Flags {
 
 const char * USAGE =
     "usage: tinkerd [--model NAME=DIR | --model ORG/NAME ...] [--host H] [--port P] [--data-dir D]\n"
-    "               [--api-keys FILE] [--dtype auto|bf16|fp32] [--threads N] [--io-threads N]\n"
+    "               [--api-keys FILE] [--dtype auto|bf16|fp32] [--device cpu|cuda[:N]] [--threads N]\n"
+    "               [--io-threads N]\n"
     "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
     "               [--kv-cache-mib N] [--max-sampler-adapters N]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
@@ -49,6 +51,8 @@ const char * USAGE =
     "  --api-keys         file with one 'KEY [NAME]' per line, one tenant each; without it any tml-... key\n"
     "                     is accepted and all belong to one tenant (dev mode)\n"
     "  --dtype            base-weight precision: auto (the checkpoint's own), bf16 or fp32 (LoRA is fp32)\n"
+    "  --device           where the engine runs: cpu (default), cuda or cuda:N (needs a `make build-cuda`\n"
+    "                     binary and a GPU; otherwise a start-up error says which is missing)\n"
     "  --threads          compute threads (default: every core); --io-threads HTTP threads (default 2)\n"
     "  --session-timeout-seconds  a session without heartbeat for this long expires: its models are\n"
     "                     unloaded, its checkpoints kept (default 120)\n"
@@ -78,6 +82,8 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.api_keys_file = value;
     } else if (flag == "--dtype") {
         flags.dtype = value;
+    } else if (flag == "--device") {
+        flags.device = value;
     } else if (flag == "--threads") {
         flags.threads = std::atoi(value.c_str());
     } else if (flag == "--io-threads") {
@@ -265,6 +271,7 @@ int main(int argc, char ** argv) {
     }
     tinkerd::engine::EngineOptions engine_options;
     engine_options.n_threads = flags.threads;
+    engine_options.device = flags.device;
     engine_options.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
     if (!parse_dtype(flags.dtype, engine_options.dtype)) {
         std::fprintf(stderr, "error: --dtype must be auto, bf16 or fp32, got '%s'\n", flags.dtype.c_str());

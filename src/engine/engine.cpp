@@ -25,20 +25,53 @@ static std::optional<torch::ScalarType> requested_dtype(ComputeDType requested) 
     return std::nullopt;
 }
 
+// The device the engine runs on, or a start-up error that says why it cannot be used.
+static Result<torch::Device> select_device(const std::string & name) {
+    std::optional<torch::Device> device;
+    try {
+        device = torch::Device(name);
+    } catch (const c10::Error &) {
+        return invalid_argument("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+    }
+    if (device->is_cpu()) {
+        return *device;
+    }
+    if (!device->is_cuda()) {
+        return invalid_argument("device '" + name + "' is not supported (expected cpu, cuda or cuda:N)");
+    }
+#ifndef TINKERD_WITH_CUDA
+    return invalid_argument("this tinkerd was built without CUDA; build it with `make build-cuda` to use --device " +
+                            name);
+#else
+    const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+    if (count == 0) {
+        return invalid_argument("--device " + name + ": no CUDA device is available on this machine");
+    }
+    if (device->has_index() && device->index() >= count) {
+        return invalid_argument("--device " + name + ": only " + std::to_string(count) + " CUDA device(s)");
+    }
+    return *device;
+#endif
+}
+
 Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, const EngineOptions & options) {
     const int threads =
         options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(threads);  // libtorch defaults to 1 here; see docs/benchmarks.md
+    auto device = select_device(options.device);
+    if (!device.ok()) {
+        return device.error();
+    }
     try {
-        auto transformer = Transformer::load(model_dir, requested_dtype(options.dtype), torch::kCPU);
+        auto transformer = Transformer::load(model_dir, requested_dtype(options.dtype), *device);
         if (!transformer.ok()) {
             return transformer.error();
         }
         std::unique_ptr<Engine> engine =
             std::make_unique<EngineImpl>(std::move(transformer).value(), options.kv_cache_bytes);
-        LOG_INF("engine", "loaded %s (%s, %lld layers, %s weights, %d threads)", model_dir.c_str(),
+        LOG_INF("engine", "loaded %s (%s, %lld layers, %s weights, %d threads, device %s)", model_dir.c_str(),
                 engine->config().architecture.c_str(), static_cast<long long>(engine->config().n_layers),
-                engine->compute_dtype_name().c_str(), threads);
+                engine->compute_dtype_name().c_str(), threads, device->str().c_str());
         return engine;
     } catch (const c10::Error & e) {
         return internal_error(std::string("loading the model failed: ") + e.what_without_backtrace());

@@ -25,6 +25,7 @@ struct EngineOptions {
     ComputeDType dtype = ComputeDType::AUTO;
     int n_threads = 0;                          // intra-op threads; 0 = every core
     int64_t kv_cache_bytes = int64_t{4} << 30;  // sampling KV cache budget; when full, the newest request waits
+    std::string device = "cpu";                 // torch device string: "cpu", "cuda", "cuda:1" (CUDA builds)
 };
 
 // A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;

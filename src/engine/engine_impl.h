@@ -55,6 +55,9 @@ class EngineImpl final : public Engine {
     // Runs the planned inputs; fills results for each of them.
     void run_planned(std::vector<PlannedInput> & planned, bool backward,
                      std::vector<Result<ForwardBackwardOutput>> & results);
+    void collect_outputs(const std::vector<PlannedInput> & planned, const torch::Tensor & picked,
+                         const std::vector<torch::Tensor> & losses,
+                         std::vector<Result<ForwardBackwardOutput>> & results);
     void apply_gradients(std::vector<PlannedInput> & planned, const std::vector<torch::Tensor> & losses,
                          std::vector<Result<ForwardBackwardOutput>> & results);
 

@@ -76,18 +76,20 @@ PackedBatch EngineImpl::pack(std::vector<PlannedInput> & planned) const {
 
 // Every row's target ids as one [T, Kmax] index (2-D targets use K columns, 1-D ones column 0; unused
 // cells point at token 0), so the logprobs come from one gather instead of a slice of [T, V] per datum.
-static torch::Tensor packed_target_index(const std::vector<std::map<std::string, torch::Tensor>> & inputs,
-                                         int64_t n_rows) {
+// Built on the host from the datums' own host tensors: one copy to the device, no device reads.
+static torch::Tensor packed_target_index(const std::vector<PlannedInput> & planned, int64_t n_rows) {
+    std::vector<torch::Tensor> targets;  // per datum [N] or [N, K], int64, CPU
     int64_t k_max = 1;
-    for (const auto & in : inputs) {
-        const auto & t = in.at("target_tokens");
-        k_max = std::max<int64_t>(k_max, t.dim() == 2 ? t.size(1) : 1);
+    for (const PlannedInput & p : planned) {
+        for (const Datum & datum : p.input->datums) {
+            torch::Tensor t = host_to_tensor(datum.loss_inputs.at("target_tokens")).to(torch::kInt64);
+            k_max = std::max<int64_t>(k_max, t.dim() == 2 ? t.size(1) : 1);
+            targets.push_back(t.dim() == 1 ? t.unsqueeze(1) : t);
+        }
     }
     torch::Tensor index = torch::zeros({n_rows, k_max}, torch::kInt64);
     int64_t row = 0;
-    for (const auto & in : inputs) {
-        torch::Tensor t = in.at("target_tokens").to(torch::kCPU);
-        t = t.dim() == 1 ? t.unsqueeze(1) : t;  // [N, K]
+    for (const torch::Tensor & t : targets) {
         index.narrow(0, row, t.size(0)).narrow(1, 0, t.size(1)).copy_(t);
         row += t.size(0);
     }
@@ -110,41 +112,64 @@ void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
     const auto act = transformer_->act_dtype();
     const auto device = transformer_->device();
     PackedBatch batch = pack(planned);
-    torch::Tensor hidden = transformer_->hidden_states(batch);            // [T, C]
-    torch::Tensor logits = transformer_->logits(hidden, batch.segments);  // [T, V]
-    torch::Tensor lse = torch::logsumexp(logits, -1);                     // [T]
-    std::vector<std::map<std::string, torch::Tensor>> datum_inputs;       // in packed row order
+    // Loss inputs are copied to the device before the forward is queued, so no copy waits on it.
+    std::vector<std::map<std::string, torch::Tensor>> datum_inputs;  // in packed row order
     for (const PlannedInput & p : planned) {
         for (const Datum & datum : p.input->datums) {
             datum_inputs.push_back(loss_input_tensors(datum, act, device));
         }
     }
-    torch::Tensor index = packed_target_index(datum_inputs, logits.size(0)).to(device);
-    torch::Tensor picked = logits.gather(1, index) - lse.unsqueeze(1);  // [T, Kmax]
-    std::vector<torch::Tensor> losses;
+    torch::Tensor index = packed_target_index(planned, batch.tokens.size(0)).to(device);  // [T, Kmax]
+    torch::Tensor hidden = transformer_->hidden_states(batch);                            // [T, C]
+    torch::Tensor logits = transformer_->logits(hidden, batch.segments);                  // [T, V]
+    torch::Tensor lse = torch::logsumexp(logits, -1);                                     // [T]
+    torch::Tensor picked = logits.gather(1, index) - lse.unsqueeze(1);                    // [T, Kmax]
+    std::vector<torch::Tensor> losses;  // one scalar per planned input, on the device
     size_t d = 0;
     for (PlannedInput & p : planned) {
-        ForwardBackwardOutput out;
         torch::Tensor total = torch::zeros({}, torch::TensorOptions().dtype(act).device(device));
         int64_t row = p.first_row;
         for (const Datum & datum : p.input->datums) {
             const auto & inputs = datum_inputs[d++];
-            const torch::Tensor & targets = inputs.at("target_tokens");
-            torch::Tensor rows = picked.narrow(0, row, targets.size(0));  // [N, Kmax]
-            torch::Tensor lp = targets.dim() == 1 ? rows.select(1, 0) : rows.narrow(1, 0, targets.size(1));
-            total = total + datum_loss(p.loss, lp, inputs);
-            out.logprobs.push_back(tensor_to_host(lp, model::DType::F32));
-            row += static_cast<int64_t>(datum.tokens.size());
+            const int64_t n = static_cast<int64_t>(datum.tokens.size());
+            const int64_t k = inputs.at("target_tokens").dim() == 2 ? inputs.at("target_tokens").size(1) : 0;
+            torch::Tensor rows = picked.narrow(0, row, n);  // [N, Kmax]
+            total = total + datum_loss(p.loss, k == 0 ? rows.select(1, 0) : rows.narrow(1, 0, k), inputs);
+            row += n;
         }
-        const double loss_value = total.item<double>();
-        out.metrics["loss:sum"] = loss_value;
-        results[p.index] = std::isfinite(loss_value)
-                               ? Result<ForwardBackwardOutput>(std::move(out))
-                               : Result<ForwardBackwardOutput>(invalid_argument("the loss is not finite"));
         losses.push_back(total);
     }
+    collect_outputs(planned, picked, losses, results);
     if (backward) {
         apply_gradients(planned, losses, results);
+    }
+}
+
+// Per-datum logprobs and per-input loss:sum from ONE device-to-host copy of the picked logprobs and one of
+// the losses (a GPU is synchronised once per batch, not once per datum).
+void EngineImpl::collect_outputs(const std::vector<PlannedInput> & planned, const torch::Tensor & picked,
+                                 const std::vector<torch::Tensor> & losses,
+                                 std::vector<Result<ForwardBackwardOutput>> & results) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor picked_host = picked.detach().to(torch::kCPU, torch::kFloat32);              // [T, Kmax]
+    const torch::Tensor loss_host = torch::stack(losses).detach().to(torch::kCPU, torch::kFloat64);  // [inputs]
+    const double * loss_values = loss_host.data_ptr<double>();
+    for (size_t i = 0; i < planned.size(); ++i) {
+        const PlannedInput & p = planned[i];
+        ForwardBackwardOutput out;
+        int64_t row = p.first_row;
+        for (const Datum & datum : p.input->datums) {
+            const auto & targets = datum.loss_inputs.at("target_tokens");
+            const int64_t n = static_cast<int64_t>(datum.tokens.size());
+            torch::Tensor rows = picked_host.narrow(0, row, n);  // [N, Kmax]
+            torch::Tensor lp = targets.shape.size() == 2 ? rows.narrow(1, 0, targets.shape[1]) : rows.select(1, 0);
+            out.logprobs.push_back(tensor_to_host(lp, model::DType::F32));
+            row += n;
+        }
+        out.metrics["loss:sum"] = loss_values[i];
+        results[p.index] = std::isfinite(loss_values[i])
+                               ? Result<ForwardBackwardOutput>(std::move(out))
+                               : Result<ForwardBackwardOutput>(invalid_argument("the loss is not finite"));
     }
 }
 
@@ -178,11 +203,13 @@ void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std:
                                        /*allow_unused=*/true);
     torch::NoGradGuard no_grad;
     for (auto & [adapter, first] : owners) {
-        bool finite = true;
-        for (size_t j = 0; j < adapter->params.size() && finite; ++j) {
-            const auto & g = grads[first + j];
-            finite = !g.defined() || g.isfinite().all().item<bool>();
+        std::vector<torch::Tensor> finite_flags;  // one device scalar per gradient; read once per adapter
+        for (size_t j = 0; j < adapter->params.size(); ++j) {
+            if (grads[first + j].defined()) {
+                finite_flags.push_back(grads[first + j].isfinite().all());
+            }
         }
+        const bool finite = finite_flags.empty() || torch::stack(finite_flags).all().item<bool>();
         for (size_t j = 0; j < adapter->params.size() && finite; ++j) {
             if (grads[first + j].defined()) {
                 adapter->grads[j].add_(grads[first + j]);

@@ -1,0 +1,45 @@
+# Finds libtorch inside the project's Python virtual environment (PyPI's `torch` wheel, installed by
+# scripts/install-deps.sh) and defines the interface target `tinkerd_torch`.
+#   default (CPU): links libtorch_cpu + libc10 only, so neither nvcc nor the CUDA libraries are needed.
+#   TINKERD_CUDA=ON: find_package(Torch) through torch.utils.cmake_prefix_path, with the wheel's CUDA
+#                    libtorch and the installed CUDA toolkit (compiles and links without a GPU).
+set(TINKERD_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+    "Python of the virtual environment that holds the torch wheel (scripts/install-deps.sh)")
+if(NOT EXISTS "${TINKERD_PYTHON}")
+  message(FATAL_ERROR "tinkerd: ${TINKERD_PYTHON} not found; run scripts/install-deps.sh (or make deps) first")
+endif()
+execute_process(
+  COMMAND "${TINKERD_PYTHON}" -c
+          "import os, torch.utils; print(os.path.dirname(torch.__file__)); print(torch.utils.cmake_prefix_path); print(torch.__version__)"
+  OUTPUT_VARIABLE _torch_out RESULT_VARIABLE _torch_rc ERROR_VARIABLE _torch_err OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _torch_rc EQUAL 0)
+  message(FATAL_ERROR "tinkerd: cannot import torch with ${TINKERD_PYTHON}: ${_torch_err}")
+endif()
+string(REPLACE "\n" ";" _torch_out "${_torch_out}")
+list(GET _torch_out 0 TINKERD_TORCH_ROOT)
+list(GET _torch_out 1 TINKERD_TORCH_CMAKE_PREFIX)
+list(GET _torch_out 2 TINKERD_TORCH_VERSION)
+message(STATUS "tinkerd: torch ${TINKERD_TORCH_VERSION} from ${TINKERD_TORCH_ROOT}")
+
+add_library(tinkerd_torch INTERFACE)
+if(TINKERD_CUDA)
+  # tinkerd compiles no CUDA kernels of its own; a fixed list skips Caffe2's probe for installed GPUs
+  # (a try_run that fails on machines without one). Override with -DTORCH_CUDA_ARCH_LIST=...
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "8.0;8.6;9.0")
+  endif()
+  list(APPEND CMAKE_PREFIX_PATH "${TINKERD_TORCH_CMAKE_PREFIX}")
+  find_package(Torch REQUIRED)
+  target_link_libraries(tinkerd_torch INTERFACE ${TORCH_LIBRARIES})
+  target_include_directories(tinkerd_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+  target_compile_definitions(tinkerd_torch INTERFACE TINKERD_WITH_CUDA=1)
+else()
+  foreach(_lib torch_cpu c10)
+    find_library(TINKERD_LIB_${_lib} ${_lib} PATHS "${TINKERD_TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
+    target_link_libraries(tinkerd_torch INTERFACE "${TINKERD_LIB_${_lib}}")
+  endforeach()
+  target_include_directories(tinkerd_torch SYSTEM INTERFACE "${TINKERD_TORCH_ROOT}/include"
+                             "${TINKERD_TORCH_ROOT}/include/torch/csrc/api/include")
+endif()
+# The wheels are built with the C++11 ABI (as Debian's g++ defaults to).
+target_compile_definitions(tinkerd_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)

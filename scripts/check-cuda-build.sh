@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# check-cuda-build.sh BINARY: the CUDA build links and starts. On a machine without a GPU,
+# `--device cuda` must stop at start-up with a clear message (exit 1), never crash or serve on the CPU;
+# on a machine with one, it must reach "listening" (then it is stopped).
+set -uo pipefail
+bin="${1:?usage: check-cuda-build.sh BUILD-CUDA/tinkerd}"
+data=$(mktemp -d)
+log=$(mktemp)
+trap 'rm -rf "$data" "$log"' EXIT
+
+if ! ldd "$bin" | grep -q libtorch_cuda; then
+  echo "cuda-check: FAIL: $bin is not linked against libtorch_cuda" >&2
+  exit 1
+fi
+timeout 120 "$bin" --device cuda --port 0 --data-dir "$data" >"$log" 2>&1 &
+pid=$!
+for _ in $(seq 1 120); do
+  if ! kill -0 "$pid" 2>/dev/null; then break; fi
+  if grep -q "listening" "$log"; then
+    kill "$pid"; wait "$pid" 2>/dev/null
+    echo "cuda-check: OK: a GPU is present and tinkerd --device cuda started"
+    exit 0
+  fi
+  sleep 1
+done
+wait "$pid"; rc=$?
+if [ "$rc" = 1 ] && grep -q "no CUDA device is available" "$log"; then
+  echo "cuda-check: OK: the CUDA build links; without a GPU --device cuda stops with: $(grep -m1 'CUDA device' "$log")"
+  exit 0
+fi
+echo "cuda-check: FAIL: exit $rc; log:" >&2
+cat "$log" >&2
+exit 1
