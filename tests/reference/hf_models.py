@@ -1,0 +1,146 @@
+# Hugging Face second reference, model side: seeded tiny random Llama / Qwen2 / Qwen3 built by
+# `transformers` from configs (save_pretrained, fp32), stories260K, PEFT LoRA adapters with seeded non-zero
+# weights, and the cross-entropy-sum forward/backward through transformers + peft (float64 by default).
+import json
+import os
+import warnings
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+_COMMON = dict(num_hidden_layers=2, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1,
+               eos_token_id=2, hidden_act="silu")
+
+# name -> (seed, config class, model class, config kwargs, LoRA rank, LoRA targets)
+CASES = {
+    "hf_llama_tiny": (1101, LlamaConfig, LlamaForCausalLM, dict(
+        vocab_size=101, hidden_size=32, intermediate_size=48, num_attention_heads=4, head_dim=8,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), 4, ALL_TARGETS + ["lm_head"]),
+    "hf_qwen2_tiny": (1202, Qwen2Config, Qwen2ForCausalLM, dict(
+        vocab_size=89, hidden_size=24, intermediate_size=40, num_attention_heads=6, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        8, ALL_TARGETS),
+    "hf_qwen3_tiny": (1303, Qwen3Config, Qwen3ForCausalLM, dict(
+        vocab_size=97, hidden_size=32, intermediate_size=40, num_attention_heads=4, head_dim=16,
+        rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), 4, ALL_TARGETS + ["lm_head"]),
+    "hf_stories260K": (1404, None, None, None, 8, ALL_TARGETS + ["lm_head"]),
+}
+
+
+def legacy_rope_config(config: dict) -> dict:
+    """The same config with rope_theta / rope_scaling spelled the transformers-4 way (as on the Hub)."""
+    out = dict(config)
+    rope = dict(out.pop("rope_parameters"))
+    out["rope_theta"] = rope.pop("rope_theta")
+    out["rope_scaling"] = rope if rope.get("rope_type", "default") != "default" else None
+    return out
+
+
+def build_tiny_model(case: str, out_dir: str):
+    """Seeded random model written with save_pretrained (fp32) to out_dir/model, plus out_dir/model_compat
+    (config.json with legacy rope keys, weights symlinked). -> (model in float32, model dir)."""
+    seed, config_cls, model_cls, kwargs, _, _ = CASES[case]
+    config = config_cls(**kwargs, **_COMMON)
+    torch.manual_seed(seed)
+    model = model_cls(config).float().eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # HF's N(0, 0.02) init gives near-uniform outputs; make every part matter
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+    model_dir = os.path.join(out_dir, "model")
+    model.save_pretrained(model_dir, safe_serialization=True)
+    compat = os.path.join(out_dir, "model_compat")
+    os.makedirs(compat, exist_ok=True)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        saved = json.load(f)
+    with open(os.path.join(compat, "config.json"), "w") as f:
+        json.dump(legacy_rope_config(saved), f, indent=2)
+    link = os.path.join(compat, "model.safetensors")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(os.path.join("..", "model", "model.safetensors"), link)
+    return model, os.path.abspath(model_dir)
+
+
+def load_model(model_dir: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def peft_key(param_name: str) -> str:
+    """named_parameters name -> PEFT adapter file key (the adapter name dropped)."""
+    return param_name.replace(".default.", ".")
+
+
+def add_seeded_lora(model, rank: int, targets, seed: int):
+    """PEFT LoRA (alpha 32, no dropout) with seeded A ~ N(0, 1/sqrt(fan_in)) and B ~ N(0, 0.05), B non-zero
+    so the gradients of A are non-trivial. -> (peft model, {PEFT key: initial weight})."""
+    cfg = LoraConfig(r=rank, lora_alpha=32, target_modules=list(targets), lora_dropout=0.0, bias="none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tied lm_head: PEFT warns about ensure_weight_tying
+        peft_model = get_peft_model(model, cfg)
+    gen = torch.Generator().manual_seed(seed)
+    init = {}
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if not p.requires_grad:
+                continue
+            if ".lora_A." in name:
+                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+            else:
+                assert ".lora_B." in name, name
+                p.copy_(0.05 * torch.randn(p.shape, generator=gen))
+            init[peft_key(name)] = p.detach().float().clone()
+    return peft_model, init
+
+
+def load_peft(base_model, adapter_dir: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return PeftModel.from_pretrained(base_model, adapter_dir).eval()
+
+
+def full_logprobs(model, tokens):
+    """log_softmax of the logits [N, V] and the logits [N, V] for one sequence, in the model's dtype."""
+    logits = model(input_ids=torch.tensor([tokens])).logits[0]
+    return torch.log_softmax(logits, dim=-1), logits
+
+
+def ce_sum_and_grads(peft_model, datums):
+    """loss = -sum over datums of sum_i w_i * logprob(target_i); one forward per datum (no padding).
+    -> (loss, [per-datum target logprobs], {PEFT key: gradient})."""
+    peft_model.zero_grad(set_to_none=True)
+    loss = 0
+    lps = []
+    for d in datums:
+        lp, _ = full_logprobs(peft_model, d["tokens"])
+        picked = lp.gather(1, torch.tensor(d["targets"])[:, None])[:, 0]
+        loss = loss - (picked * torch.tensor(d["weights"], dtype=lp.dtype)).sum()
+        lps.append(picked.detach().clone())
+    loss.backward()
+    grads = {peft_key(n): p.grad.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
+    return float(loss.detach()), lps, grads
+
+
+def random_datums(vocab: int, seed: int, lengths=(9, 5, 14)):
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for n in lengths:
+        w = torch.rand(n, generator=gen)
+        w[torch.rand(n, generator=gen) < 0.2] = 0.0
+        out.append({"tokens": torch.randint(0, vocab, (n,), generator=gen).tolist(),
+                    "targets": torch.randint(0, vocab, (n,), generator=gen).tolist(),
+                    "weights": [round(float(x), 6) for x in w]})
+    return out
