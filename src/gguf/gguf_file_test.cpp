@@ -1,0 +1,192 @@
+// GgufFile on hand-built files: metadata and tensors read back, and every malformed or truncated
+// file gives an error naming what is wrong; unsupported types, architectures and tokenizers are named.
+#include "gguf/gguf_file.h"
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "gguf/convert.h"
+
+namespace tinkerd::gguf {
+namespace {
+
+// Writes GGUF v3 bytes: header, metadata and tensor infos, then the aligned data section.
+struct Builder {
+    std::vector<uint8_t> head, infos, data;  // metadata, tensor infos, tensor bytes
+    uint64_t n_kv = 0, n_tensors = 0;
+    uint32_t version = 3;
+
+    template <typename T>
+    static void put(std::vector<uint8_t> & out, T v) {
+        const auto * p = reinterpret_cast<const uint8_t *>(&v);
+        out.insert(out.end(), p, p + sizeof(T));
+    }
+    static void put_str(std::vector<uint8_t> & out, const std::string & s) {
+        put<uint64_t>(out, s.size());
+        out.insert(out.end(), s.begin(), s.end());
+    }
+    void kv_str(const std::string & key, const std::string & v) {
+        put_str(head, key);
+        put<uint32_t>(head, 8);
+        put_str(head, v);
+        ++n_kv;
+    }
+    void kv_u32(const std::string & key, uint32_t v) {
+        put_str(head, key);
+        put<uint32_t>(head, 4);
+        put<uint32_t>(head, v);
+        ++n_kv;
+    }
+    void kv_strings(const std::string & key, const std::vector<std::string> & v) {
+        put_str(head, key);
+        put<uint32_t>(head, 9);
+        put<uint32_t>(head, 8);
+        put<uint64_t>(head, v.size());
+        for (const auto & s : v)
+            put_str(head, s);
+        ++n_kv;
+    }
+    // A tensor of `type` with dims innermost first and raw bytes.
+    void tensor(const std::string & name, uint32_t type, std::vector<uint64_t> dims, std::vector<uint8_t> bytes) {
+        put_str(infos, name);
+        put<uint32_t>(infos, static_cast<uint32_t>(dims.size()));
+        for (uint64_t d : dims)
+            put<uint64_t>(infos, d);
+        put<uint32_t>(infos, type);
+        put<uint64_t>(infos, data.size());
+        data.insert(data.end(), bytes.begin(), bytes.end());
+        data.resize((data.size() + 31) / 32 * 32);
+        ++n_tensors;
+    }
+    std::vector<uint8_t> bytes() const {
+        std::vector<uint8_t> out = {'G', 'G', 'U', 'F'};
+        put<uint32_t>(out, version);
+        put<uint64_t>(out, n_tensors);
+        put<uint64_t>(out, n_kv);
+        out.insert(out.end(), head.begin(), head.end());
+        out.insert(out.end(), infos.begin(), infos.end());
+        out.resize((out.size() + 31) / 32 * 32);
+        out.insert(out.end(), data.begin(), data.end());
+        return out;
+    }
+};
+
+std::vector<uint8_t> floats(std::vector<float> v) {
+    std::vector<uint8_t> out(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+}
+
+Builder small_file() {
+    Builder b;
+    b.kv_str("general.architecture", "llama");
+    b.kv_u32("llama.block_count", 1);
+    b.kv_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+    b.tensor("output_norm.weight", 0, {4}, floats({1, 2, 3, 4}));
+    b.tensor("token_embd.weight", 0, {4, 3}, floats(std::vector<float>(12, 0.5f)));
+    return b;
+}
+
+std::string parse_error(const std::vector<uint8_t> & bytes) {
+    auto file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    return file.ok() ? "" : file.error().message;
+}
+
+TEST(GgufFile, ReadsMetadataAndTensors) {
+    const auto bytes = small_file().bytes();
+    auto file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    EXPECT_EQ((*file)->version(), 3u);
+    EXPECT_EQ((*file)->get_string("general.architecture").value(), "llama");
+    EXPECT_EQ((*file)->get_int("llama.block_count").value(), 1);
+    EXPECT_EQ((*file)->find("tokenizer.ggml.tokens")->strings, (std::vector<std::string>{"a", "b", "ab"}));
+    const TensorInfo * embd = (*file)->find_tensor("token_embd.weight");
+    ASSERT_NE(embd, nullptr);
+    EXPECT_EQ(embd->shape, (std::vector<int64_t>{3, 4}));  // GGUF dims reversed
+    EXPECT_EQ(embd->n_bytes, 48u);
+    float first;
+    std::memcpy(&first, (*file)->find_tensor("output_norm.weight")->data, 4);
+    EXPECT_EQ(first, 1.0f);
+    EXPECT_NE((*file)->get_int("general.architecture").error().message.find("expected an integer"), std::string::npos);
+    EXPECT_NE((*file)->get_string("nope").error().message.find("'nope' is missing"), std::string::npos);
+}
+
+TEST(GgufFile, EveryTruncationIsANamedError) {
+    const auto bytes = small_file().bytes();
+    for (size_t n = 0; n < bytes.size() - 32; ++n) {  // the last tensor's padding is not needed
+        const std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+        const std::string error = parse_error(cut);
+        ASSERT_FALSE(error.empty()) << "a file cut at " << n << " bytes parsed";
+        EXPECT_NE(error.find("t.gguf"), std::string::npos) << error;
+    }
+}
+
+TEST(GgufFile, MalformedHeadersAreNamed) {
+    auto bytes = small_file().bytes();
+    bytes[0] = 'X';
+    EXPECT_NE(parse_error(bytes).find("bad magic"), std::string::npos);
+    Builder v1 = small_file();
+    v1.version = 1;
+    EXPECT_NE(parse_error(v1.bytes()).find("GGUF version 1 is not supported"), std::string::npos);
+    bytes = small_file().bytes();
+    const uint64_t huge = 1ull << 60;
+    std::memcpy(bytes.data() + 8, &huge, 8);  // tensor count
+    EXPECT_NE(parse_error(bytes).find("cannot fit"), std::string::npos);
+}
+
+TEST(GgufFile, BadTensorsAreNamed) {
+    Builder b;
+    b.tensor("w", 16, {32}, std::vector<uint8_t>(64));  // IQ2_XXS: layout unknown to us
+    EXPECT_NE(parse_error(b.bytes()).find("tensor 'w' has unsupported type IQ2_XXS"), std::string::npos);
+    Builder c;
+    c.tensor("w", 99, {32}, std::vector<uint8_t>(64));
+    EXPECT_NE(parse_error(c.bytes()).find("type 99"), std::string::npos);
+    Builder d;
+    d.tensor("q", 2, {31}, std::vector<uint8_t>(18));  // Q4_0 rows must be whole 32-blocks
+    EXPECT_NE(parse_error(d.bytes()).find("not a whole number of Q4_0 blocks"), std::string::npos);
+    Builder e;
+    e.tensor("big", 0, {1000}, floats({1}));  // data past the end
+    EXPECT_NE(parse_error(e.bytes()).find("tensor 'big' data"), std::string::npos);
+    Builder f;
+    f.tensor("x", 0, {1}, floats({1}));
+    f.tensor("x", 0, {1}, floats({1}));
+    EXPECT_NE(parse_error(f.bytes()).find("tensor 'x' appears twice"), std::string::npos);
+}
+
+TEST(GgufConvert, UnsupportedArchitectureTokenizerAndTensorAreNamed) {
+    Builder b;
+    b.kv_str("general.architecture", "gpt2");
+    auto bytes = b.bytes();
+    auto file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    ASSERT_TRUE(file.ok());
+    EXPECT_NE(hf_config(**file).error().message.find("architecture 'gpt2' is not supported"), std::string::npos);
+
+    Builder t;
+    t.kv_str("tokenizer.ggml.model", "bert");
+    bytes = t.bytes();
+    file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    EXPECT_NE(hf_tokenizer(**file).error().message.find("tokenizer model 'bert'"), std::string::npos);
+
+    Builder m = small_file();
+    for (const char * key : {"llama.embedding_length", "llama.feed_forward_length", "llama.attention.head_count",
+                             "llama.context_length"}) {
+        m.kv_u32(key, 4);
+    }
+    m.tensor("blk.0.mystery.weight", 0, {4}, floats({0, 0, 0, 0}));
+    bytes = m.bytes();
+    file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    auto config = hf_config(**file);
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_EQ((*config)["architectures"][0], "LlamaForCausalLM");
+    EXPECT_EQ((*config)["tie_word_embeddings"], true);
+    EXPECT_EQ((*config)["vocab_size"], 3);
+    bool quantised = false;
+    auto tensors = hf_tensors(**file, *config, quantised);
+    ASSERT_FALSE(tensors.ok());
+    EXPECT_NE(tensors.error().message.find("tensor 'blk.0.mystery.weight' has no counterpart"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tinkerd::gguf

@@ -1,0 +1,155 @@
+// GGUF tensors to Hugging Face tensors: names mapped (token_embd -> model.embed_tokens, blk.N.attn_q ->
+// model.layers.N.self_attn.q_proj, ...), quantised data dequantised to F32, and the rows of llama's
+// q/k projections put back in Hugging Face order (see convert.h).
+#include <array>
+#include <cstring>
+
+#include "common/log.h"
+#include "gguf/convert.h"
+#include "gguf/dequant.h"
+
+namespace tinkerd::gguf {
+namespace {
+
+using nlohmann::json;
+
+struct NameRow {
+    const char * gguf;
+    const char * hf;
+};
+
+// Per-layer names, after "blk.N." / "model.layers.N.".
+constexpr std::array<NameRow, 18> LAYER_NAMES = {{
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_gate.bias", "mlp.gate_proj.bias"},
+    {"ffn_up.bias", "mlp.up_proj.bias"},
+    {"ffn_down.bias", "mlp.down_proj.bias"},
+}};
+
+// The Hugging Face name of a GGUF tensor, or "" when it has none.
+std::string hf_name(const std::string & name, int64_t n_layers) {
+    if (name == "token_embd.weight")
+        return "model.embed_tokens.weight";
+    if (name == "output_norm.weight")
+        return "model.norm.weight";
+    if (name == "output.weight")
+        return "lm_head.weight";
+    if (name.rfind("blk.", 0) != 0)
+        return "";
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos || dot == 4 || name.find_first_not_of("0123456789", 4) != dot || dot - 4 > 6) {
+        return "";
+    }
+    const std::string layer = name.substr(4, dot - 4);
+    if (std::stoll(layer) >= n_layers)
+        return "";
+    const std::string rest = name.substr(dot + 1);
+    for (const NameRow & row : LAYER_NAMES) {
+        if (rest == row.gguf)
+            return "model.layers." + layer + "." + row.hf;
+    }
+    return "";
+}
+
+// llama.cpp's converter interleaves each head's two rotary halves for the llama architecture: GGUF
+// row (head h, 2i + j) holds Hugging Face row (h, j*D/2 + i). This puts the rows back.
+// bytes: [heads*D, row_bytes] -> the same shape in Hugging Face order.
+Result<void> unpermute_rows(std::vector<uint8_t> & bytes, int64_t heads, int64_t head_dim, const std::string & name) {
+    const int64_t rows = heads * head_dim;
+    if (head_dim % 2 != 0 || rows == 0 || bytes.size() % static_cast<size_t>(rows) != 0) {
+        return invalid_argument("tensor '" + name + "' does not have " + std::to_string(rows) + " rows");
+    }
+    const size_t row_bytes = bytes.size() / static_cast<size_t>(rows);
+    const int64_t half = head_dim / 2;
+    std::vector<uint8_t> out(bytes.size());
+    for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t i = 0; i < half; ++i) {
+            for (int64_t j = 0; j < 2; ++j) {
+                const int64_t src = h * head_dim + 2 * i + j, dst = h * head_dim + j * half + i;
+                std::memcpy(out.data() + dst * row_bytes, bytes.data() + src * row_bytes, row_bytes);
+            }
+        }
+    }
+    bytes = std::move(out);
+    return {};
+}
+
+// One tensor's data in a safetensors dtype: plain types copied, quantised ones dequantised to F32.
+Result<model::OwnedTensor> tensor_data(const TensorInfo & t, bool & quantised) {
+    model::OwnedTensor out;
+    out.shape = t.shape;
+    if (t.type == GgmlType::F16 || t.type == GgmlType::BF16) {
+        out.dtype = t.type == GgmlType::F16 ? model::DType::F16 : model::DType::BF16;
+        out.bytes.assign(t.data, t.data + t.n_bytes);
+        return out;
+    }
+    quantised = quantised || t.type != GgmlType::F32;
+    out.dtype = model::DType::F32;
+    out.bytes.resize(static_cast<size_t>(t.numel()) * sizeof(float));
+    auto status = dequantize(t.type, t.data, t.n_bytes, t.numel(), reinterpret_cast<float *>(out.bytes.data()));
+    if (!status.ok()) {
+        return invalid_argument("tensor '" + t.name + "': " + status.error().message);
+    }
+    return out;
+}
+
+// Heads of a llama q/k tensor (to undo the permutation), 0 for every other tensor.
+int64_t permuted_heads(const std::string & arch, const std::string & name, const json & config) {
+    if (arch != "llama")
+        return 0;
+    const auto ends_with = [&](const char * s) {
+        const std::string suffix(s);
+        return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (ends_with(".attn_q.weight") || ends_with(".attn_q.bias"))
+        return config["num_attention_heads"].get<int64_t>();
+    if (ends_with(".attn_k.weight") || ends_with(".attn_k.bias"))
+        return config["num_key_value_heads"].get<int64_t>();
+    return 0;
+}
+
+}  // namespace
+
+Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & file, const json & config,
+                                                             bool & quantised) {
+    auto arch = file.get_string("general.architecture");
+    TRY_STATUS(arch);
+    const int64_t n_layers = config["num_hidden_layers"].get<int64_t>();
+    const int64_t head_dim = config["head_dim"].get<int64_t>();
+    std::map<std::string, model::OwnedTensor> tensors;
+    quantised = false;
+    size_t done = 0;
+    for (const TensorInfo & t : file.tensors()) {
+        const std::string name = hf_name(t.name, n_layers);
+        if (name.empty()) {
+            return unsupported(file.name() + ": tensor '" + t.name + "' has no counterpart in " +
+                               config["architectures"][0].get<std::string>());
+        }
+        auto data = tensor_data(t, quantised);
+        TRY_STATUS(data);
+        if (const int64_t heads = permuted_heads(*arch, t.name, config); heads > 0) {
+            TRY_STATUS(unpermute_rows(data->bytes, heads, head_dim, t.name));
+        }
+        tensors.emplace(name, std::move(data).value());
+        if (++done % 64 == 0) {
+            LOG_INF("gguf", "dequantised %zu of %zu tensors", done, file.tensors().size());
+        }
+    }
+    return tensors;
+}
+
+}  // namespace tinkerd::gguf
