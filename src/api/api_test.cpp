@@ -109,5 +109,32 @@ TEST(JsonUtil, DigestsAndTimes) {
     EXPECT_EQ(random_hex(12).size(), 12u);
 }
 
+TEST(Sdk038, OptimizerConfigAdamwOnly) {
+    EXPECT_TRUE(require_adamw_config(json::object()).ok());
+    EXPECT_TRUE(require_adamw_config(json{{"optimizer_config", nullptr}}).ok());
+    EXPECT_TRUE(require_adamw_config(json{{"optimizer_config", {{"type", "adamw"}}}}).ok());
+    auto dimuon = require_adamw_config(json{{"optimizer_config", {{"type", "dimuon"}, {"version", 1}}}});
+    ASSERT_FALSE(dimuon.ok());
+    EXPECT_EQ(http_status(dimuon.error().kind), 400);
+    EXPECT_EQ(dimuon.error().message,
+              "optimizer_config.type 'dimuon' is not supported: this server trains with AdamW only");
+    auto malformed = require_adamw_config(json{{"optimizer_config", "adamw"}});
+    ASSERT_FALSE(malformed.ok());
+    EXPECT_EQ(malformed.error().kind, ErrorKind::INVALID_ARGUMENT);
+}
+
+TEST(Sdk038, FixedRoutesRegisteredFirstWinOverCaptures) {
+    Router<int> router;
+    router.add("GET", "/api/v1/sessions/search", 1);  // App registers the 0.38 refusals first
+    router.add("GET", "/api/v1/sessions/{session_id}", 2);
+    router.add("POST", "/api/v1/sessions/{session_id}/finish", 3);
+    EXPECT_EQ(*router.match("GET", "/api/v1/sessions/search").target, 1);
+    EXPECT_EQ(*router.match("GET", "/api/v1/sessions/sess-1").target, 2);
+    auto m = router.match("POST", "/api/v1/sessions/sess-1/finish");
+    ASSERT_NE(m.target, nullptr);
+    EXPECT_EQ(*m.target, 3);
+    EXPECT_EQ(m.params["session_id"], "sess-1");
+}
+
 }  // namespace
 }  // namespace tinkerd::api

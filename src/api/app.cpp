@@ -147,6 +147,7 @@ void App::add_async(const std::string & method, const std::string & path, AsyncH
 }
 
 void App::register_routes() {
+    register_unsupported_routes();  // first: "sessions/search" before "sessions/{session_id}"
     add_sync("POST", "client/config", &App::client_config);
     add_sync("POST", "client/dynamic_config", &App::dynamic_config);
     add_sync("GET", "get_server_capabilities", &App::server_capabilities);
@@ -179,6 +180,7 @@ void App::register_routes() {
     add_sync("GET", "sessions/{session_id}", &App::get_session);
     add_sync("PUT", "sessions/{session_id}/project", &App::set_session_project);
     add_sync("GET", "samplers/{sampler_id}", &App::get_sampler);
+    add_sync("POST", "sessions/{session_id}/finish", &App::finish_session);
     add_async("GET", "archive_downloads/{token}", &App::download_archive, false, false);
     add_openai("GET", "models", &App::openai_models);
     add_openai("POST", "completions", &App::openai_completions);
@@ -187,6 +189,20 @@ void App::register_routes() {
     health.sync = &App::healthz;
     health.needs_auth = false;
     router_.add("GET", "/api/v1/healthz", health);
+}
+
+// SDK 0.38 endpoints answered with a 400 naming the feature (session_handlers.cpp).
+void App::register_unsupported_routes() {
+    for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
+                              "cancel_future", "join_sampling_session"}) {
+        add_sync("POST", path, &App::unsupported_endpoint);
+    }
+    add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/external_weights_urls",
+             &App::unsupported_endpoint);
+    for (const char * path :
+         {"sessions/search", "billing/usage/checkpoints/current", "billing/usage/events", "audit"}) {
+        add_sync("GET", path, &App::unsupported_endpoint);
+    }
 }
 
 void App::handle(http::Request && request, http::Respond respond) {

@@ -152,6 +152,7 @@ class App {
 
     App() = default;
     void register_routes();
+    void register_unsupported_routes();
     void add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body = true);
     void add_async(const std::string & method, const std::string & path, AsyncHandler handler, bool needs_auth,
                    bool json_body);
@@ -164,6 +165,8 @@ class App {
     Result<json> create_session(Call & call);
     Result<json> session_heartbeat(Call & call);
     Result<json> telemetry(Call & call);
+    Result<json> finish_session(Call & call);
+    Result<json> unsupported_endpoint(Call & call);
 
     // training_handlers.cpp: models and training steps.
     Result<json> create_model(Call & call);
@@ -286,6 +289,7 @@ class App {
     // sweeper.cpp: session expiry, checkpoint TTLs, pruning.
     void sweeper_loop();
     void expire_sessions(double now);
+    void end_session(const std::string & session_id, const std::string & why);
     void expire_checkpoints(double now);
 
     AppOptions options_;

@@ -15,6 +15,31 @@ std::optional<double> expiry_from_ttl(const std::optional<int64_t> & ttl_seconds
     return now + static_cast<double>(*ttl_seconds);
 }
 
+// SDK 0.38 save fields this server does not implement, refused by name: checkpoint user_metadata (not
+// stored) and kind "inflight" (sampling clients that follow later saves).
+Result<void> refuse_save_metadata(const json & body) {
+    auto it = body.find("user_metadata");
+    if (it != body.end() && !it->is_null() && !(it->is_object() && it->empty())) {
+        return unsupported(
+            "user_metadata on checkpoints is not supported by this server (set it on the "
+            "training run instead)");
+    }
+    return {};
+}
+
+Result<void> refuse_sampler_save_extras(const json & body) {
+    auto kind = get_optional_string(body, "kind");
+    if (!kind.ok()) {
+        return kind.error();
+    }
+    if (kind->has_value() && **kind != "snapshot") {
+        return unsupported("kind '" + **kind +
+                           "' is not supported: sampling clients here are snapshots (kind "
+                           "'snapshot')");
+    }
+    return refuse_save_metadata(body);
+}
+
 }  // namespace
 
 // On the engine thread: writes the checkpoint files, records the row, completes the future with its path.
@@ -61,7 +86,8 @@ Result<json> App::save_weights(Call & call) {
     auto ttl = get_optional_int(call.body, "ttl_seconds");
     auto overwrite = get_bool(call.body, "overwrite", false);
     Result<void> name_ok = name.ok() ? validate_checkpoint_name(*name) : Result<void>(name.error());
-    if (const Error * e = first_error(name_ok, ttl, overwrite)) {
+    auto extras = refuse_save_metadata(call.body);
+    if (const Error * e = first_error(name_ok, ttl, overwrite, extras)) {
         skip_seq(run, seq_id);
         return *e;
     }
@@ -99,6 +125,7 @@ Result<json> App::save_weights_for_sampler(Call & call) {
     auto name = get_optional_string(call.body, "path");
     auto sampler_seq = get_optional_int(call.body, "sampling_session_seq_id");
     auto ttl = get_optional_int(call.body, "ttl_seconds");
+    auto extras = refuse_sampler_save_extras(call.body);
     Result<void> destination =
         Result<void>(invalid_argument("save_weights_for_sampler needs path (a name) or "
                                       "sampling_session_seq_id"));
@@ -107,7 +134,7 @@ Result<json> App::save_weights_for_sampler(Call & call) {
     } else if (sampler_seq.ok() && sampler_seq->has_value()) {
         destination = Result<void>();
     }
-    if (const Error * e = first_error(name, sampler_seq, ttl, destination)) {
+    if (const Error * e = first_error(name, sampler_seq, ttl, extras, destination)) {
         skip_seq(run, seq_id);
         return *e;
     }
@@ -180,7 +207,8 @@ Result<void> App::check_loadable(int64_t seq_id, const Result<store::CheckpointR
 Result<json> App::load_weights(Call & call) {
     auto path_text = get_string(call.body, "path");
     auto optimizer = get_bool(call.body, "optimizer", false);
-    if (const Error * e = first_error(path_text, optimizer)) {
+    auto family = require_adamw_config(call.body);
+    if (const Error * e = first_error(path_text, optimizer, family)) {
         return *e;
     }
     auto path = parse_tinker_path(*path_text);

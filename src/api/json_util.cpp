@@ -276,4 +276,19 @@ json finite_or_null(double value) {
     return std::isfinite(value) ? json(value) : json(nullptr);
 }
 
+Result<void> require_adamw_config(const json & body, const std::string & key) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) {
+        return {};
+    }
+    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
+        return invalid_argument(key + ": expected {\"type\": \"adamw\"}");
+    }
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type != "adamw") {
+        return unsupported(key + ".type '" + type + "' is not supported: this server trains with AdamW only");
+    }
+    return {};
+}
+
 }  // namespace tinkerd::api

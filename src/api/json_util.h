@@ -74,4 +74,8 @@ std::string random_hex(size_t n_chars);
 // Finite doubles only: non-finite values become null (JSON has no NaN; the SDK's parser rejects it).
 json finite_or_null(double value);
 
+// SDK 0.38 optimizer selection (create_model / load_weights "optimizer_config"): absent, null or
+// {"type": "adamw"} is fine; any other family (e.g. "dimuon") is UNSUPPORTED, named.
+Result<void> require_adamw_config(const json & body, const std::string & key = "optimizer_config");
+
 }  // namespace tinkerd::api

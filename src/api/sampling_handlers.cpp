@@ -1,6 +1,8 @@
 // asample (and compute_logprobs, which is asample with max_tokens 1 and prompt_logprobs): parses the
-// request (prompt chunks, sampling params, stop strings checked through the tokenizer), applies
-// backpressure (429), and hands it to the model's sample pump (sample_pump.cpp).
+// request (prompt chunks, sampling params, stop strings checked through the tokenizer, SDK 0.38's
+// top-k sampled logprobs and prompt_logprobs_last_n; refuses the 0.38 fields the engine lacks), applies
+// backpressure (429), and hands it to the model's sample pump (sample_pump.cpp). The answer carries one
+// sample_sequence_id per sample.
 #include <cmath>
 #include <utility>
 
@@ -23,8 +25,12 @@ Result<std::vector<int64_t>> prompt_tokens(const json & prompt) {
     for (size_t i = 0; i < prompt["chunks"].size(); ++i) {
         const json & chunk = prompt["chunks"][i];
         const std::string type = chunk.is_object() ? chunk.value("type", "encoded_text") : "";
-        if (type != "encoded_text" || !chunk.contains("tokens") || !chunk["tokens"].is_array()) {
-            return unsupported("prompt.chunks[" + std::to_string(i) + "]: only encoded_text chunks are supported");
+        const std::string where = "prompt.chunks[" + std::to_string(i) + "]";
+        if (type != "encoded_text") {
+            return unsupported(where + ": " + type + " chunks are not supported (text-only models)");
+        }
+        if (!chunk.contains("tokens") || !chunk["tokens"].is_array()) {
+            return invalid_argument(where + ".tokens: expected a list of token ids");
         }
         for (const json & t : chunk["tokens"]) {
             if (!t.is_number_integer() || t.get<int64_t>() < 0) {
@@ -88,6 +94,66 @@ Result<engine::SamplingParams> parse_sampling_params(const json & body, std::vec
     return params;
 }
 
+// SDK 0.38 request fields with no engine support: refused by name rather than ignored (the SDK's own
+// checks would otherwise fail after the sample ran, or the caller would get silently different data).
+Result<void> refuse_unsupported_sample_fields(const json & body) {
+    if (body.contains("target_prompt_logprobs") && !body["target_prompt_logprobs"].is_null()) {
+        return unsupported("target_prompt_logprobs is not supported by this server (use topk_prompt_logprobs)");
+    }
+    auto alt = get_optional_int(body, "prompt_alt_tokens_k");
+    if (!alt.ok()) {
+        return alt.error();
+    }
+    if (alt->value_or(0) != 0) {
+        return unsupported("prompt_alt_tokens_k is not supported by this server");
+    }
+    auto stability = get_bool(body, "record_stability_info", false);
+    if (!stability.ok()) {
+        return stability.error();
+    }
+    if (*stability) {
+        return unsupported("record_stability_info is not supported by this server (no stable_reinforce loss)");
+    }
+    return {};
+}
+
+// topk_sample_logprobs (K best per sampled token) and prompt_logprobs_last_n (only the last N prompt
+// positions are scored; the rest come back as None), validated as the official server does.
+Result<void> parse_sample_extensions(const json & body, const engine::SampleRequest & request,
+                                     wire::SampleEncoding & encoding) {
+    auto topk = get_optional_int(body, "topk_sample_logprobs");
+    auto last_n = get_optional_int(body, "prompt_logprobs_last_n");
+    if (const Error * e = first_error(topk, last_n)) {
+        return *e;
+    }
+    encoding.topk_sample_logprobs = topk->value_or(0);
+    if (encoding.topk_sample_logprobs < 0 || encoding.topk_sample_logprobs > 1000) {
+        return invalid_argument("topk_sample_logprobs must be between 0 and 1000");
+    }
+    if (!last_n->has_value()) {
+        return {};
+    }
+    const auto max_n = static_cast<int64_t>(request.prompt.size()) - 1;
+    if (!request.prompt_logprobs) {
+        return invalid_argument("prompt_logprobs_last_n requires prompt_logprobs");
+    }
+    if (**last_n < 1 || **last_n > max_n) {
+        return invalid_argument("prompt_logprobs_last_n must be between 1 and len(prompt) - 1 = " +
+                                std::to_string(max_n) + ", got " + std::to_string(**last_n));
+    }
+    encoding.prompt_logprobs_last_n = **last_n;
+    return {};
+}
+
+// One id per requested sample, fixed at submission (SDK 0.38 stamps them onto SampledSequence.sequence_id).
+json sample_sequence_ids(const std::string & request_id, int64_t num_samples) {
+    json ids = json::array();
+    for (int64_t i = 0; i < num_samples; ++i) {
+        ids.push_back(request_id + "." + std::to_string(i));
+    }
+    return ids;
+}
+
 }  // namespace
 
 // Stop strings are checked on the decoded text of the generated tokens' tail after each token: a sequence
@@ -134,19 +200,24 @@ Result<json> App::asample(Call & call) {
     if (model == nullptr) {
         return not_found("base model '" + (*sampler)->base_model + "' of the sampler is not served any more");
     }
+    TRY_STATUS(refuse_unsupported_sample_fields(call.body));
     auto request = parse_sample_request(call.body, *model);
     if (!request.ok()) {
         return request.error();
     }
+    wire::SampleEncoding encoding{request->prompt_logprobs, request->topk_prompt_logprobs};
+    TRY_STATUS(parse_sample_extensions(call.body, *request, encoding));
+    request->top_logprobs = encoding.topk_sample_logprobs;
     TRY_STATUS(check_sample_capacity());
     PendingSample pending;
     pending.sampler = **sampler;
     pending.request = std::move(request).value();
-    pending.encoding = {pending.request.prompt_logprobs, pending.request.topk_prompt_logprobs};
+    pending.encoding = encoding;
     pending.request_id = create_future(call.tenant, "Sample");
     const std::string request_id = pending.request_id;
+    const int64_t num_samples = pending.request.num_samples;
     enqueue_sample(*model, std::move(pending));
-    return json{{"request_id", request_id}};
+    return json{{"request_id", request_id}, {"sample_sequence_ids", sample_sequence_ids(request_id, num_samples)}};
 }
 
 Result<engine::SampleRequest> App::parse_sample_request(const json & body, const ServedModel & model) {

@@ -1,5 +1,8 @@
 // Handlers for the SDK's start-up and background calls: client/config, dynamic_config, capabilities,
-// healthz, create_session, session_heartbeat and telemetry (logged as lines, never with header values).
+// healthz, create_session, session_heartbeat, sessions/{id}/finish and telemetry (logged as lines, never
+// with header values), and the 400 for SDK 0.38 endpoints this server does not implement.
+#include <map>
+
 #include "api/app.h"
 #include "common/log.h"
 
@@ -8,13 +11,60 @@ namespace tinkerd::api {
 Result<json> App::client_config(Call & call) {
     // pyqwest cannot be installed from Debian; plain httpx works. JWT exchange off; chunks in parallel
     // (the scheduler orders them by seq_id); protobuf bodies uncompressed (zstd is still accepted).
+    // SDK 0.38 flags, all off: per-request retrieve_future polls (no retrieve_futures), custom losses run
+    // client-side through forward_backward (no create_custom_loss), random sampler clone ids (no
+    // join_sampling_session).
     return json{{"use_pyqwest_transport", false},         {"pjwt_auth_enabled", false},
                 {"proto_compress_fwdbwd", false},         {"parallel_fwdbwd_chunks", true},
-                {"create_model_via_load_weights", false}, {"sample_no_retries", false}};
+                {"create_model_via_load_weights", false}, {"sample_no_retries", false},
+                {"sample_use_retrieve_futures", false},   {"custom_loss_server_side", false},
+                {"sample_join_sampling_session", false}};
 }
 
 Result<json> App::dynamic_config(Call & call) {
-    return json{{"refresh_interval_sec", 300}};
+    // SDK 0.38: no cancel_future requests (a hung-up sample is freed when its session expires).
+    return json{{"refresh_interval_sec", 300}, {"sample_cancel_enabled", false}};
+}
+
+// POST /sessions/{id}/finish (SDK 0.38 ServiceClient.close / `with ServiceClient()`): the session ends
+// now, as if its heartbeat had stopped: its models leave memory, its checkpoints stay.
+Result<json> App::finish_session(Call & call) {
+    const std::string session_id = call.params["session_id"];
+    auto session = find_session(call.tenant, session_id);
+    if (!session.ok()) {
+        return session.error();
+    }
+    const json reason = call.body.value("reason", json::object());
+    const std::string status = reason.is_object() ? reason.value("type", "success") : "success";
+    if (status != "success" && status != "errored" && status != "interrupted") {
+        return invalid_argument("reason.type: expected success, errored or interrupted, got '" + status + "'");
+    }
+    if (!session->expired) {
+        end_session(session_id, "finished (" + status + ")");
+    }
+    return json::object();
+}
+
+// Endpoints of SDK 0.38 that this server does not implement: 400 naming the feature (never a bare 404,
+// which the SDK reports like a missing object).
+Result<json> App::unsupported_endpoint(Call & call) {
+    static const std::map<std::string, std::string> features = {
+        {"copy_weights", "copy_weights (copying checkpoints between projects)"},
+        {"save_weights_external", "save_weights_external (external / Hugging Face format checkpoints)"},
+        {"external_weights_urls", "external_weights_urls (external checkpoint downloads)"},
+        {"create_custom_loss", "create_custom_loss (server-side custom losses; they run client-side here)"},
+        {"retrieve_futures", "retrieve_futures (session completion queues; poll retrieve_future)"},
+        {"cancel_future", "cancel_future"},
+        {"join_sampling_session", "join_sampling_session"},
+        {"search", "sessions/search (session search)"},
+        {"current", "billing/usage/checkpoints/current (checkpoint storage usage)"},
+        {"events", "billing/usage/events (billing)"},
+        {"audit", "audit (audit log)"},
+    };
+    const std::string last = Router<Route>::split(call.req.path).back();
+    auto it = features.find(last);
+    const std::string feature = it != features.end() ? it->second : call.req.path;
+    return unsupported(feature + " is not supported by this server");
 }
 
 Result<json> App::healthz(Call & call) {
@@ -24,8 +74,10 @@ Result<json> App::healthz(Call & call) {
 Result<json> App::server_capabilities(Call & call) {
     json models = json::array();
     for (const auto & model : models_) {
-        models.push_back(
-            {{"model_name", model->name}, {"max_context_length", model->engine->config().max_position_embeddings}});
+        models.push_back({{"model_name", model->name},
+                          {"max_context_length", model->engine->config().max_position_embeddings},
+                          {"trainable", true},
+                          {"sampleable", true}});
     }
     return json{{"supported_models", models}};
 }

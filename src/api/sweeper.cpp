@@ -51,23 +51,28 @@ void App::expire_sessions(double now) {
             (void)db_->touch_session(session.session_id, last_seen);
             continue;
         }
-        (void)db_->mark_session_expired(session.session_id);
-        std::vector<RunPtr> runs;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            session_last_seen_.erase(session.session_id);
-            for (const auto & [id, run] : runs_) {
-                if (run->row.session_id == session.session_id) {
-                    runs.push_back(run);
-                }
+        end_session(session.session_id, "expired (no heartbeat)");
+    }
+}
+
+// Marks the session expired and unloads its models (checkpoints stay).
+void App::end_session(const std::string & session_id, const std::string & why) {
+    (void)db_->mark_session_expired(session_id);
+    std::vector<RunPtr> runs;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        session_last_seen_.erase(session_id);
+        for (const auto & [id, run] : runs_) {
+            if (run->row.session_id == session_id) {
+                runs.push_back(run);
             }
         }
-        for (const auto & run : runs) {
-            unload_run(run, "session " + session.session_id + " expired");
-        }
-        LOG_INF("sweeper", "session %s expired (no heartbeat for %.0f s); %zu model(s) unloaded, checkpoints kept",
-                session.session_id.c_str(), options_.session_timeout_seconds, runs.size());
     }
+    for (const auto & run : runs) {
+        unload_run(run, "session " + session_id + " " + why);
+    }
+    LOG_INF("api", "session %s %s; %zu model(s) unloaded, checkpoints kept", session_id.c_str(), why.c_str(),
+            runs.size());
 }
 
 void App::expire_checkpoints(double now) {

@@ -79,7 +79,8 @@ Result<json> App::create_model(Call & call) {
     auto base_model = get_string(call.body, "base_model");
     auto metadata = get_string_map(call.body, "user_metadata");
     auto spec = parse_lora_config(call.body);
-    if (const Error * e = first_error(session_id, model_seq, base_model, metadata, spec)) {
+    auto optimizer = require_adamw_config(call.body);
+    if (const Error * e = first_error(session_id, model_seq, base_model, metadata, spec, optimizer)) {
         return *e;
     }
     auto session = find_session(call.tenant, *session_id);
@@ -255,6 +256,12 @@ Result<json> App::optim_step(Call & call) {
     }
     const RunPtr run = target->run;
     const int64_t seq_id = target->seq_id;
+    if (call.body.contains("optimizer_params") && !call.body.contains("adam_params")) {  // SDK 0.38, non-Adam
+        skip_seq(run, seq_id);
+        const json & other = call.body["optimizer_params"];
+        const std::string type = other.is_object() ? other.value("type", "?") : "?";
+        return unsupported("optimizer_params (type '" + type + "') is not supported: send adam_params (AdamW)");
+    }
     const json adam = call.body.value("adam_params", json::object());
     engine::AdamParams params;
     const std::pair<const char *, double *> fields[] = {{"learning_rate", &params.learning_rate},

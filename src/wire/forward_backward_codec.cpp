@@ -138,6 +138,43 @@ Result<engine::Datum> decode_datum_proto(const tinker_public::Datum & msg, const
     return datum;
 }
 
+// Loss names SDK 0.38 can send that no engine here implements: refused at submission, by name ("custom"
+// is the SDK's server-side custom loss; forward_backward_custom runs client-side through cross_entropy).
+Result<void> refuse_unserved_loss(const std::string & loss_fn) {
+    for (const char * name : {"gspo", "stable_reinforce", "custom"}) {
+        if (loss_fn == name) {
+            return unsupported("loss_fn '" + loss_fn +
+                               "' is not supported by this server (served: cross_entropy, importance_sampling, "
+                               "ppo, cispo, dro)");
+        }
+    }
+    return {};
+}
+
+// SDK 0.38 sends loss_fn_config_v2 (numbers and strings) and mirrors the numbers into the legacy map;
+// v2 wins when present. No loss here takes a string option, so a text value is refused by name.
+Result<std::map<std::string, double>> decode_loss_fn_config_proto(const tinker_public::ForwardBackwardRequest & msg) {
+    std::map<std::string, double> config;
+    if (msg.loss_fn_config_v2().empty()) {
+        config.insert(msg.loss_fn_config().begin(), msg.loss_fn_config().end());
+        return config;
+    }
+    for (const auto & [key, value] : msg.loss_fn_config_v2()) {
+        const std::string where = "loss_fn_config[\"" + key + "\"]";
+        switch (value.value_case()) {
+            case tinker_public::LossConfigValue::kNumber:
+                config[key] = value.number();
+                break;
+            case tinker_public::LossConfigValue::kText:
+                return unsupported(where + ": string values (\"" + value.text().substr(0, 64) +
+                                   "\") are not supported; the losses served here take numbers only");
+            default:
+                return invalid_argument(where + ": empty LossConfigValue (neither number nor text)");
+        }
+    }
+    return config;
+}
+
 }  // namespace
 
 void route_protobuf_logs_to_debug() {
@@ -164,7 +201,12 @@ Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view bo
     request.model_id = msg.model_id();
     request.seq_id = msg.seq_id();
     request.loss_fn = msg.loss_fn();
-    request.loss_fn_config.insert(msg.loss_fn_config().begin(), msg.loss_fn_config().end());
+    TRY_STATUS(refuse_unserved_loss(request.loss_fn));
+    auto config = decode_loss_fn_config_proto(msg);
+    if (!config.ok()) {
+        return config.error();
+    }
+    request.loss_fn_config = std::move(config).value();
     request.forward_only = msg.forward_only();
     request.data.reserve(static_cast<size_t>(msg.data_size()));
     for (int i = 0; i < msg.data_size(); ++i) {
@@ -269,6 +311,7 @@ Result<void> decode_header_json(const nlohmann::json & body, const nlohmann::jso
             return invalid_argument("loss_fn: expected a string");
         }
         request.loss_fn = it->get<std::string>();
+        TRY_STATUS(refuse_unserved_loss(request.loss_fn));
     }
     if (auto it = input.find("loss_fn_config"); it != input.end() && !it->is_null()) {
         if (!it->is_object()) {

@@ -1,6 +1,8 @@
-// SampleResponse encoding: protobuf for SDK 0.25 and the legacy JSON shape, plus a decoder for tests.
+// SampleResponse encoding: protobuf for SDK 0.25 / 0.38 (top-k sampled logprobs, prompt_logprobs_last_n
+// masking) and the legacy JSON shape, plus a decoder for tests.
 #include "wire/sample_codec.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -31,22 +33,57 @@ std::vector<T> from_le_bytes(const std::string & bytes) {
     return out;
 }
 
-void encode_topk(const engine::SampleOutput & output, int64_t k, tinker_public::SampleResponse & msg) {
-    const size_t n = output.topk_prompt_logprobs.size();
-    std::vector<int32_t> ids(n * static_cast<size_t>(k), 0);
-    std::vector<float> lps(n * static_cast<size_t>(k), EMPTY_TOPK_LOGPROB);
-    for (size_t pos = 0; pos < n; ++pos) {
-        const auto & cells = output.topk_prompt_logprobs[pos];
-        for (size_t j = 0; j < cells.size() && j < static_cast<size_t>(k); ++j) {
-            ids[pos * k + j] = static_cast<int32_t>(cells[j].first);
-            lps[pos * k + j] = cells[j].second;
+using TopkRows = std::vector<std::vector<std::pair<int64_t, float>>>;
+
+// rows x k row-major matrices, empty cells (0, -99999); rows before `first_row` are left empty.
+void encode_topk(const TopkRows & rows, int64_t k, size_t first_row, tinker_public::TopkPromptLogprobs * topk) {
+    const size_t n = rows.size();
+    const auto kk = static_cast<size_t>(k);
+    std::vector<int32_t> ids(n * kk, 0);
+    std::vector<float> lps(n * kk, EMPTY_TOPK_LOGPROB);
+    for (size_t pos = first_row; pos < n; ++pos) {
+        const auto & cells = rows[pos];
+        for (size_t j = 0; j < cells.size() && j < kk; ++j) {
+            ids[pos * kk + j] = static_cast<int32_t>(cells[j].first);
+            lps[pos * kk + j] = cells[j].second;
         }
     }
-    auto * topk = msg.mutable_topk_prompt_logprobs();
     topk->set_token_ids(le_bytes<int32_t>(ids));
     topk->set_logprobs(le_bytes<float>(lps));
     topk->set_k(static_cast<uint32_t>(k));
     topk->set_prompt_length(static_cast<uint32_t>(n));
+}
+
+TopkRows decode_topk(const tinker_public::TopkPromptLogprobs & topk) {
+    TopkRows rows;
+    const auto ids = from_le_bytes<int32_t>(topk.token_ids());
+    const auto lps = from_le_bytes<float>(topk.logprobs());
+    const size_t k = topk.k();
+    if (k == 0) {
+        return rows;
+    }
+    for (size_t pos = 0; pos < topk.prompt_length() && (pos + 1) * k <= ids.size() && (pos + 1) * k <= lps.size();
+         ++pos) {
+        std::vector<std::pair<int64_t, float>> cells;
+        for (size_t j = 0; j < k && lps[pos * k + j] != EMPTY_TOPK_LOGPROB; ++j) {
+            cells.emplace_back(ids[pos * k + j], lps[pos * k + j]);
+        }
+        rows.push_back(std::move(cells));
+    }
+    return rows;
+}
+
+// The first prompt position that is scored: all of them, or the last prompt_logprobs_last_n.
+size_t first_scored(size_t prompt_length, const SampleEncoding & encoding) {
+    const auto n = static_cast<size_t>(std::max<int64_t>(0, encoding.prompt_logprobs_last_n));
+    return n == 0 || n >= prompt_length ? 0 : prompt_length - n;
+}
+
+std::vector<float> masked_prompt_logprobs(const engine::SampleOutput & output, const SampleEncoding & encoding) {
+    std::vector<float> lps = output.prompt_logprobs;
+    const size_t first = first_scored(lps.size(), encoding);
+    std::fill(lps.begin(), lps.begin() + static_cast<std::ptrdiff_t>(first), std::numeric_limits<float>::quiet_NaN());
+    return lps;
 }
 
 }  // namespace
@@ -58,12 +95,17 @@ std::string encode_sample_response_proto(const engine::SampleOutput & output, co
         out->set_stop_reason(seq.stopped ? tinker_public::STOP_REASON_STOP : tinker_public::STOP_REASON_LENGTH);
         out->set_tokens(le_bytes<int32_t>(seq.tokens));
         out->set_logprobs(le_bytes<float>(seq.logprobs));
+        if (encoding.topk_sample_logprobs > 0) {
+            encode_topk(seq.top_logprobs, encoding.topk_sample_logprobs, 0, out->mutable_topk_sampled_logprobs());
+        }
     }
     if (encoding.prompt_logprobs) {
-        msg.set_prompt_logprobs(le_bytes<float>(output.prompt_logprobs));
+        msg.set_prompt_logprobs(le_bytes<float>(masked_prompt_logprobs(output, encoding)));
     }
     if (encoding.topk_prompt_logprobs > 0) {
-        encode_topk(output, encoding.topk_prompt_logprobs, msg);
+        const size_t first = first_scored(output.topk_prompt_logprobs.size(), encoding);
+        encode_topk(output.topk_prompt_logprobs, encoding.topk_prompt_logprobs, first,
+                    msg.mutable_topk_prompt_logprobs());
     }
     msg.set_prompt_cache_hit_tokens(0);
     return msg.SerializeAsString();
@@ -80,7 +122,7 @@ nlohmann::json encode_sample_response_json(const engine::SampleOutput & output, 
     out["prompt_logprobs"] = nullptr;
     if (encoding.prompt_logprobs) {
         json lps = json::array();
-        for (float lp : output.prompt_logprobs) {
+        for (float lp : masked_prompt_logprobs(output, encoding)) {
             lps.push_back(std::isfinite(lp) ? json(lp) : json(nullptr));
         }
         out["prompt_logprobs"] = lps;
@@ -88,12 +130,14 @@ nlohmann::json encode_sample_response_json(const engine::SampleOutput & output, 
     out["topk_prompt_logprobs"] = nullptr;
     if (encoding.topk_prompt_logprobs > 0) {
         json rows = json::array();
-        for (const auto & cells : output.topk_prompt_logprobs) {
+        const size_t first = first_scored(output.topk_prompt_logprobs.size(), encoding);
+        for (size_t pos = 0; pos < output.topk_prompt_logprobs.size(); ++pos) {
+            const auto & cells = output.topk_prompt_logprobs[pos];
             json row = json::array();
             for (const auto & [token, lp] : cells) {
                 row.push_back(json::array({token, lp}));
             }
-            rows.push_back(cells.empty() ? json(nullptr) : row);
+            rows.push_back(cells.empty() || pos < first ? json(nullptr) : row);
         }
         out["topk_prompt_logprobs"] = rows;
     }
@@ -113,24 +157,16 @@ Result<engine::SampleOutput> decode_sample_response_proto(const std::string & bo
         }
         s.logprobs = from_le_bytes<float>(seq.logprobs());
         s.stopped = seq.stop_reason() == tinker_public::STOP_REASON_STOP;
+        if (seq.has_topk_sampled_logprobs()) {
+            s.top_logprobs = decode_topk(seq.topk_sampled_logprobs());
+        }
         out.sequences.push_back(std::move(s));
     }
     if (msg.has_prompt_logprobs()) {
         out.prompt_logprobs = from_le_bytes<float>(msg.prompt_logprobs());
     }
-    if (msg.has_topk_prompt_logprobs() && msg.topk_prompt_logprobs().k() > 0) {
-        const auto & topk = msg.topk_prompt_logprobs();
-        const auto ids = from_le_bytes<int32_t>(topk.token_ids());
-        const auto lps = from_le_bytes<float>(topk.logprobs());
-        const size_t k = topk.k();
-        for (size_t pos = 0; pos < topk.prompt_length() && (pos + 1) * k <= ids.size() && (pos + 1) * k <= lps.size();
-             ++pos) {
-            std::vector<std::pair<int64_t, float>> cells;
-            for (size_t j = 0; j < k && lps[pos * k + j] != EMPTY_TOPK_LOGPROB; ++j) {
-                cells.emplace_back(ids[pos * k + j], lps[pos * k + j]);
-            }
-            out.topk_prompt_logprobs.push_back(std::move(cells));
-        }
+    if (msg.has_topk_prompt_logprobs()) {
+        out.topk_prompt_logprobs = decode_topk(msg.topk_prompt_logprobs());
     }
     return out;
 }

@@ -15,6 +15,8 @@ namespace tinkerd::wire {
 struct SampleEncoding {
     bool prompt_logprobs = false;
     int64_t topk_prompt_logprobs = 0;
+    int64_t topk_sample_logprobs = 0;    // SDK 0.38: K best per sampled token (SampledSequence field 4)
+    int64_t prompt_logprobs_last_n = 0;  // SDK 0.38: > 0 scores only the last N prompt positions (NaN before)
 };
 
 // Sequences (stop_reason STOP/LENGTH, int32 tokens, float32 logprobs); prompt_logprobs as float32 with NaN
