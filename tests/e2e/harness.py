@@ -8,6 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import traceback
 
 import numpy as np
 
@@ -36,6 +37,23 @@ def shared_dir():
         if os.path.isdir(d):
             return os.path.abspath(d)
     return None
+
+
+def shared_path(*parts):
+    """<source dir>/../shared/<parts>, which must exist: a missing model or tokenizer is a failure of
+    the scenario that needs it, never a skip."""
+    shared = shared_dir()
+    path = os.path.join(shared or os.path.join(wc.source_dir(), "..", "shared"), *parts)
+    if not os.path.exists(path):
+        raise CheckFailed("required test data missing: %s" % os.path.abspath(path))
+    return path
+
+
+def stories_dir():
+    """stories260K (a real tiny Llama with its SentencePiece tokenizer) as a Hugging Face folder."""
+    d = shared_path("models", "stories260K", "hf-f32")
+    shared_path("models", "stories260K", "hf-f32", "config.json")
+    return d
 
 
 class Server:
@@ -138,6 +156,8 @@ class Context:
         self.servers = []
         self.notes = []
         self.failures = []
+        self.known = {}  # case name -> the server bug that makes it fail (see case())
+        self.known_hits = []
 
     def start_server(self, extra=(), name=None, data_dir=None):
         s = Server(self.build_dir, extra, data_dir, name or "tinkerd-%d" % len(self.servers))
@@ -150,15 +170,26 @@ class Context:
 
     def case(self, name, fn, *args, **kw):
         """Runs one independent check; a failure is recorded (and reported by finish()) so the
-        scenario's other cases still run. Returns fn's value, or None when it failed."""
+        scenario's other cases still run. Returns fn's value, or None when it failed. A case named in
+        self.known (name -> server bug) that fails is a loud KNOWN FAILURE, not a scenario failure."""
         t0 = time.monotonic()
         try:
             value = fn(*args, **kw)
-        except (CheckFailed, AssertionError, ApiError, RequestFailed, wc.ProtocolError, TimeoutError,
-                OSError) as e:
-            self.failures.append("%s: %s: %s" % (name, type(e).__name__, e))
-            print("  FAIL %s: %s: %s" % (name, type(e).__name__, e), flush=True)
+        except Exception as e:  # noqa: BLE001 - every failure of a case is recorded the same way
+            what = "%s: %s" % (type(e).__name__, e)
+            if name in self.known:
+                self.known_hits.append(name)
+                print("  KNOWN FAILURE %s: %s\n      (server bug: %s)" % (name, what, self.known[name]),
+                      flush=True)
+                return None
+            if not isinstance(e, (CheckFailed, AssertionError)):
+                traceback.print_exc()
+            self.failures.append("%s: %s" % (name, what))
+            print("  FAIL %s: %s" % (name, what), flush=True)
             return None
+        if name in self.known:
+            print("  KNOWN FAILURE NOW PASSES %s: remove it from the known failures (%s)"
+                  % (name, self.known[name]), flush=True)
         print("  ok   %s (%.2f s)" % (name, time.monotonic() - t0), flush=True)
         return value
 
@@ -233,16 +264,21 @@ def new_client(wire, base_model=BUILTIN_MODEL, rank=8, session_id=None, model_se
 
 # ---------------------------------------------------------------- data
 
-def sft_batch(seed, n=4, length=16, prompt=6, vocab=TOKEN_LIMIT):
-    """n memorisation sequences: weight 0 on the first `prompt` targets, 1 on the answer."""
+def memorisation_sequences(seed, n=4, length=16, prompt=6, vocab=TOKEN_LIMIT):
+    """n (tokens, targets, weights) memorisation sequences: weight 0 on the first `prompt` targets, 1
+    on the answer. The wire datums (sft_batch) and the SDK's (sdk_common.sft_batch) share them."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
         seq = rng.integers(1, vocab, size=length + 1)
         w = np.ones(length, dtype=np.float32)
         w[:prompt] = 0.0
-        out.append(wc.Datum(seq[:-1], target_tokens=seq[1:], weights=w))
+        out.append((seq[:-1], seq[1:], w))
     return out
+
+
+def sft_batch(seed, **kw):
+    return [wc.Datum(t, target_tokens=y, weights=w) for t, y, w in memorisation_sequences(seed, **kw)]
 
 
 def weighted_nll(result, datums):

@@ -1,19 +1,20 @@
-# Non-streaming checks of the OpenAI scenario: /v1/models and auth, greedy /v1/completions against the
-# Tinker asample API, the Qwen3 chat template against the golden renders, a model without a template,
-# OpenAI-style errors (param / code), n and stop strings. Streaming lives in openai_streams.py.
+# Non-streaming checks of the OpenAI scenario, through the official `openai` client (openai_sdk.py):
+# /v1/models and auth, greedy /v1/completions against the official tinker SDK's sample, the Qwen3 chat
+# template against the golden renders, a model without a template, errors as the client's exception
+# classes (param / code), n and stop strings. What the client cannot send (no key, X-API-Key, malformed
+# JSON bodies) goes through the wire-level openai_client.py. Streaming lives in openai_streams.py.
+import openai_client as wire_oai
+import sdk_common as sdk
 from harness import check, check_abs
-from openai_client import PREFIXES, OpenAIError
-from sampling_client import SamplingClient
+from openai_sdk import PREFIXES, expect_error
 
 
-def expect_error(fn, status, what, param=None, code=None):
-    """fn must fail with HTTP `status` and an OpenAI error body naming `param` / `code` when given."""
+def expect_wire_error(fn, status, what):
+    """The wire-level client's error (for requests the official client cannot make)."""
     try:
         fn()
-    except OpenAIError as e:
+    except wire_oai.OpenAIError as e:
         check(e.status == status, "%s: HTTP %d (want %d): %s" % (what, e.status, status, e.message))
-        check(param is None or e.param == param, "%s: param %r (want %r)" % (what, e.param, param))
-        check(code is None or e.code == code, "%s: code %r (want %r)" % (what, e.code, code))
         return e
     raise AssertionError("%s: succeeded, want HTTP %d" % (what, status))
 
@@ -44,16 +45,18 @@ def check_model_list(client, names):
 
 def check_models_auth(env):
     names = served_names(env) or []
+    body = {"model": names[0] if names else "x", "prompt": "a", "max_tokens": 1}
     for prefix in PREFIXES:
-        for header in ("bearer", "x-api-key"):
-            check_model_list(env.alice.with_(prefix=prefix, header=header), names)
-        for key, what in ((None, "no key"), ("tml-eve", "unknown key")):
-            c = env.alice.with_(prefix=prefix, api_key=key)
-            body = {"model": names[0] if names else "x", "prompt": "a", "max_tokens": 1}
-            expect_error(c.models, 401, "GET %s/models with %s" % (prefix, what))
-            expect_error(lambda: c.completion(**body), 401, "POST %s/completions with %s" % (prefix, what))
-            expect_error(lambda: c.chat(model=body["model"], messages=[{"role": "user", "content": "a"}]),
-                         401, "POST %s/chat/completions with %s" % (prefix, what))
+        check_model_list(env.alice.with_(prefix=prefix), names)
+        eve = env.alice.with_(prefix=prefix, api_key="tml-eve")
+        expect_error(eve.models, 401, "GET %s/models with an unknown key" % prefix)
+        expect_error(lambda: eve.completion(**body), 401, "POST %s/completions with an unknown key" % prefix)
+        expect_error(lambda: eve.chat(model=body["model"], messages=[{"role": "user", "content": "a"}]),
+                     401, "POST %s/chat/completions with an unknown key" % prefix)
+        # what the official client cannot send: X-API-Key instead of Bearer, and no key at all
+        raw = wire_oai.OpenAIClient(env.srv.port, "tml-alice", header="x-api-key", prefix=prefix)
+        check(all(n in raw.model_ids() for n in names), "X-API-Key %s/models" % prefix)
+        expect_wire_error(raw.with_(api_key=None).models, 401, "GET %s/models without a key" % prefix)
     return "models %s; 401s ok" % names
 
 
@@ -61,9 +64,9 @@ def check_models_auth(env):
 
 def check_tinker_parity(env):
     m = env.main
-    wire = env.srv.wire("tml-alice")
-    sc = SamplingClient.create(wire, wire.create_session(tags=["e2e-openai"]), base_model=m.name)
-    (toks, lps, reason), = sc.sample_seqs(m.prompt, 1, max_tokens=24, temperature=0.0)
+    sc = sdk.service(env.srv, "tml-alice").create_sampling_client(base_model=m.name)
+    seq = sc.sample(sdk.prompt(m.prompt), 1, sdk.params(max_tokens=24, temperature=0.0)).result().sequences[0]
+    toks, lps, reason = list(seq.tokens), list(seq.logprobs), str(seq.stop_reason).split(".")[-1].lower()
     c, r = greedy(env.alice, m.name, m.prompt, 24, logprobs=0)
     lp = c["logprobs"]
     check(len(lp["tokens"]) == len(toks) == r["usage"]["completion_tokens"],
@@ -74,6 +77,7 @@ def check_tinker_parity(env):
     check(c["finish_reason"] == reason, "finish_reason %r vs tinker stop_reason %r" % (c["finish_reason"], reason))
     check(c["text"] == m.text(toks), "openai text %r vs tinker tokens %r decoded %r" % (c["text"], toks, m.text(toks)))
     env.sampler_id = sc.sampling_session_id  # for the tenant checks
+    env.keep.append(sc)
     other, _ = greedy(env.alice.with_(prefix="/oai/api/v1"), sc.sampling_session_id, m.prompt, 24)
     check(other["text"] == c["text"], "model=<sampling session id>: %r vs %r" % (other["text"], c["text"]))
     return "%d greedy tokens identical (%s)" % (len(toks), reason)
@@ -135,8 +139,9 @@ def check_errors(env):
         expect_error(lambda: call(model="no/such-model"), 404, "unknown model", param="model", code="model_not_found")
     expect_error(lambda: c.completion(model=name, prompt=p, max_tokens=10 ** 6), 400, "max_tokens over the context",
                  param="max_tokens")
+    raw = wire_oai.OpenAIClient(env.srv.port, "tml-alice")
     for body, what in ((b'{"model": ', "truncated JSON"), (b"not json", "not JSON"), (b"[1, 2]", "a JSON array")):
-        expect_error(lambda: c.call("POST", "/completions", body), 400, "%s body" % what)
+        expect_wire_error(lambda: raw.call("POST", "/completions", body), 400, "%s body" % what)
     expect_error(lambda: c.chat(model=name), 400, "chat without messages", param="messages")
     r = c.completion(model=name, prompt=p, max_tokens=6, n=3, temperature=1.0, seed=3)
     idx = sorted(ch["index"] for ch in r["choices"])
@@ -186,5 +191,6 @@ def check_text_continuity(env):
     for tok, off in zip(lp["tokens"], lp["text_offset"]):
         check(text[off:off + len(tok)] == tok, "text_offset %d of %r does not point into %r" % (off, tok, text))
     check(lp["token_logprobs"][0] is None, "the first echoed token has a logprob: %r" % lp["token_logprobs"][:2])
-    expect_error(lambda: env.alice.call("GET", "/nope"), 404, "unknown /v1 path")
+    raw = wire_oai.OpenAIClient(env.srv.port, "tml-alice")
+    expect_wire_error(lambda: raw.call("GET", "/nope"), 404, "unknown /v1 path")
     return "text %r; %d echoed offsets ok" % (choice["text"], len(lp["tokens"]))

@@ -1,10 +1,12 @@
-# Streaming checks of the OpenAI scenario: chunk shapes and order (object type, the chat role first,
+# Streaming checks of the OpenAI scenario, through the official `openai` client's streams (one SSE
+# framing check stays at the wire level): chunk shapes and order (object type, the chat role first,
 # one finish_reason per choice, the usage-only chunk before [DONE]), streamed == non-streamed text,
 # n=2, 200 concurrent streams, and a client that hangs up mid-stream (the server logs it, goes on).
 import re
 import threading
 import time
 
+import openai_client as wire_oai
 from harness import check
 
 CLOSED = re.compile(r"POST /v1/completions 200 [\d.]+ms stream bytes=\d+ .*\((client gone|write failed[^)]*|"
@@ -78,6 +80,8 @@ def compare(plain, events, chat, n=1, include_usage=False):
 def check_stream_completion(env):
     body = dict(model=env.main.name, prompt=env.main.prompt, max_tokens=16, temperature=0)
     plain = env.alice.completion(**body)
+    raw = wire_oai.OpenAIClient(env.srv.port, "tml-alice")  # the SSE framing itself, byte for byte
+    compare(plain, raw.stream_completion(**body), False)
     compare(plain, env.alice.stream_completion(**body, stream_options={"include_usage": True}), False, 1, True)
     compare(plain, env.alice.with_(prefix="/oai/api/v1").stream_completion(**body), False)
     body["prompt"] = [env.main.prompt, env.main.prompt[:3]]
@@ -143,14 +147,11 @@ def wait_for_log(srv, pattern, timeout=10.0):
 
 def check_disconnect(env):
     m = env.main
-    body = dict(model=m.name, prompt=m.prompt, max_tokens=min(1500, m.context - len(m.prompt)), temperature=1.0,
-                seed=1, stream=True)
-    conn, r = env.alice.open("POST", "/completions", body)
-    check(r.status == 200, "long stream: HTTP %d" % r.status)
-    first = r.readline()
-    check(first.startswith(b"data: {"), "first SSE line %r" % first[:100])
-    conn.sock.close()
-    conn.close()
+    stream = env.alice.open_stream(model=m.name, prompt=m.prompt, max_tokens=min(1500, m.context - len(m.prompt)),
+                                   temperature=1.0, seed=1)
+    first = next(iter(stream))
+    check(first.choices and first.object == "text_completion", "first chunk %r" % first)
+    stream.close()  # the official client hangs up mid-stream
     found = wait_for_log(env.srv, CLOSED)
     check(found, "no '(client gone)' stream end in the server log after the client hung up")
     after = env.alice.completion(model=m.name, prompt=m.prompt, max_tokens=4, temperature=0)

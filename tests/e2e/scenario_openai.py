@@ -1,6 +1,7 @@
-# Scenario: the OpenAI-compatible endpoints (/v1 and /oai/api/v1) of one server with two tenants,
-# serving a tiny random Qwen3 model with the real Qwen3 tokenizer and chat template (skipped, visibly,
-# without `make tokenizers`) and stories260K (a tokenizer, no template). Owns the setup and the case
+# Scenario: the OpenAI-compatible endpoints (/v1 and /oai/api/v1) of one server with two tenants, driven
+# by the official `openai` client (openai_sdk.py; training through the official tinker SDK), serving a
+# tiny random Qwen3 model with the real Qwen3 tokenizer and chat template (<source>/../shared/models/
+# tokenizers/qwen3, required) and stories260K (a tokenizer, no template). Owns the setup and the case
 # list; the checks live in openai_checks.py, openai_streams.py and openai_trained.py.
 import json
 import os
@@ -11,10 +12,10 @@ import openai_checks as checks
 import openai_streams as streams
 import openai_trained as trained
 import tiny_chat_model
-from harness import shared_dir
-from openai_client import OpenAIClient
-from sample_trainer import Detok, stories_paths
-from scenario_tenants import write_keys
+from harness import shared_path, stories_dir
+from openai_sdk import OpenAIOfficial
+from scenario_sdk_sample import Detok
+from scenario_sdk_tenants import write_keys
 
 QWEN = "tiny-qwen3"
 STORIES = "stories260K"
@@ -37,8 +38,14 @@ class Model:
 
 
 def golden_path():
-    path = os.path.join(shared_dir() or "/work/shared", "models", "golden", "tokenizers_qwen3_llama3_1.json")
-    return path if os.path.isfile(path) else None
+    return shared_path("models", "golden", "tokenizers_qwen3_llama3_1.json")
+
+
+def qwen3_tokenizer_dir():
+    d = shared_path("models", "tokenizers", "qwen3")
+    for f in tiny_chat_model.TOKENIZER_FILES:
+        shared_path("models", "tokenizers", "qwen3", f)
+    return d
 
 
 def load_golden():
@@ -66,8 +73,9 @@ class Env:
 
     def __init__(self, ctx, srv, qwen, stories):
         self.ctx, self.srv = ctx, srv
-        self.alice = OpenAIClient(srv.port, "tml-alice")
-        self.bob = OpenAIClient(srv.port, "tml-bob")
+        self.alice = OpenAIOfficial(srv.port, "tml-alice")
+        self.bob = OpenAIOfficial(srv.port, "tml-bob")
+        self.keep = []  # SDK clients whose sessions the checks still use
         self.qwen, self.stories = qwen, stories
         self.main = qwen or stories  # the model of the non-chat checks
         self.golden = load_golden() if qwen else None
@@ -79,19 +87,11 @@ class Env:
 
 
 def start(ctx, tmp):
-    tok_dir = tiny_chat_model.qwen3_tokenizer_dir(ctx.build_dir)
-    hf, _ = stories_paths()
-    extra, qwen_dir = [], None
-    if tok_dir is None or golden_path() is None:
-        ctx.note("SKIP chat-template checks: no Qwen3 tokenizer under $TINKERD_TOKENIZERS_DIR or "
-                 "<build>/tokenizers (run `make tokenizers`), or no shared/models/golden renders")
-    else:
-        qwen_dir = tiny_chat_model.write(os.path.join(tmp, "tiny-qwen3"), tok_dir, context=CONTEXT)
-        extra += ["--model", "%s=%s" % (QWEN, qwen_dir)]
-    if hf is None:
-        ctx.note("SKIP stories260K checks: no shared/models/stories260K")
-    else:
-        extra += ["--model", "%s=%s" % (STORIES, hf)]
+    tok_dir = qwen3_tokenizer_dir()
+    golden_path()
+    hf = stories_dir()
+    qwen_dir = tiny_chat_model.write(os.path.join(tmp, "tiny-qwen3"), tok_dir, context=CONTEXT)
+    extra = ["--model", "%s=%s" % (QWEN, qwen_dir), "--model", "%s=%s" % (STORIES, hf)]
     keys = write_keys()
     try:
         srv = ctx.start_server(extra=["--api-keys", keys] + extra, name="tinkerd-openai")

@@ -1,6 +1,7 @@
 # Protocol cases of server-anchors §10 (5-8, 11-13): idempotent resends, seq_id conflicts, early
 # arrivals, the fb/optim barrier, futures (unknown, failed, pending, encodings), lr-0 steps, unload,
-# session expiry, error bodies (404/413/400), literals, REST routing, loss formulas. Server: --poll-timeout 1.
+# session expiry, error bodies (404/413/400), literals, REST routing, loss formulas, and sampling requests
+# the SDK never sends (huge seq_ids of pickled clients, invalid bodies). Server: --poll-timeout 1.
 import threading
 import time
 
@@ -10,10 +11,13 @@ import wire_codec as wc
 import protocol_checks as pc
 from harness import (all_logprobs, check, check_close, expect_status, expect_user_error, new_client,
                      sft_batch)
+from sampling_client import SamplingClient, sample_body
 from tinker_wire import ApiError
 
 LR = 1e-2
 MAX_BODY = 100000
+P = [5, 6, 7, 8]
+VOCAB = 260  # the built-in model's vocabulary
 
 
 def resend_run(wire, batch, resend):
@@ -183,6 +187,46 @@ def check_unknown_model(wire):
         check(e.status in (400, 404, 422), "optim_step on unknown model: HTTP %d" % e.status)
 
 
+# ---------------------------------------------------------------- sampling at the wire level
+# (what the SDK never sends: a pickled client's huge seq_ids set by hand, invalid sample bodies)
+
+def check_pickled(sc):
+    """A copy unpickled elsewhere uses huge, non-contiguous seq_ids on the same session."""
+    kw = dict(max_tokens=6, temperature=1.0, seed=31)
+    ref = sc.sample(P, 1, **kw).tokens
+    for first in (10 ** 12 + 7, 10 ** 12 + 1007, 3 * 10 ** 9 + 1, 10 ** 18 + 3):
+        copy = sc.unpickled(first)
+        got = copy.sample(P, 1, **kw).tokens
+        check(got == ref, "seq_id %d: %r vs %r" % (first, got, ref))
+        check(copy.seq == first + 1, "client counter")
+    return "seq_ids up to 1e18 accepted"
+
+
+def check_invalid(wire, sid, sc):
+    body = sample_body("sess-nope:sample:0", 0, P, 1, max_tokens=2)
+    expect_status(lambda: wire.asample(body), (404,), "unknown sampling_session_id")
+    body = sample_body(sc.sampling_session_id, sc.next_seq(), P, 0, max_tokens=2)
+    expect_status(lambda: wire.asample(body), (400,), "num_samples 0")
+    body = sample_body(sc.sampling_session_id, sc.next_seq(), P, 1, max_tokens=2, stop=["\n\n"])
+    expect_status(lambda: wire.asample(body), (400,), "stop strings on a model without tokenizer.json")
+    body = sample_body(sc.sampling_session_id, sc.next_seq(), P, 1, max_tokens=2, stop="ab")
+    expect_status(lambda: wire.asample(body), (400,), "a single stop string without tokenizer.json")
+    bad = [("empty prompt", [], 1, {}), ("token id >= vocab", [5, VOCAB], 1, {}),
+           ("negative token id", [5, -1], 1, {}), ("prompt + max_tokens > context", [5] * 2047, 1, {}),
+           ("temperature < 0", P, 1, {"temperature": -1.0}), ("top_p 0", P, 1, {"top_p": 0.0}),
+           ("top_k 0", P, 1, {"top_k": 0}), ("num_samples 100000", P, 100000, {})]
+    for what, prompt, n, kw in bad:
+        kw = dict({"max_tokens": 2}, **kw)
+        body = sample_body(sc.sampling_session_id, sc.next_seq(), prompt, n, **kw)
+        expect_user_error(lambda: wire.retrieve(wire.asample(body), "Sample"), what)
+    expect_status(lambda: wire.create_sampling_session(sid, 900, model_path="tinker://nope:train:0/sampler_weights/x"),
+                  (404,), "model_path of a missing checkpoint")
+    expect_status(lambda: wire.create_sampling_session(sid, 901, model_path="tinker://bad"),
+                  (400, 404), "malformed model_path")
+    expect_status(lambda: wire.create_sampling_session(sid, 902, base_model="no/such-model"),
+                  (400, 404), "unknown base_model")
+
+
 def run(ctx):
     srv = ctx.start_server(extra=["--poll-timeout-seconds", "1", "--max-body-bytes", str(MAX_BODY)])
     wire = srv.wire()
@@ -212,6 +256,9 @@ def run(ctx):
     ctx.case("pending poll -> try_again JSON under Accept protobuf", pc.check_pending_poll, wire, tc, batch)
     ctx.case("unknown model -> 4xx", check_unknown_model, wire)
     ctx.case("unload_model, then calls fail", pc.check_unload, wire, batch)
+    sc = SamplingClient.create(wire, sid, base_model="tinkerd/builtin-tiny")
+    ctx.case("sampling: a pickled client's huge non-contiguous seq_ids", check_pickled, sc)
+    ctx.case("sampling: invalid sample requests answer 4xx", check_invalid, wire, sid, sc)
     ctx.case("session expiry unloads the model, keeps checkpoints", pc.check_session_expiry, ctx, batch)
     ctx.finish()
     return "all protocol cases pass (bad loss_fn reported as %s)" % failed_as

@@ -18,13 +18,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 IM_END, ENDOFTEXT = 151645, 151643
 
 
-def qwen3_tokenizer_dir(build_dir):
-    """$TINKERD_TOKENIZERS_DIR/qwen3/package/models (default <build>/tokenizers), or None if absent."""
-    root = os.environ.get("TINKERD_TOKENIZERS_DIR") or os.path.join(build_dir, "tokenizers")
-    d = os.path.join(root, "qwen3", "package", "models")
-    return d if all(os.path.isfile(os.path.join(d, f)) for f in TOKENIZER_FILES) else None
-
-
 def vocab_size(tokenizer_json):
     """Ids of the BPE vocab and the added tokens together (151669 for Qwen3)."""
     with open(tokenizer_json) as f:
