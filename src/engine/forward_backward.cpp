@@ -77,15 +77,13 @@ PackedBatch EngineImpl::pack(std::vector<PlannedInput> & planned) const {
 // Every row's target ids as one [T, Kmax] index (2-D targets use K columns, 1-D ones column 0; unused
 // cells point at token 0), so the logprobs come from one gather instead of a slice of [T, V] per datum.
 // Built on the host from the datums' own host tensors: one copy to the device, no device reads.
-static torch::Tensor packed_target_index(const std::vector<PlannedInput> & planned, int64_t n_rows) {
+static torch::Tensor packed_target_index(const std::vector<const Datum *> & datums, int64_t n_rows) {
     std::vector<torch::Tensor> targets;  // per datum [N] or [N, K], int64, CPU
     int64_t k_max = 1;
-    for (const PlannedInput & p : planned) {
-        for (const Datum & datum : p.input->datums) {
-            torch::Tensor t = host_to_tensor(datum.loss_inputs.at("target_tokens")).to(torch::kInt64);
-            k_max = std::max<int64_t>(k_max, t.dim() == 2 ? t.size(1) : 1);
-            targets.push_back(t.dim() == 1 ? t.unsqueeze(1) : t);
-        }
+    for (const Datum * datum : datums) {
+        torch::Tensor t = host_to_tensor(datum->loss_inputs.at("target_tokens")).to(torch::kInt64);
+        k_max = std::max<int64_t>(k_max, t.dim() == 2 ? t.size(1) : 1);
+        targets.push_back(t.dim() == 1 ? t.unsqueeze(1) : t);
     }
     torch::Tensor index = torch::zeros({n_rows, k_max}, torch::kInt64);
     int64_t row = 0;
@@ -114,16 +112,18 @@ void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
     PackedBatch batch = pack(planned);
     // Loss inputs are copied to the device before the forward is queued, so no copy waits on it.
     std::vector<std::map<std::string, torch::Tensor>> datum_inputs;  // in packed row order
+    std::vector<const Datum *> datums;
     for (const PlannedInput & p : planned) {
         for (const Datum & datum : p.input->datums) {
             datum_inputs.push_back(loss_input_tensors(datum, act, device));
+            datums.push_back(&datum);
         }
     }
-    torch::Tensor index = packed_target_index(planned, batch.tokens.size(0)).to(device);  // [T, Kmax]
-    torch::Tensor hidden = transformer_->hidden_states(batch);                            // [T, C]
-    torch::Tensor logits = transformer_->logits(hidden, batch.segments);                  // [T, V]
-    torch::Tensor lse = torch::logsumexp(logits, -1);                                     // [T]
-    torch::Tensor picked = logits.gather(1, index) - lse.unsqueeze(1);                    // [T, Kmax]
+    torch::Tensor index = packed_target_index(datums, batch.tokens.size(0)).to(device);  // [T, Kmax]
+    torch::Tensor hidden = transformer_->hidden_states(batch);                           // [T, C]
+    torch::Tensor logits = transformer_->logits(hidden, batch.segments);                 // [T, V]
+    torch::Tensor lse = torch::logsumexp(logits, -1);                                    // [T]
+    torch::Tensor picked = logits.gather(1, index) - lse.unsqueeze(1);                   // [T, Kmax]
     std::vector<torch::Tensor> losses;  // one scalar per planned input, on the device
     size_t d = 0;
     for (PlannedInput & p : planned) {

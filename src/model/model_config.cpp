@@ -198,35 +198,47 @@ Result<void> parse_llama3_scaling(const json & scaling, RopeScaling & out) {
     return {};
 }
 
-Result<void> parse_rope(const json & obj, ModelConfig & config) {
-    auto theta = optional_double(obj, "rope_theta", 10000.0);
-    TRY_STATUS(theta);
-    config.rope_theta = theta.value();
-    if (!(config.rope_theta > 0.0)) {
-        return invalid_argument(CONFIG_PREFIX + std::string("field 'rope_theta' must be positive"));
-    }
-    if (!is_present(obj, "rope_scaling")) {
-        return {};
-    }
-    const json & scaling = obj.at("rope_scaling");
+// The scaling object ("rope_scaling", or transformers 5's "rope_parameters", which also holds rope_theta).
+Result<void> parse_rope_scaling(const json & scaling, const std::string & key, ModelConfig & config) {
     if (!scaling.is_object()) {
         return invalid_argument(CONFIG_PREFIX +
-                                ("field 'rope_scaling' must be an object or null, got " + scaling.dump()));
+                                ("field '" + key + "' must be an object or null, got " + scaling.dump()));
     }
     auto type =
         is_present(scaling, "rope_type") ? optional_string(scaling, "rope_type") : optional_string(scaling, "type");
     TRY_STATUS(type);
-    if (type.value() == "default") {
+    if (type.value() == "default" || (type.value().empty() && key == "rope_parameters")) {
         return {};
     }
     if (type.value() == "llama3") {
         return parse_llama3_scaling(scaling, config.rope_scaling);
     }
     if (type.value().empty()) {
-        return missing_field("rope_scaling.rope_type");
+        return missing_field(key + ".rope_type");
     }
     return unsupported(CONFIG_PREFIX +
-                       ("unsupported rope_scaling type '" + type.value() + "' (supported: llama3, default)"));
+                       ("unsupported " + key + " type '" + type.value() + "' (supported: llama3, default)"));
+}
+
+Result<void> parse_rope(const json & obj, ModelConfig & config) {
+    // transformers >= 5 saves rope_theta and the scaling fields together under "rope_parameters".
+    const bool has_parameters = is_present(obj, "rope_parameters");
+    if (has_parameters && !obj.at("rope_parameters").is_object()) {
+        return invalid_argument(CONFIG_PREFIX + ("field 'rope_parameters' must be an object or null, got " +
+                                                 obj.at("rope_parameters").dump()));
+    }
+    const json & theta_source =
+        has_parameters && is_present(obj.at("rope_parameters"), "rope_theta") ? obj.at("rope_parameters") : obj;
+    auto theta = optional_double(theta_source, "rope_theta", 10000.0);
+    TRY_STATUS(theta);
+    config.rope_theta = theta.value();
+    if (!(config.rope_theta > 0.0)) {
+        return invalid_argument(CONFIG_PREFIX + std::string("field 'rope_theta' must be positive"));
+    }
+    if (is_present(obj, "rope_scaling")) {
+        return parse_rope_scaling(obj.at("rope_scaling"), "rope_scaling", config);
+    }
+    return has_parameters ? parse_rope_scaling(obj.at("rope_parameters"), "rope_parameters", config) : Result<void>{};
 }
 
 // Reads a token id that may be an integer, a list of integers (the first is used) or null (-1).

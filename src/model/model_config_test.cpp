@@ -50,6 +50,31 @@ TEST(ModelConfig, AppliesDefaults) {
     EXPECT_EQ(config->eos_token_id, -1);
 }
 
+// transformers 5 saves rope_theta and the scaling inside "rope_parameters" (no top-level rope_theta).
+TEST(ModelConfig, ReadsTransformers5RopeParameters) {
+    json j = base_config();
+    j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                            {"factor", 8.0},           {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    auto config = parse_model_config(j.dump());
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_DOUBLE_EQ(config->rope_theta, 500000.0);
+    EXPECT_EQ(config->rope_scaling.type, "llama3");
+    EXPECT_DOUBLE_EQ(config->rope_scaling.factor, 8.0);
+
+    json qwen = base_config();
+    qwen["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+    auto plain = parse_model_config(qwen.dump());
+    ASSERT_TRUE(plain.ok()) << plain.error().message;
+    EXPECT_DOUBLE_EQ(plain->rope_theta, 1000000.0);
+    EXPECT_TRUE(plain->rope_scaling.type.empty() || plain->rope_scaling.type == "default");
+
+    qwen["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1000000.0}};
+    auto yarn = parse_model_config(qwen.dump());
+    ASSERT_FALSE(yarn.ok());
+    EXPECT_NE(yarn.error().message.find("rope_parameters type 'yarn'"), std::string::npos) << yarn.error().message;
+}
+
 TEST(ModelConfig, ParsesLlamaWithLlama3RopeScaling) {
     json j = base_config();
     j["num_key_value_heads"] = 2;
