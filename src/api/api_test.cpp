@@ -125,10 +125,10 @@ TEST(Sdk038, OptimizerConfigAdamwOnly) {
 
 TEST(Sdk038, FixedRoutesRegisteredFirstWinOverCaptures) {
     Router<int> router;
-    router.add("GET", "/api/v1/sessions/search", 1);  // App registers the 0.38 refusals first
+    router.add("POST", "/api/v1/sessions/search", 1);  // App registers the 0.38 refusals first
     router.add("GET", "/api/v1/sessions/{session_id}", 2);
     router.add("POST", "/api/v1/sessions/{session_id}/finish", 3);
-    EXPECT_EQ(*router.match("GET", "/api/v1/sessions/search").target, 1);
+    EXPECT_EQ(*router.match("POST", "/api/v1/sessions/search").target, 1);
     EXPECT_EQ(*router.match("GET", "/api/v1/sessions/sess-1").target, 2);
     auto m = router.match("POST", "/api/v1/sessions/sess-1/finish");
     ASSERT_NE(m.target, nullptr);

@@ -194,13 +194,12 @@ void App::register_routes() {
 // SDK 0.38 endpoints answered with a 400 naming the feature (session_handlers.cpp).
 void App::register_unsupported_routes() {
     for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
-                              "cancel_future", "join_sampling_session"}) {
+                              "cancel_future", "join_sampling_session", "sessions/search"}) {
         add_sync("POST", path, &App::unsupported_endpoint);
     }
     add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/external_weights_urls",
              &App::unsupported_endpoint);
-    for (const char * path :
-         {"sessions/search", "billing/usage/checkpoints/current", "billing/usage/events", "audit"}) {
+    for (const char * path : {"billing/usage/checkpoints/current", "billing/usage/events", "audit"}) {
         add_sync("GET", path, &App::unsupported_endpoint);
     }
 }

@@ -61,6 +61,10 @@ Result<json> App::unsupported_endpoint(Call & call) {
         {"events", "billing/usage/events (billing)"},
         {"audit", "audit (audit log)"},
     };
+    if (call.body.is_object() && call.body.contains("model_id") && call.body.contains("seq_id")) {
+        // save_weights_external takes a seq_id: release it so the run's later operations still run.
+        release_refused_seq(call.tenant, call.body.value("model_id", ""), call.body["seq_id"]);
+    }
     const std::string last = Router<Route>::split(call.req.path).back();
     auto it = features.find(last);
     const std::string feature = it != features.end() ? it->second : call.req.path;

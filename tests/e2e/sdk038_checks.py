@@ -61,7 +61,9 @@ def basic_flow(tinker, base_url):
     a = tc.forward(data, "cross_entropy").result().metrics["loss:sum"]
     b = resumed.forward(data, "cross_entropy").result().metrics["loss:sum"]
     check(abs(a - b) <= 1e-4 * max(1.0, abs(a)), "resumed loss %r != %r" % (b, a))
-    tc.load_state(path).result()
+    weights_only = sc.create_training_client_from_state(path)  # load_state: a new client's first request
+    c = weights_only.forward(data, "cross_entropy").result().metrics["loss:sum"]
+    check(abs(a - c) <= 1e-4 * max(1.0, abs(a)), "weights-only resume loss %r != %r" % (c, a))
     return "SDK %s basic flow ok (loss %.3f -> %.3f)" % (tinker.__version__, losses[0], losses[-1])
 
 
@@ -102,8 +104,8 @@ def check_sampling(tinker, tc):
                                           target_prompt_logprobs=target).result(), "target_prompt_logprobs")
     expect_refused(lambda: sampler.sample(prompt=prompt, num_samples=1, sampling_params=params,
                                           prompt_alt_tokens_k=2).result(), "prompt_alt_tokens_k")
-    image = tinker.ModelInput(chunks=[tinker.ImageChunk(data=b"\x89PNG", format="png", expected_tokens=4),
-                                      tinker.EncodedTextChunk(tokens=[1, 2])])
+    image = tinker.ModelInput(chunks=[tinker.types.ImageChunk(data=b"\x89PNG", format="png", expected_tokens=4),
+                                      tinker.types.EncodedTextChunk(tokens=[1, 2])])
     expect_refused(lambda: sampler.sample(prompt=image, num_samples=1, sampling_params=params).result(),
                    "image chunks are not supported")
     return "sampling: sequence_id, topk_sample_logprobs, prompt_logprobs_last_n; 3 refusals"
@@ -125,12 +127,13 @@ def check_training(tinker, sc, tc):
     dimuon = tinker.types.DimuonParams(learning_rate=1e-3)
     expect_refused(lambda: tc.optim_step(dimuon).result(), "optimizer_params (type 'dimuon')")
     expect_refused(lambda: sc.create_lora_training_client(
-        base_model=MODEL, rank=4, optimizer=tinker.types.DimuonOptimizerConfig()), "optimizer_config.type 'dimuon'")
+        base_model=MODEL, rank=4, optimizer=tinker.types.DimuonOptimizerConfig()).result(),
+        "optimizer_config.type 'dimuon'")
     custom = tc.forward_backward_custom(data, lambda d, lps: (sum((-lp).sum() for lp in lps), {})).result()
     check(custom.metrics["loss:sum"] > 0, "forward_backward_custom metrics %r" % custom.metrics)
     tc.optim_step(tinker.AdamParams(learning_rate=1e-3)).result()  # the refused seq_ids did not block it
     expect_refused(lambda: tc.save_state("meta", user_metadata={"k": "v"}).result(), "user_metadata")
-    expect_refused(lambda: tc.save_weights_and_get_sampling_client(kind="inflight"), "kind 'inflight'")
+    expect_refused(lambda: tc.save_weights_and_get_sampling_client(kind="inflight").result(), "kind 'inflight'")
     expect_refused(lambda: tc.save_weights_external("ext").result(), "save_weights_external")
     return "training: loss_fn_config v2, custom loss client-side; 8 refusals"
 
@@ -143,7 +146,7 @@ def check_rest(tinker, sc, tc):
     check(info.optimizer_config.type == "adamw", "get_info optimizer_config %r" % info.optimizer_config)
     rest = sc.create_rest_client()
     path = tc.save_state("rest-ckpt").result().path
-    expect_refused(lambda: rest.copy_weights(path).result(), "copy_weights")
+    expect_refused(lambda: rest.copy_weights(path, "proj-1").result(), "copy_weights")
     request = tinker.types.SessionSearchRequest()
     expect_refused(lambda: rest.search_sessions(request).result(), "sessions/search")
     expect_refused(lambda: rest.get_current_checkpoint_storage_usage().result(), "checkpoint storage usage")
@@ -179,6 +182,7 @@ def run_038(base_url):
     sc = tinker.ServiceClient(base_url=base_url, api_key="tml-sdkcheck")
     tc = sc.create_lora_training_client(base_model=MODEL, rank=8, seed=5)
     results = [basic_flow(tinker, base_url)]
+    print("ok:", results[0], flush=True)
     for fn in (lambda: check_sampling(tinker, tc), lambda: check_training(tinker, sc, tc),
                lambda: check_rest(tinker, sc, tc), lambda: check_close(tinker, base_url)):
         results.append(fn())
