@@ -50,7 +50,7 @@ def check_training_run(rc, run_id, sp):
 
 
 def check_pagination(svc, rc):
-    sdk.new_training_client(svc, rank=4)
+    sdk.new_training_client(svc, rank=4).get_info()  # SDK 0.38 creates the model lazily
     runs = rc.list_training_runs(limit=100).result()
     total = runs.cursor.total_count
     check(total == len(runs.training_runs) and total >= 2, "cursor %r for %d runs" % (runs.cursor, len(runs.training_runs)))
@@ -108,10 +108,10 @@ def check_sessions(svc, rc, run_id, tc):
             found = sess
     check(found is not None, "no session lists run %s" % run_id)
     sc = tc.save_weights_and_get_sampling_client()
-    sampler_ids = [s for s in found.sampler_ids]
-    fresh = rc.get_session(found.session_id if hasattr(found, "session_id") else sessions[0]).result()
-    sampler_ids = list(fresh.sampler_ids) or sampler_ids
-    check(sampler_ids, "the session lists no sampler after save_weights_and_get_sampling_client")
+    sc.compute_logprobs(sdk.prompt([1, 2, 3])).result()
+    sid = next(s for s in sessions if run_id in rc.get_session(s).result().training_run_ids)
+    sampler_ids = list(rc.get_session(sid).result().sampler_ids)
+    check(sampler_ids, "session %s lists no sampler after save_weights_and_get_sampling_client" % sid)
     s = rc.get_sampler(sampler_ids[-1]).result()
     check(s.base_model == BUILTIN_MODEL, "get_sampler %r" % s)
     return sc

@@ -6,7 +6,7 @@
 import numpy as np
 
 import sdk_common as sdk
-from harness import BUILTIN_MODEL, check, check_close, rel_close
+from harness import BUILTIN_MODEL, check, check_abs, rel_close
 
 LR = 1e-2
 TTL = 604800
@@ -99,7 +99,7 @@ def run(ctx):
     ctx.case("deleted checkpoint / malformed path refused cleanly", check_deleted_and_bad, svc, batch)
     lps = ctx.case("sampler weights of step 3 == A's step-3 forward", check_sampler, svc, sampler, tc, batch)
     if lps is not None:
-        ctx.case("sampler weights of step 3 == A's step-3 forward (values)", check_close, lps,
-                 sdk.logprobs(after3, 0), 1e-4, "sampler vs trainer after step 3")
+        ctx.case("sampler weights of step 3 == A's step-3 forward (values)", check_abs, lps,
+                 sdk.logprobs(after3, 0), 2e-4, "sampler vs trainer after step 3")
     ctx.finish()
     return "A %s; B == A bit-exact; C %s" % (["%.5f" % x for x in a], c and ["%.5f" % x for x in c])
