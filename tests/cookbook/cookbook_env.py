@@ -211,7 +211,7 @@ class Env:
         """The official SDK's RestClient on this server (in this process)."""
         os.environ.update({"TINKER_API_KEY": "tml-cookbook-test"})
         import tinker
-        return tinker.ServiceClient(base_url=self.base_url).create_rest_client()
+        return tinker.RestClient(base_url=self.base_url)
 
 
 def datasets_cache_entry(cache_dir, repo_id, config, splits):
