@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tinker-cookbook's own recipes, unchanged, against a real tinkerd, offline.
 
-    tests/cookbook/run.py --build BUILD_DIR [--model smollm2|tiny-qwen3] sl|rl
+    tests/cookbook/run.py --build BUILD_DIR [--model smollm2|tiny-qwen3] sl|rl|sl_loop|rl_loop
 
 sl: `python -m tinker_cookbook.recipes.chat_sl.train` (the cookbook's supervised loop,
     tinker_cookbook.supervised.train) on conversations.jsonl (20 local conversations): the train NLL
@@ -10,6 +10,8 @@ sl: `python -m tinker_cookbook.recipes.chat_sl.train` (the cookbook's supervised
 rl: `python -m tinker_cookbook.recipes.math_rl.train env=arithmetic` (the cookbook's RL loop,
     tinker_cookbook.rl.train, on its synthetic "What is x + y?" reward): every iteration completes,
     rewards are logged, the sampler/trainer logprob KL stays ~0 (on-policy), the final checkpoint saves.
+sl_loop, rl_loop: recipes/sl_loop.py and recipes/rl_loop.py themselves (see ALIASES below for why the
+    model is served under a name the cookbook's model_info knows, and the data sets are cache entries).
 
 The tokenizer comes from a Hugging Face hub cache entry in a temporary HF_HOME (scripts/hf-cache-entry.py)
 with HF_HUB_OFFLINE=1. The default model is the one tinkerd serves by default
