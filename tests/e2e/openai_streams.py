@@ -31,7 +31,7 @@ def chunk_choice(e, obj, stream_id, n):
 def check_role(c, roles):
     """A chat choice's first delta, and only that one, carries role "assistant"."""
     i, first = c["index"], c["index"] not in roles
-    check(("role" in c["delta"]) == first, "index %d: a role in its first delta only: %r" % (i, c["delta"]))
+    check((c["delta"].get("role") is not None) == first, "index %d: a role in its first delta only: %r" % (i, c["delta"]))
     check(not first or c["delta"]["role"] == "assistant", "index %d: first delta %r" % (i, c["delta"]))
     roles.add(i)
 

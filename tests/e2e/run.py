@@ -8,6 +8,7 @@
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -82,6 +83,13 @@ def main():
     if args.expect_sdk or any(n.startswith("sdk_") for n in names):
         print("tinker SDK %s (%s)" % (check_sdk(args.expect_sdk), sys.executable), flush=True)
     build = os.path.abspath(args.build)
+    if len(names) > 1:  # one process per scenario: SDK 0.38 and the wire codec each register tinker_public.proto
+        extra = ["--expect-sdk", args.expect_sdk] if args.expect_sdk else []
+        failed = [n for n in names
+                  if subprocess.call([sys.executable, os.path.abspath(__file__), "--build", build] + extra + [n])]
+        if failed:
+            print("FAILED: " + " ".join(failed))
+        return 1 if failed else 0
     wire_codec.set_build_dir(build)
     failed = [n for n in names if not run_one(build, n)]
     if failed:

@@ -81,23 +81,30 @@ def adam(lr, beta1=0.9, beta2=0.95, eps=1e-8, **kw):
     return types.AdamParams(learning_rate=lr, beta1=beta1, beta2=beta2, eps=eps, **kw)
 
 
-def step(tc, batch, lr, loss_fn="cross_entropy", config=None):
+def step(tc, batch, lr, loss_fn="cross_entropy", config=None, **adam_kw):
     """forward_backward and optim_step submitted back to back, then both results (the cookbook's way)."""
     fb = tc.forward_backward(batch, loss_fn, config) if config else tc.forward_backward(batch, loss_fn)
-    opt = tc.optim_step(adam(lr))
+    opt = tc.optim_step(adam(lr, **adam_kw))
     out = fb.result()
     check_metric_keys(out.metrics)
     return out, opt.result()
 
 
-def train(tc, batch, lrs):
+def train(tc, batch, lrs, **adam_kw):
     """Steps on a fixed batch; returns each step's loss:sum."""
-    return [step(tc, batch, lr)[0].metrics["loss:sum"] for lr in lrs]
+    return [step(tc, batch, lr, **adam_kw)[0].metrics["loss:sum"] for lr in lrs]
 
 
 def new_training_client(svc, rank=8, seed=0, base_model=BUILTIN_MODEL, **kw):
     tc = svc.create_lora_training_client(base_model=base_model, rank=rank, seed=seed, **kw)
     return tc
+
+
+def resolved(client):
+    """The client itself: SDK 0.38 hands out Backcompat*ClientFuture wrappers (resolved by .result())."""
+    futures = tuple(getattr(tinker, n) for n in ("BackcompatSamplingClientFuture", "BackcompatTrainingClientFuture")
+                    if hasattr(tinker, n))
+    return client.result() if futures and isinstance(client, futures) else client
 
 
 def prompt(tokens):
