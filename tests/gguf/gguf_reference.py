@@ -9,7 +9,8 @@
     from_pretrained(..., gguf_file=...) on the same file, |diff| <= 1e-5 in fp32;
 (c) SmolLM2-135M-Instruct (fetched by scripts/fetch-default-model.sh): our tokenizer.json (through the
     C++ tokenizer and through `tokenizers`) gives transformers' GGUF tokenizer's ids, and the chat
-    template renders the same.
+    template renders the same;
+(d) a SentencePiece-style ("llama") vocabulary: our ids == transformers' GGUF tokenizer's.
 Every part must run; a missing input is a failure, never a silent pass.
 """
 import argparse
@@ -108,6 +109,22 @@ def check_models(tool, work, rng):
             print(f"(b) {arch} {qtype.name}: max |logit diff| vs transformers' GGUF loading {err:.2e}")
 
 
+def check_sentencepiece(tool, work):
+    """(d) a SentencePiece-style ("llama") vocabulary: merges from scores, byte fallback."""
+    from transformers import AutoTokenizer
+    folder = work / "spm"
+    folder.mkdir(parents=True, exist_ok=True)
+    gguf_writer.write_sentencepiece_gguf(folder / "spm.gguf")
+    run_tool(tool, "convert", folder / "spm.gguf", folder / "converted")
+    theirs = AutoTokenizer.from_pretrained(folder, gguf_file="spm.gguf")
+    texts = ["the and", "than a thé", "hand the  end", "x€y and 🤗"]
+    for text in texts:
+        want = theirs.encode(text, add_special_tokens=False)
+        got = [int(x) for x in run_tool(tool, "encode", folder / "converted", stdin=text).split()]
+        assert got == want, f"(d) SentencePiece vocab on {text!r}: {got} != transformers {want}"
+    print(f"(d) SentencePiece-style vocab: {len(texts)} texts give transformers' ids (merges from scores, bytes)")
+
+
 SMOLLM2_CORPUS = [
     "Hello, world! How are you today?",
     "  leading spaces,\ttabs\nand\n\nnewlines   ",
@@ -160,6 +177,7 @@ def main():
     rng = np.random.default_rng(1234)
     check_dequant(args.tool, work, rng)
     check_models(args.tool, work, rng)
+    check_sentencepiece(args.tool, work)
     if args.skip_smollm2:
         print("WARNING: (c) SmolLM2 tokenizer check NOT RUN (--skip-smollm2)")
     else:

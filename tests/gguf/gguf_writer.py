@@ -130,3 +130,29 @@ def write_gguf(model, arch, path, qtype):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+SPM_PIECES = ["▁", "t", "h", "e", "a", "n", "d", "▁t", "he", "▁the", "▁a", "an", "▁and", "nd"]
+
+
+def write_sentencepiece_gguf(path):
+    """A tokenizer-only llama GGUF with a SentencePiece-style vocabulary: <unk>, <s>, </s>, the 256 byte
+    tokens, then pieces with falling scores (no merges: they come from the scores)."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + SPM_PIECES
+    types = [2, 3, 3] + [6] * 256 + [1] * len(SPM_PIECES)
+    scores = [0.0] * 259 + [-float(i) for i in range(len(SPM_PIECES))]
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in [("context_length", CONTEXT), ("embedding_length", HIDDEN), ("block_count", 1),
+                       ("feed_forward_length", FFN), ("attention.head_count", HEADS), ("vocab_size", len(tokens))]:
+        w.add_uint32(f"llama.{key}", value)
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", types)
+    w.add_array("tokenizer.ggml.scores", scores)
+    for key, value in [("bos", 1), ("eos", 2), ("unknown", 0)]:
+        w.add_uint32(f"tokenizer.ggml.{key}_token_id", value)
+    w.add_tensor("token_embd.weight", np.zeros((len(tokens), HIDDEN), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
