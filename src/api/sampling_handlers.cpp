@@ -45,9 +45,14 @@ Result<std::vector<int64_t>> prompt_tokens(const json & prompt) {
     return tokens;
 }
 
-// "stop" is a string, a list of strings, or a list of token ids.
+// "stop" is a string, a list of strings, or a list of token ids. Absent or null keeps the model's implicit
+// EOS stop; an empty list turns it off too (SDK 0.38's documented meaning of `stop=[]`).
 Result<void> parse_stop(const json & stop, engine::SamplingParams & params, std::vector<std::string> & strings) {
     if (stop.is_null()) {
+        return {};
+    }
+    if (stop.is_array() && stop.empty()) {
+        params.stop_at_eos = false;
         return {};
     }
     if (stop.is_string()) {

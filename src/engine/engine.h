@@ -86,6 +86,7 @@ struct SamplingParams {
     double top_p = 1.0;            // 1 = no nucleus truncation
     std::optional<uint64_t> seed;  // none = a fresh seed per request
     std::vector<int64_t> stop_token_ids;
+    bool stop_at_eos = true;  // the model's EOS ends a sequence; Tinker's `stop: []` turns this off
 };
 
 using TopLogprobs = std::vector<std::pair<int64_t, float>>;  // (token, logprob), best first

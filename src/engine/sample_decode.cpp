@@ -122,8 +122,8 @@ void SampleLoop::append_token(LiveRequest & r, int64_t index, const double * log
         seq.out.top_logprobs.push_back(std::move(choice.top));
     }
     const auto & stops = req.params.stop_token_ids;
-    const bool stop_token =
-        choice.token == t_.config().eos_token_id || std::find(stops.begin(), stops.end(), choice.token) != stops.end();
+    const bool stop_token = (req.params.stop_at_eos && choice.token == t_.config().eos_token_id) ||
+                            std::find(stops.begin(), stops.end(), choice.token) != stops.end();
     if (stop_token || (req.stop_check && req.stop_check(seq.out.tokens))) {
         seq.out.stopped = true;
         seq.done = true;

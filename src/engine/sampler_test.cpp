@@ -238,6 +238,32 @@ TEST_P(SamplerLlamaTest, SeedGivesTheSameTokensAloneAndInsideABatch) {
     EXPECT_GE(distinct.size(), 7u);
 }
 
+// The model's EOS ends a sequence unless stop_at_eos is off (Tinker's `stop: []`): then the same seeded
+// draw runs on past it, and its first tokens up to the EOS are the stopped sequence.
+TEST_P(SamplerLlamaTest, EosStopsUnlessTurnedOff) {
+    const int64_t eos = engine_->config().eos_token_id;
+    ASSERT_GE(eos, 0);
+    const auto prompt = random_tokens(3, 15);
+    SampleOutput through;
+    uint64_t seed = 300;
+    size_t at = 0;
+    for (;; ++seed) {  // a seeded draw of 24 tokens with an EOS before the last one
+        auto r = request(engine::BASE_MODEL, prompt, 24, 2.0, seed);
+        r.params.stop_at_eos = false;
+        through = sample_one(*engine_, r);
+        const auto & t = through.sequences[0].tokens;
+        at = std::find(t.begin(), t.end(), eos) - t.begin();
+        if (at + 1 < t.size())
+            break;
+        ASSERT_LT(seed, 2300u) << "no EOS drawn";
+    }
+    EXPECT_EQ(through.sequences[0].tokens.size(), 24u);
+    const auto stopped = sample_one(*engine_, request(engine::BASE_MODEL, prompt, 24, 2.0, seed)).sequences[0];
+    EXPECT_TRUE(stopped.stopped);
+    const auto & t = through.sequences[0].tokens;
+    EXPECT_EQ(stopped.tokens, std::vector<int64_t>(t.begin(), t.begin() + at + 1));
+}
+
 TEST_P(SamplerLlamaTest, StopTokensStopCheckAndMaxTokens) {
     const int64_t eos = engine_->config().eos_token_id;
     const auto prompt = random_tokens(3, 14);
