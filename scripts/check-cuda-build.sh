@@ -12,6 +12,11 @@ if ! ldd "$bin" | grep -q libtorch_cuda; then
   echo "cuda-check: FAIL: $bin is not linked against libtorch_cuda" >&2
   exit 1
 fi
+if ldd "$bin" | grep -q "not found"; then
+  echo "cuda-check: FAIL: unresolved libraries:" >&2
+  ldd "$bin" | grep "not found" >&2
+  exit 1
+fi
 timeout 120 "$bin" --device cuda --port 0 --data-dir "$data" >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 1 120); do
