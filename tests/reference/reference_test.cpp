@@ -58,7 +58,8 @@ class ReferenceTest : public ::testing::TestWithParam<std::string> {
 // fp32 tolerances. Logprobs: |got - want| <= atol + 1e-6·|want|, atol = 1e-5 (the bound) on the
 // tiny models. stories260K is a real model with logits near 17: the reference itself, re-run in float32,
 // differs from its float64 result by 3.6e-5, so no fp32 engine can meet 1e-5 there; it gets 4e-5.
-// Losses: 1e-5 relative to the number of summed terms, since the RL sums cancel.
+// Losses: the per-token logprob bound times the number of summed terms, since the RL sums cancel
+// (stories260K's fp32 loss under torch 2.15's MKL kernels is 1.03e-5 per term from float64).
 constexpr double LOGPROB_RTOL = 1e-6;
 double logprob_atol(const Fixture & f) {
     return f.name == "stories260K" ? 4e-5 : 1e-5;
@@ -91,7 +92,7 @@ void expect_call_matches(const Fixture & f, size_t c, const engine::ForwardBackw
     }
     const double loss = out.metrics.at("loss:sum");
     const double scale = std::max({1.0, std::abs(call.expected_loss), static_cast<double>(n_terms(call.input))});
-    EXPECT_NEAR(loss, call.expected_loss, 1e-5 * scale) << "call " << c;
+    EXPECT_NEAR(loss, call.expected_loss, logprob_atol(f) * scale) << "call " << c;
 }
 
 void expect_grads_match(const std::map<std::string, engine::HostTensor> & got,
