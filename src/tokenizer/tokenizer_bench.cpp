@@ -1,6 +1,7 @@
 // tokenizer_bench: encode (and decode) throughput in MB/s on ~1 MB of varied text for stories260K,
 // Qwen3 and Llama-3.1 when their files are present. Usage: tokenizer_bench [NAME=MODEL_DIR ...];
-// defaults: $TINKERD_SOURCE_DIR/../shared/models/stories260K/hf-f32 and $TINKERD_TOKENIZERS_DIR/*.
+// defaults: stories260K (hf-f32) and Qwen3 from $TINKERD_SOURCE_DIR/../shared/models, Llama-3.1 from
+// $TINKERD_LLAMA3_1_TOKENIZER_DIR when set.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,10 +77,10 @@ int main(int argc, char ** argv) {
         const char * src = std::getenv("TINKERD_SOURCE_DIR");
         const std::filesystem::path shared = std::filesystem::path(src ? src : ".") / ".." / "shared" / "models";
         models.emplace_back("stories260K", (shared / "stories260K" / "hf-f32").string());
-        const char * toks = std::getenv("TINKERD_TOKENIZERS_DIR");
-        const std::string base = toks ? toks : "build/tokenizers";
-        models.emplace_back("qwen3", base + "/qwen3/package/models");
-        models.emplace_back("llama3_1", base + "/llama3_1/package/models");
+        models.emplace_back("qwen3", (shared / "tokenizers" / "qwen3").string());
+        if (const char * llama = std::getenv("TINKERD_LLAMA3_1_TOKENIZER_DIR")) {  // Meta's file is not shipped
+            models.emplace_back("llama3_1", llama);
+        }
     }
     const std::string text = bench_text(1 << 20);
     for (const auto & [name, dir] : models) {

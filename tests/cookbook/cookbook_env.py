@@ -62,9 +62,7 @@ def smollm2_gguf():
 
 
 def qwen3_tokenizer_dir(build_dir):
-    for d in (os.path.join(os.environ.get("TINKERD_TOKENIZERS_DIR") or os.path.join(build_dir, "tokenizers"),
-                           "qwen3", "package", "models"),
-              os.path.join(SOURCE, "..", "shared", "models", "tokenizers", "qwen3"),
+    for d in (os.path.join(SOURCE, "..", "shared", "models", "tokenizers", "qwen3"),
               "/work/shared/models/tokenizers/qwen3"):
         if os.path.isfile(os.path.join(d, "tokenizer.json")):
             return os.path.abspath(d)
@@ -107,7 +105,7 @@ class Env:
         elif self.model == "tiny-qwen3":
             tok = qwen3_tokenizer_dir(self.build_dir)
             if tok is None:
-                raise Skip("the Qwen3 tokenizer files are absent (scripts/fetch-tokenizers.sh)")
+                raise Failed("the Qwen3 tokenizer is absent from ../shared/models/tokenizers/qwen3")
             import tiny_chat_model  # tests/e2e: random Qwen3ForCausalLM weights + the real tokenizer
             source = tiny_chat_model.write(os.path.join(self.tmp, "tiny-qwen3"), tok)
             self.name = self.alias or TINY_QWEN3
