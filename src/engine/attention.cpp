@@ -1,9 +1,11 @@
-// RoPE tables and packed causal attention (see attention.h). Written with matmul + softmax because
-// libtorch 1.13 has no scaled_dot_product_attention.
+// RoPE tables and packed causal attention (see attention.h): sequences grouped by length, each group one
+// fused scaled_dot_product_attention call.
 #include "engine/attention.h"
 
 #include <cmath>
 #include <limits>
+
+#include "engine/fused_ops.h"
 
 namespace tinkerd::engine {
 
@@ -56,43 +58,18 @@ std::pair<torch::Tensor, torch::Tensor> RopeTables::lookup(const torch::Tensor &
 }
 
 torch::Tensor apply_rope(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin) {
-    const int64_t half = x.size(-1) / 2;
-    torch::Tensor x1 = x.narrow(-1, 0, half);
-    torch::Tensor x2 = x.narrow(-1, half, half);
-    return x * cos + torch::cat({-x2, x1}, -1) * sin;
-}
-
-// Upper-triangular -inf mask [L, L], cached per (L, dtype).
-static torch::Tensor causal_mask(int64_t len, torch::ScalarType dtype, torch::Device device) {
-    thread_local std::map<std::pair<int64_t, int>, torch::Tensor> cache;
-    auto key = std::make_pair(len, static_cast<int>(dtype));
-    auto it = cache.find(key);
-    if (it != cache.end() && it->second.device() == device) {
-        return it->second;
-    }
-    if (cache.size() > 64) {
-        cache.clear();
-    }
-    torch::Tensor mask = torch::full({len, len}, -std::numeric_limits<double>::infinity(),
-                                     torch::TensorOptions().dtype(dtype).device(device))
-                             .triu(1);
-    cache[key] = mask;
-    return mask;
+    return fused_rope(x, cos, sin);
 }
 
 // Attention for B sequences of the same length L. q [B, L, H, D], k/v [B, L, KV, D] -> [B, L, H*D].
+// torch's fused scaled_dot_product_attention (a flash kernel on CPU: online softmax, no [L, L] scores kept
+// for the backward), query head h reading kv head h / (H / KV).
 static torch::Tensor attend_equal_lengths(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v) {
-    const int64_t B = q.size(0), L = q.size(1), H = q.size(2), D = q.size(3), KV = k.size(2);
-    const int64_t G = H / KV;
-    // Group query heads by their kv head: [B*KV, G*L, D].
-    torch::Tensor qg = q.view({B, L, KV, G, D}).permute({0, 2, 3, 1, 4}).reshape({B * KV, G * L, D});
-    torch::Tensor kg = k.permute({0, 2, 1, 3}).reshape({B * KV, L, D});
-    torch::Tensor vg = v.permute({0, 2, 1, 3}).reshape({B * KV, L, D});
-    torch::Tensor scores = torch::bmm(qg, kg.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(D)));
-    scores = scores.view({B * KV, G, L, L}) + causal_mask(L, scores.scalar_type(), scores.device());
-    torch::Tensor probs = torch::softmax(scores, -1).view({B * KV, G * L, L});
-    torch::Tensor out = torch::bmm(probs, vg);  // [B*KV, G*L, D]
-    return out.view({B, KV, G, L, D}).permute({0, 3, 1, 2, 4}).reshape({B, L, H * D});
+    const int64_t B = q.size(0), L = q.size(1), H = q.size(2), D = q.size(3);
+    torch::Tensor out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                         /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                         /*scale=*/std::nullopt, /*enable_gqa=*/true);  // [B, H, L, D]
+    return out.transpose(1, 2).reshape({B, L, H * D});
 }
 
 torch::Tensor packed_causal_attention(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,

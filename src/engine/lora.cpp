@@ -5,6 +5,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "engine/kernels/matmul.h"
+#include "engine/lora_rows.h"
+
 namespace tinkerd::engine {
 
 const char * lora_target_name(LoraTarget target) {
@@ -139,6 +142,11 @@ torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const s
     if (!any_lora) {
         return y;
     }
+    if (lora_rows_applicable(y, x, segments)) {  // sampling: one row-wise pass, whatever the adapter count
+        torch::Tensor out = y;
+        add_lora_rows(out, x, segments, layer, target);
+        return out;
+    }
     if (segments.size() == 1) {
         const RowSegment & s = segments[0];
         return y + lora_delta(x, *s.adapter, *s.adapter->lora_a(layer, target), *s.adapter->lora_b(layer, target))
@@ -164,7 +172,7 @@ torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const s
 
 torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,
                           const std::vector<RowSegment> & segments, int64_t layer, LoraTarget target) {
-    torch::Tensor y = torch::matmul(x.to(w.scalar_type()), w.t()).to(x.scalar_type());  // [T, out]
+    torch::Tensor y = kernels::base_linear(x, w);  // [T, out]
     if (bias.defined()) {
         y = y + bias;
     }

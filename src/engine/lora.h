@@ -57,7 +57,8 @@ struct RowSegment {
 };
 
 // y + each segment's LoRA delta for (layer, target): y [T, out] and x [T, in] in the act dtype.
-// Returns y itself when no segment's adapter targets this projection.
+// Returns y itself when no segment's adapter targets this projection; without autograd (sampling) the
+// delta may be added to y in place.
 torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,
                        int64_t layer, LoraTarget target);
 

@@ -2,6 +2,7 @@
 #include "engine/transformer.h"
 
 #include "common/log.h"
+#include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
 
@@ -72,7 +73,9 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         }
         weights_.lm_head = std::move(head).value();
     }
-    lm_head_act_ = weights_.lm_head.scalar_type() == act_ ? weights_.lm_head : weights_.lm_head.to(act_);
+    if (device_.is_cuda() && weights_.lm_head.scalar_type() != act_) {
+        lm_head_exact_ = weights_.lm_head.to(act_);  // GPUs round base products to bf16; logits stay exact
+    }
     return {};
 }
 
@@ -83,7 +86,7 @@ std::array<torch::Tensor, 3> Transformer::attention_inputs(int64_t layer, const 
     const auto & c = config_;
     const int64_t T = h.size(0);
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-    torch::Tensor qkv = torch::matmul(h.to(compute_), w.w_qkv.t()).to(act_);  // [T, q_dim + 2 kv_dim]
+    torch::Tensor qkv = kernels::base_linear(h, w.w_qkv);  // [T, q_dim + 2 kv_dim]
     if (w.b_qkv.defined()) {
         qkv = qkv + w.b_qkv;
     }
@@ -148,31 +151,9 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
     return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
 }
 
-namespace {
-
-// logits = h·Wᵀ with W in fp32 (exact logits: with a bf16 lm_head the output rounding flips greedy
-// choices of stories260K after 20 tokens), while the backward's dh = dlogits·W uses the bf16 copy of W
-// (half the cost of the largest matmul; the gradient tolerates the rounding).
-struct LmHeadFunction : public torch::autograd::Function<LmHeadFunction> {
-    static torch::Tensor forward(torch::autograd::AutogradContext * ctx, const torch::Tensor & h,
-                                 const torch::Tensor & w_exact, const torch::Tensor & w_fast) {
-        ctx->saved_data["w_fast"] = w_fast;
-        return torch::matmul(h, w_exact.t());  // [n, V]
-    }
-    static torch::autograd::tensor_list backward(torch::autograd::AutogradContext * ctx,
-                                                 torch::autograd::tensor_list grads) {
-        torch::Tensor w = ctx->saved_data["w_fast"].toTensor();
-        torch::Tensor dh = torch::matmul(grads[0].to(w.scalar_type()), w).to(grads[0].scalar_type());  // [n, C]
-        return {dh, torch::Tensor(), torch::Tensor()};
-    }
-};
-
-}  // namespace
-
 torch::Tensor Transformer::logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const {
-    torch::Tensor y = weights_.lm_head.scalar_type() == act_
-                          ? torch::matmul(h, lm_head_act_.t())
-                          : LmHeadFunction::apply(h, lm_head_act_, weights_.lm_head);  // [n, V]
+    // fp32 math on the stored lm_head (bf16 included): exact fp32 logits, as the sampler's greedy choices need.
+    torch::Tensor y = kernels::base_linear(h, lm_head_exact_.defined() ? lm_head_exact_ : weights_.lm_head);  // [n, V]
     return add_lora(y, h, segments, -1, LoraTarget::LM_HEAD);
 }
 

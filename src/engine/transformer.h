@@ -78,7 +78,7 @@ class Transformer {
     torch::Device device_;
     std::shared_ptr<model::SafetensorsFile> file_;  // keeps memory-mapped weights alive
     BaseWeights weights_;
-    torch::Tensor lm_head_act_;  // [V, C] lm_head in the act dtype, so logits are exact fp32
+    torch::Tensor lm_head_exact_;  // [V, C] fp32 copy of a bf16 lm_head on GPUs only (CPU: fp32 math in place)
     RopeTables rope_;
 };
 

@@ -98,11 +98,14 @@ class HfReference : public ::testing::TestWithParam<std::string> {
     HfCase case_;
 };
 
-// The bounds: logprobs <= 1e-5 absolute, gradients <= 1e-4 relative, in fp32.
+// The bounds: logprobs <= 1e-5 absolute, gradients <= 1e-4 relative, in fp32. stories260K gets
+// reference_test's 4e-5: a real model with logits near 17, where the float64 reference re-run in float32
+// already differs by 3.6e-5 (measured here: 0.7-1.4e-5, depending on the attention and norm kernels).
 TEST_P(HfReference, Fp32LogprobsAndLoraGradientsMatchTransformersAndPeft) {
     const Measured m = replay(case_, ComputeDType::FP32);
-    EXPECT_LE(m.base_lp, 1e-5) << "base model logprobs";
-    EXPECT_LE(m.lp, 1e-5) << "logprobs with the LoRA adapter";
+    const double lp_bound = case_.name == "hf_stories260K" ? 4e-5 : 1e-5;
+    EXPECT_LE(m.base_lp, lp_bound) << "base model logprobs";
+    EXPECT_LE(m.lp, lp_bound) << "logprobs with the LoRA adapter";
     EXPECT_LE(m.loss_rel, 1e-6);
     EXPECT_EQ(m.n_grads, case_.under("grad").size());
 }

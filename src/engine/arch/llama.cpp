@@ -1,11 +1,13 @@
 // Llama family (Llama 2 and 3): the base decoder behaviour every other family builds on —
 // HF tensor names, no q/k/v biases, SwiGLU MLP.
 #include "engine/arch/family.h"
+#include "engine/fused_ops.h"
+#include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
 
 torch::Tensor rms_norm(const torch::Tensor & x, const torch::Tensor & weight, double eps) {
-    return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * weight;
+    return fused_rms_norm(x, weight, eps);
 }
 
 Result<void> DecoderFamily::load_attention(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
@@ -60,11 +62,11 @@ Result<LayerWeights> DecoderFamily::load_layer(const WeightLoader & loader, cons
 torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const torch::Tensor & x,
                                  const std::vector<RowSegment> & segments, int64_t layer) const {
     const int64_t F = w.w_gate_up.size(0) / 2;
-    torch::Tensor gate_up = torch::matmul(x.to(w.w_gate_up.scalar_type()), w.w_gate_up.t()).to(x.scalar_type());
+    torch::Tensor gate_up = kernels::base_linear(x, w.w_gate_up);  // [T, 2F]
     auto parts = gate_up.split(F, 1);  // split: one cat in the backward, no zero-filled slices
     torch::Tensor gate = add_lora(parts[0], x, segments, layer, LoraTarget::GATE);  // [T, F]
     torch::Tensor up = add_lora(parts[1], x, segments, layer, LoraTarget::UP);      // [T, F]
-    return lora_linear(torch::silu(gate) * up, w.w_down, {}, segments, layer, LoraTarget::DOWN);
+    return lora_linear(fused_swiglu(gate, up), w.w_down, {}, segments, layer, LoraTarget::DOWN);
 }
 
 namespace {

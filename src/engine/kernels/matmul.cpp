@@ -41,6 +41,9 @@ torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w) {
     if (w.scalar_type() == x.scalar_type()) {
         return torch::matmul(x, w.t());  // fp32 / fp64 weights: autograd's own matmul
     }
+    if (!w.device().is_cpu()) {  // GPUs: bf16 tensor-core products, rounded activations
+        return torch::matmul(x.to(w.scalar_type()), w.t()).to(x.scalar_type());
+    }
     return BaseLinearFunction::apply(x, w);
 }
 

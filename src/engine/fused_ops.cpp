@@ -1,0 +1,227 @@
+// Fused RMSNorm, RoPE and SwiGLU (fused_ops.h): autograd functions whose forward and backward are single
+// loops over rows, split across threads with at::parallel_for; sums over a row accumulate in double.
+#include "engine/fused_ops.h"
+
+#include <cmath>
+
+#include <ATen/Parallel.h>
+
+namespace tinkerd::engine {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+constexpr int64_t GRAIN_ELEMENTS = 16384;  // per parallel chunk
+
+bool fusable(const torch::Tensor & x) {
+    return x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kFloat64);
+}
+
+int64_t grain(int64_t row_elements) {
+    return std::max<int64_t>(1, GRAIN_ELEMENTS / std::max<int64_t>(row_elements, 1));
+}
+
+// ---- RMSNorm: rows [N, C]; rstd [N] kept for the backward.
+template <typename T>
+void rms_norm_rows(const T * x, const T * w, T * y, T * rstd, int64_t n, int64_t c, double eps) {
+    at::parallel_for(0, n, grain(c), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const T * xr = x + r * c;
+            double sum = 0;
+            for (int64_t i = 0; i < c; ++i) {
+                sum += static_cast<double>(xr[i]) * xr[i];
+            }
+            const T s = static_cast<T>(1.0 / std::sqrt(sum / static_cast<double>(c) + eps));
+            rstd[r] = s;
+            for (int64_t i = 0; i < c; ++i) {
+                y[r * c + i] = (xr[i] * s) * w[i];
+            }
+        }
+    });
+}
+
+// dx = s·w·dy − x·s³/C·Σ(dy·w·x), per row.
+template <typename T>
+void rms_norm_backward_rows(const T * x, const T * w, const T * rstd, const T * dy, T * dx, int64_t n, int64_t c) {
+    at::parallel_for(0, n, grain(c), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const T * xr = x + r * c;
+            const T * dyr = dy + r * c;
+            double dot = 0;
+            for (int64_t i = 0; i < c; ++i) {
+                dot += static_cast<double>(dyr[i]) * w[i] * xr[i];
+            }
+            const double s = rstd[r];
+            const double k = dot * s * s * s / static_cast<double>(c);
+            for (int64_t i = 0; i < c; ++i) {  // in double: the two terms may cancel
+                dx[r * c + i] = static_cast<T>(s * w[i] * dyr[i] - static_cast<double>(xr[i]) * k);
+            }
+        }
+    });
+}
+
+struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+    static torch::Tensor forward(AutogradContext * ctx, const torch::Tensor & x_in, const torch::Tensor & w_in,
+                                 double eps) {
+        const torch::Tensor x = x_in.contiguous(), w = w_in.contiguous();
+        const int64_t c = x.size(-1), n = x.numel() / std::max<int64_t>(c, 1);
+        torch::Tensor y = torch::empty_like(x), rstd = torch::empty({n}, x.options());  // [..., C], [N]
+        AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm", [&] {
+            rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
+                                    rstd.data_ptr<scalar_t>(), n, c, eps);
+        });
+        ctx->save_for_backward({x, w, rstd});
+        return y;
+    }
+    static tensor_list backward(AutogradContext * ctx, tensor_list grads) {
+        auto saved = ctx->get_saved_variables();
+        const torch::Tensor & x = saved[0];
+        const torch::Tensor dy = grads[0].contiguous();
+        const int64_t c = x.size(-1), n = x.numel() / std::max<int64_t>(c, 1);
+        torch::Tensor dx = torch::empty_like(x);
+        AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm_backward", [&] {
+            rms_norm_backward_rows<scalar_t>(x.data_ptr<scalar_t>(), saved[1].data_ptr<scalar_t>(),
+                                             saved[2].data_ptr<scalar_t>(), dy.data_ptr<scalar_t>(),
+                                             dx.data_ptr<scalar_t>(), n, c);
+        });
+        return {dx, torch::Tensor(), torch::Tensor()};
+    }
+};
+
+// ---- RoPE: y₁ = x₁c − x₂s, y₂ = x₂c + x₁s (c, s: the first half of cos, sin); the backward is the same
+// rotation with −s. x [T, Hh, D], cos/sin [T, 1, D].
+template <typename T>
+void rope_rows(const T * x, const T * cos, const T * sin, T * y, int64_t t_rows, int64_t heads, int64_t d,
+               bool inverse) {
+    const int64_t half = d / 2;
+    at::parallel_for(0, t_rows, grain(heads * d), [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            const T * c = cos + t * d;
+            const T * s = sin + t * d;
+            for (int64_t h = 0; h < heads; ++h) {
+                const T * xr = x + (t * heads + h) * d;
+                T * yr = y + (t * heads + h) * d;
+                for (int64_t i = 0; i < half; ++i) {
+                    const T si = inverse ? -s[i] : s[i];
+                    yr[i] = xr[i] * c[i] - xr[i + half] * si;
+                    yr[i + half] = xr[i + half] * c[i] + xr[i] * si;
+                }
+            }
+        }
+    });
+}
+
+torch::Tensor rope_apply(const torch::Tensor & x_in, const torch::Tensor & cos, const torch::Tensor & sin,
+                         bool inverse) {
+    const torch::Tensor x = x_in.contiguous();
+    torch::Tensor y = torch::empty_like(x);  // [T, Hh, D]
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rope", [&] {
+        rope_rows<scalar_t>(x.data_ptr<scalar_t>(), cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(),
+                            y.data_ptr<scalar_t>(), x.size(0), x.size(1), x.size(2), inverse);
+    });
+    return y;
+}
+
+struct RopeFunction : public torch::autograd::Function<RopeFunction> {
+    static torch::Tensor forward(AutogradContext * ctx, const torch::Tensor & x, const torch::Tensor & cos,
+                                 const torch::Tensor & sin) {
+        ctx->save_for_backward({cos, sin});
+        return rope_apply(x, cos, sin, false);
+    }
+    static tensor_list backward(AutogradContext * ctx, tensor_list grads) {
+        auto saved = ctx->get_saved_variables();
+        return {rope_apply(grads[0], saved[0], saved[1], true), torch::Tensor(), torch::Tensor()};
+    }
+};
+
+// ---- SwiGLU: y = g·σ(g)·u; dg = dy·u·σ(g)·(1 + g·(1 − σ(g))), du = dy·g·σ(g). Rows [N, F].
+template <typename T>
+T sigmoid(T g) {
+    return T(1) / (T(1) + std::exp(-g));
+}
+
+template <typename T>
+void swiglu_rows(const T * g, const T * u, T * y, int64_t n) {
+    at::parallel_for(0, n, GRAIN_ELEMENTS, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            y[i] = g[i] * sigmoid(g[i]) * u[i];
+        }
+    });
+}
+
+template <typename T>
+void swiglu_backward_rows(const T * g, const T * u, const T * dy, T * dg, T * du, int64_t n) {
+    at::parallel_for(0, n, GRAIN_ELEMENTS, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const T s = sigmoid(g[i]);
+            du[i] = dy[i] * (g[i] * s);
+            dg[i] = dy[i] * u[i] * (s * (T(1) + g[i] * (T(1) - s)));
+        }
+    });
+}
+
+struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+    static torch::Tensor forward(AutogradContext * ctx, const torch::Tensor & gate, const torch::Tensor & up) {
+        const torch::Tensor g = gate.contiguous(), u = up.contiguous();
+        torch::Tensor y = torch::empty_like(g);  // [T, F]
+        AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fused_swiglu", [&] {
+            swiglu_rows<scalar_t>(g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), g.numel());
+        });
+        ctx->save_for_backward({g, u});
+        return y;
+    }
+    static tensor_list backward(AutogradContext * ctx, tensor_list grads) {
+        auto saved = ctx->get_saved_variables();
+        const torch::Tensor dy = grads[0].contiguous();
+        torch::Tensor dg = torch::empty_like(saved[0]), du = torch::empty_like(saved[1]);
+        AT_DISPATCH_FLOATING_TYPES(dy.scalar_type(), "fused_swiglu_backward", [&] {
+            swiglu_backward_rows<scalar_t>(saved[0].data_ptr<scalar_t>(), saved[1].data_ptr<scalar_t>(),
+                                           dy.data_ptr<scalar_t>(), dg.data_ptr<scalar_t>(), du.data_ptr<scalar_t>(),
+                                           dy.numel());
+        });
+        return {dg, du};
+    }
+};
+
+}  // namespace
+
+torch::Tensor rms_norm_reference(const torch::Tensor & x, const torch::Tensor & weight, double eps) {
+    return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * weight;
+}
+
+torch::Tensor fused_rms_norm(const torch::Tensor & x, const torch::Tensor & weight, double eps) {
+    if (!fusable(x) || weight.scalar_type() != x.scalar_type() || weight.requires_grad()) {
+        return rms_norm_reference(x, weight, eps);
+    }
+    return RmsNormFunction::apply(x, weight, eps);
+}
+
+torch::Tensor rope_reference(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin) {
+    const int64_t half = x.size(-1) / 2;
+    torch::Tensor x1 = x.narrow(-1, 0, half);
+    torch::Tensor x2 = x.narrow(-1, half, half);
+    return x * cos + torch::cat({-x2, x1}, -1) * sin;
+}
+
+torch::Tensor fused_rope(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin) {
+    if (!fusable(x) || x.dim() != 3 || cos.scalar_type() != x.scalar_type() || !cos.is_contiguous() ||
+        !sin.is_contiguous() || x.size(2) % 2 != 0) {
+        return rope_reference(x, cos, sin);
+    }
+    return RopeFunction::apply(x, cos, sin);
+}
+
+torch::Tensor swiglu_reference(const torch::Tensor & gate, const torch::Tensor & up) {
+    return torch::silu(gate) * up;
+}
+
+torch::Tensor fused_swiglu(const torch::Tensor & gate, const torch::Tensor & up) {
+    if (!fusable(gate) || up.scalar_type() != gate.scalar_type() || gate.sizes() != up.sizes()) {
+        return swiglu_reference(gate, up);
+    }
+    return SwigluFunction::apply(gate, up);
+}
+
+}  // namespace tinkerd::engine
