@@ -124,13 +124,55 @@ const torch::Tensor * Adapter::lora_b(int64_t layer, LoraTarget target) const {
     return i < 0 ? nullptr : &params[i + 1];
 }
 
-// (x·Aᵀ)·Bᵀ·scale for one segment; x_seg [n, in] act dtype, A [R, in], B [out, R] in the LoRA dtype.
-static torch::Tensor lora_delta(const torch::Tensor & x_seg, const Adapter & a, const torch::Tensor & lora_a,
-                                const torch::Tensor & lora_b) {
+// y + scale·(x·Aᵀ)·Bᵀ given u = x·Aᵀ [n, R]: one addmm (the add fused into the product) when dtypes agree.
+static torch::Tensor add_delta(const torch::Tensor & y, const torch::Tensor & u, const torch::Tensor & lora_b,
+                               double scale) {
+    if (y.scalar_type() == lora_b.scalar_type()) {
+        return torch::addmm(y, u, lora_b.t(), /*beta=*/1.0, /*alpha=*/scale);  // [n, out]
+    }
+    return y + (torch::matmul(u, lora_b.t()) * scale).to(y.scalar_type());
+}
+
+// y + scale·(x·Aᵀ)·Bᵀ for one segment; x_seg [n, in] act dtype, A [R, in], B [out, R] in the LoRA dtype.
+static torch::Tensor lora_delta_added(const torch::Tensor & y, const torch::Tensor & x_seg, const Adapter & a,
+                                      const torch::Tensor & lora_a, const torch::Tensor & lora_b) {
     // In the LoRA dtype (fp32) also in bf16 mode: bf16 LoRA matmuls put reference LoRA gradients off by
     // up to 124% (cancelling sums).
-    torch::Tensor h = torch::matmul(x_seg.to(lora_a.scalar_type()), lora_a.t());  // [n, R]
-    return torch::matmul(h * a.scale, lora_b.t());                                // [n, out]
+    torch::Tensor u = torch::matmul(x_seg.to(lora_a.scalar_type()), lora_a.t());  // [n, R]
+    return add_delta(y, u, lora_b, a.scale);
+}
+
+std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, const torch::Tensor & x,
+                                                 const std::vector<RowSegment> & segments, int64_t layer,
+                                                 const std::vector<LoraTarget> & targets) {
+    const Adapter * a = segments.size() == 1 ? segments[0].adapter : nullptr;
+    if (!a || lora_rows_applicable(ys[0], x, segments)) {  // several segments, the base model or sampling
+        for (size_t i = 0; i < ys.size(); ++i) {
+            ys[i] = add_lora(ys[i], x, segments, layer, targets[i]);
+        }
+        return ys;
+    }
+    std::vector<torch::Tensor> a_parts;  // A of each targeted projection, [R_t, in]
+    std::vector<int64_t> ranks;
+    std::vector<size_t> which;  // index into ys of each part
+    for (size_t i = 0; i < ys.size(); ++i) {
+        if (const torch::Tensor * lora_a = a->lora_a(layer, targets[i])) {
+            a_parts.push_back(*lora_a);
+            ranks.push_back(lora_a->size(0));
+            which.push_back(i);
+        }
+    }
+    if (a_parts.empty()) {
+        return ys;
+    }
+    // One product x·[A_1; A_2; ...]ᵀ [T, ΣR]: the input's gradient comes from one matmul, not one per target.
+    torch::Tensor lora_a = a_parts.size() == 1 ? a_parts[0] : torch::cat(a_parts, 0);
+    torch::Tensor u = torch::matmul(x.to(lora_a.scalar_type()), lora_a.t());  // [T, ΣR]
+    auto u_parts = u.split_with_sizes(ranks, 1);
+    for (size_t j = 0; j < which.size(); ++j) {
+        ys[which[j]] = add_delta(ys[which[j]], u_parts[j], *a->lora_b(layer, targets[which[j]]), a->scale);
+    }
+    return ys;
 }
 
 torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,
@@ -149,8 +191,7 @@ torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const s
     }
     if (segments.size() == 1) {
         const RowSegment & s = segments[0];
-        return y + lora_delta(x, *s.adapter, *s.adapter->lora_a(layer, target), *s.adapter->lora_b(layer, target))
-                       .to(y.scalar_type());
+        return lora_delta_added(y, x, *s.adapter, *s.adapter->lora_a(layer, target), *s.adapter->lora_b(layer, target));
     }
     // split (not narrow): the backward is one cat, not a zero-filled [T, ·] gradient per segment.
     std::vector<int64_t> sizes;
@@ -163,8 +204,7 @@ torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const s
         const Adapter * a = segments[i].adapter;
         const torch::Tensor * lora_a = a ? a->lora_a(layer, target) : nullptr;
         if (lora_a) {
-            y_parts[i] =
-                y_parts[i] + lora_delta(x_parts[i], *a, *lora_a, *a->lora_b(layer, target)).to(y.scalar_type());
+            y_parts[i] = lora_delta_added(y_parts[i], x_parts[i], *a, *lora_a, *a->lora_b(layer, target));
         }
     }
     return torch::cat(y_parts, 0);

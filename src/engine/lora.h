@@ -62,6 +62,12 @@ struct RowSegment {
 torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,
                        int64_t layer, LoraTarget target);
 
+// add_lora for several projections of the same input x (q, k, v; gate, up): with one adapter for all rows,
+// their A matrices run as one product. ys[i] [T, out_i] belongs to targets[i].
+std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, const torch::Tensor & x,
+                                                 const std::vector<RowSegment> & segments, int64_t layer,
+                                                 const std::vector<LoraTarget> & targets);
+
 // y = x·Wᵀ (+ bias) with each segment's LoRA delta added. x [T, in] act dtype; w [out, in] compute
 // dtype; returns [T, out] in the act dtype. layer = -1 selects the lm_head target.
 torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,

@@ -92,9 +92,11 @@ std::array<torch::Tensor, 3> Transformer::attention_inputs(int64_t layer, const 
     }
     // split (not narrow): its backward is one cat instead of a zero-filled [T, q_dim + 2 kv_dim] per part.
     auto parts = qkv.split_with_sizes({q_dim, kv_dim, kv_dim}, 1);
-    torch::Tensor q = add_lora(parts[0], h, seg, layer, LoraTarget::Q).reshape({T, c.n_heads, c.head_dim});
-    torch::Tensor k = add_lora(parts[1], h, seg, layer, LoraTarget::K).reshape({T, c.n_kv_heads, c.head_dim});
-    torch::Tensor v = add_lora(parts[2], h, seg, layer, LoraTarget::V).reshape({T, c.n_kv_heads, c.head_dim});
+    auto adapted = add_lora_shared_input({parts[0], parts[1], parts[2]}, h, seg, layer,
+                                         {LoraTarget::Q, LoraTarget::K, LoraTarget::V});
+    torch::Tensor q = adapted[0].reshape({T, c.n_heads, c.head_dim});
+    torch::Tensor k = adapted[1].reshape({T, c.n_kv_heads, c.head_dim});
+    torch::Tensor v = adapted[2].reshape({T, c.n_kv_heads, c.head_dim});
     family_->prepare_qk(w, c, q, k);
     return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
 }

@@ -64,9 +64,9 @@ torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const torch::Tensor & x
     const int64_t F = w.w_gate_up.size(0) / 2;
     torch::Tensor gate_up = kernels::base_linear(x, w.w_gate_up);  // [T, 2F]
     auto parts = gate_up.split(F, 1);  // split: one cat in the backward, no zero-filled slices
-    torch::Tensor gate = add_lora(parts[0], x, segments, layer, LoraTarget::GATE);  // [T, F]
-    torch::Tensor up = add_lora(parts[1], x, segments, layer, LoraTarget::UP);      // [T, F]
-    return lora_linear(fused_swiglu(gate, up), w.w_down, {}, segments, layer, LoraTarget::DOWN);
+    auto adapted = add_lora_shared_input({parts[0], parts[1]}, x, segments, layer, {LoraTarget::GATE, LoraTarget::UP});
+    return lora_linear(fused_swiglu(adapted[0], adapted[1]), w.w_down, {}, segments, layer,
+                       LoraTarget::DOWN);  // [T, C]
 }
 
 namespace {
