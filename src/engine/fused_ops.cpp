@@ -23,16 +23,55 @@ int64_t grain(int64_t row_elements) {
     return std::max<int64_t>(1, GRAIN_ELEMENTS / std::max<int64_t>(row_elements, 1));
 }
 
+// Σ a[i]·b[i] in double, over independent lanes (so the loop vectorises without reordering a lane).
+template <typename T>
+double row_dot(const T * a, const T * b, int64_t n) {
+    constexpr int LANES = 8;
+    double lanes[LANES] = {};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int l = 0; l < LANES; ++l) {
+            lanes[l] += static_cast<double>(a[i + l]) * b[i + l];
+        }
+    }
+    double sum = 0;
+    for (; i < n; ++i) {
+        sum += static_cast<double>(a[i]) * b[i];
+    }
+    for (double lane : lanes) {
+        sum += lane;
+    }
+    return sum;
+}
+
+// Σ a[i]·b[i]·c[i] in double, lanes as row_dot.
+template <typename T>
+double row_dot3(const T * a, const T * b, const T * c, int64_t n) {
+    constexpr int LANES = 8;
+    double lanes[LANES] = {};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int l = 0; l < LANES; ++l) {
+            lanes[l] += static_cast<double>(a[i + l]) * b[i + l] * c[i + l];
+        }
+    }
+    double sum = 0;
+    for (; i < n; ++i) {
+        sum += static_cast<double>(a[i]) * b[i] * c[i];
+    }
+    for (double lane : lanes) {
+        sum += lane;
+    }
+    return sum;
+}
+
 // ---- RMSNorm: rows [N, C]; rstd [N] kept for the backward.
 template <typename T>
 void rms_norm_rows(const T * x, const T * w, T * y, T * rstd, int64_t n, int64_t c, double eps) {
     at::parallel_for(0, n, grain(c), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
             const T * xr = x + r * c;
-            double sum = 0;
-            for (int64_t i = 0; i < c; ++i) {
-                sum += static_cast<double>(xr[i]) * xr[i];
-            }
+            const double sum = row_dot(xr, xr, c);
             const T s = static_cast<T>(1.0 / std::sqrt(sum / static_cast<double>(c) + eps));
             rstd[r] = s;
             for (int64_t i = 0; i < c; ++i) {
@@ -49,10 +88,7 @@ void rms_norm_backward_rows(const T * x, const T * w, const T * rstd, const T * 
         for (int64_t r = begin; r < end; ++r) {
             const T * xr = x + r * c;
             const T * dyr = dy + r * c;
-            double dot = 0;
-            for (int64_t i = 0; i < c; ++i) {
-                dot += static_cast<double>(dyr[i]) * w[i] * xr[i];
-            }
+            const double dot = row_dot3(dyr, w, xr, c);
             const double s = rstd[r];
             const double k = dot * s * s * s / static_cast<double>(c);
             for (int64_t i = 0; i < c; ++i) {  // in double: the two terms may cancel
@@ -136,26 +172,22 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
     }
 };
 
-// ---- SwiGLU: y = g·σ(g)·u; dg = dy·u·σ(g)·(1 + g·(1 − σ(g))), du = dy·g·σ(g). Rows [N, F].
+// ---- SwiGLU: y = g·σ(g)·u; dg = dy·u·σ(g)·(1 + g·(1 − σ(g))), du = dy·g·σ(g). σ comes from torch's
+// vectorised sigmoid (recomputed in the backward rather than kept), the rest is one loop. Rows [N, F].
 template <typename T>
-T sigmoid(T g) {
-    return T(1) / (T(1) + std::exp(-g));
-}
-
-template <typename T>
-void swiglu_rows(const T * g, const T * u, T * y, int64_t n) {
+void swiglu_rows(const T * g, const T * sig, const T * u, T * y, int64_t n) {
     at::parallel_for(0, n, GRAIN_ELEMENTS, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-            y[i] = g[i] * sigmoid(g[i]) * u[i];
+            y[i] = g[i] * sig[i] * u[i];
         }
     });
 }
 
 template <typename T>
-void swiglu_backward_rows(const T * g, const T * u, const T * dy, T * dg, T * du, int64_t n) {
+void swiglu_backward_rows(const T * g, const T * sig, const T * u, const T * dy, T * dg, T * du, int64_t n) {
     at::parallel_for(0, n, GRAIN_ELEMENTS, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-            const T s = sigmoid(g[i]);
+            const T s = sig[i];
             du[i] = dy[i] * (g[i] * s);
             dg[i] = dy[i] * u[i] * (s * (T(1) + g[i] * (T(1) - s)));
         }
@@ -165,9 +197,11 @@ void swiglu_backward_rows(const T * g, const T * u, const T * dy, T * dg, T * du
 struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     static torch::Tensor forward(AutogradContext * ctx, const torch::Tensor & gate, const torch::Tensor & up) {
         const torch::Tensor g = gate.contiguous(), u = up.contiguous();
-        torch::Tensor y = torch::empty_like(g);  // [T, F]
+        const torch::Tensor sig = torch::sigmoid(g);  // [T, F]
+        torch::Tensor y = torch::empty_like(g);       // [T, F]
         AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fused_swiglu", [&] {
-            swiglu_rows<scalar_t>(g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), g.numel());
+            swiglu_rows<scalar_t>(g.data_ptr<scalar_t>(), sig.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(),
+                                  y.data_ptr<scalar_t>(), g.numel());
         });
         ctx->save_for_backward({g, u});
         return y;
@@ -175,11 +209,12 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     static tensor_list backward(AutogradContext * ctx, tensor_list grads) {
         auto saved = ctx->get_saved_variables();
         const torch::Tensor dy = grads[0].contiguous();
+        const torch::Tensor sig = torch::sigmoid(saved[0]);  // [T, F]
         torch::Tensor dg = torch::empty_like(saved[0]), du = torch::empty_like(saved[1]);
         AT_DISPATCH_FLOATING_TYPES(dy.scalar_type(), "fused_swiglu_backward", [&] {
-            swiglu_backward_rows<scalar_t>(saved[0].data_ptr<scalar_t>(), saved[1].data_ptr<scalar_t>(),
-                                           dy.data_ptr<scalar_t>(), dg.data_ptr<scalar_t>(), du.data_ptr<scalar_t>(),
-                                           dy.numel());
+            swiglu_backward_rows<scalar_t>(saved[0].data_ptr<scalar_t>(), sig.data_ptr<scalar_t>(),
+                                           saved[1].data_ptr<scalar_t>(), dy.data_ptr<scalar_t>(),
+                                           dg.data_ptr<scalar_t>(), du.data_ptr<scalar_t>(), dy.numel());
         });
         return {dg, du};
     }
