@@ -1,9 +1,12 @@
 // SequenceCache (per-sequence K/V slabs) and attention of new rows against the cache (kv_cache.h).
 #include "engine/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+
+#include "engine/kernels/attention_decode.h"
 
 namespace tinkerd::engine {
 
@@ -102,10 +105,31 @@ CachedAttention::CachedAttention(const std::vector<int64_t> & lengths, const std
     }
 }
 
+torch::Tensor CachedAttention::decode_in_place(int64_t layer, const torch::Tensor & q) const {
+    const bool one_row_each = std::all_of(lengths_.begin(), lengths_.end(), [](int64_t n) { return n == 1; });
+    if (!one_row_each || caches_.empty()) {
+        return {};
+    }
+    std::vector<torch::Tensor> keys, values;  // [KV, total, D] views of the slabs
+    std::vector<int64_t> totals;
+    for (SequenceCache * cache : caches_) {
+        totals.push_back(cache->length() + 1);
+        keys.push_back(cache->keys(layer, totals.back()));
+        values.push_back(cache->values(layer, totals.back()));
+    }
+    if (!kernels::attention_decode_applies(q, keys, values)) {
+        return {};
+    }
+    return kernels::attention_decode(q, keys, values, totals);  // [T, H*D], row s = sequence s
+}
+
 torch::Tensor CachedAttention::run(int64_t layer, const torch::Tensor & q, const torch::Tensor & k,
                                    const torch::Tensor & v) const {
     for (size_t s = 0; s < caches_.size(); ++s) {
         caches_[s]->write(layer, k.narrow(0, offsets_[s], lengths_[s]), v.narrow(0, offsets_[s], lengths_[s]));
+    }
+    if (torch::Tensor out = decode_in_place(layer, q); out.defined()) {
+        return out;
     }
     const int64_t H = q.size(1), D = q.size(2);
     std::vector<torch::Tensor> outputs;

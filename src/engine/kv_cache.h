@@ -46,6 +46,10 @@ class CachedAttention {
     torch::Tensor run(int64_t layer, const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v) const;
 
   private:
+    // Decode steps (one new row per sequence, fp32 caches on the CPU): attention read in place from the
+    // slabs (kernels/attention_decode.h); undefined when the step does not qualify.
+    torch::Tensor decode_in_place(int64_t layer, const torch::Tensor & q) const;
+
     struct Group {
         std::vector<size_t> seqs;  // sequence indices
         int64_t n = 0;             // new rows per sequence

@@ -1,8 +1,182 @@
-// Base-weight products (matmul.h): dispatch between the CPU kernels and the generic torch ops, and the
-// autograd function that gives base_linear its backward.
+// Base-weight products (matmul.h): dispatch between the CPU kernels (register-blocked for few rows, blocks
+// of the weight converted to fp32 for BLAS for many) and the generic torch ops, and the autograd function
+// that gives base_linear its backward.
 #include "engine/kernels/matmul.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include <ATen/Parallel.h>
+
+#include "engine/kernels/matmul_kernels.h"
+
 namespace tinkerd::engine::kernels {
+
+namespace {
+
+constexpr int64_t kScratchBytes = int64_t{1} << 20;  // fp32 weight block for BLAS: a share of L2
+constexpr int64_t kColumnGroup = 32;                 // backward kernel columns per task
+constexpr int64_t kGrainElements = 1 << 15;          // weight elements per task, at least
+
+KernelIsa initial_isa() {
+    const char * env = std::getenv("TINKERD_MATMUL_KERNELS");
+    const KernelIsa best = cpu_kernel_isa();
+    if (env == nullptr) {
+        return best;
+    }
+    const std::string name = env;
+    const KernelIsa asked = name == "avx512"                     ? KernelIsa::avx512
+                            : name == "avx2"                     ? KernelIsa::avx2
+                            : (name == "0" || name == "generic") ? KernelIsa::generic
+                                                                 : best;
+    return std::min(asked, best);
+}
+
+std::atomic<KernelIsa> & isa_setting() {
+    static std::atomic<KernelIsa> isa{initial_isa()};
+    return isa;
+}
+
+std::atomic<int64_t> & blas_rows_setting() {
+    static std::atomic<int64_t> rows{64};
+    return rows;
+}
+
+const uint16_t * bf16_data(const torch::Tensor & w) {
+    return reinterpret_cast<const uint16_t *>(w.data_ptr());
+}
+
+// True when the kernels can take a (fp32, contiguous, CPU, last dim = w.size(w_dim)) with w (bf16 [out, in],
+// contiguous, CPU); w_dim is 1 for the forward (a = x), 0 for the backward (a = dy).
+bool kernel_applies(const torch::Tensor & a, const torch::Tensor & w, int64_t w_dim) {
+    return kernel_isa() != KernelIsa::generic && a.device().is_cpu() && w.device().is_cpu() &&
+           a.scalar_type() == torch::kFloat && w.scalar_type() == torch::kBFloat16 && w.dim() == 2 && a.dim() >= 1 &&
+           a.size(-1) == w.size(w_dim) && a.is_contiguous() && w.is_contiguous() && a.numel() > 0 && w.numel() > 0 &&
+           !(torch::GradMode::is_enabled() && a.requires_grad());
+}
+
+// scratch [rows, cols] = fp32(w [rows, cols] with row stride ld), on the calling thread.
+void convert_block(const uint16_t * w, int64_t ld, int64_t rows, int64_t cols, float * scratch) {
+    const auto convert = kernel_isa() == KernelIsa::avx512 ? detail::bf16_to_f32_avx512 : detail::bf16_to_f32_avx2;
+    for (int64_t r = 0; r < rows; ++r) {
+        convert(w + r * ld, scratch + r * cols, cols);
+    }
+}
+
+// This thread's fp32 scratch for weight blocks, as [rows, cols] (rows * cols <= kScratchFloats).
+torch::Tensor scratch_block(int64_t rows, int64_t cols) {
+    thread_local torch::Tensor buffer;
+    if (!buffer.defined() || buffer.numel() < rows * cols) {
+        buffer = torch::empty({std::max(rows * cols, kScratchBytes / 4)}, torch::kFloat);
+    }
+    return buffer.narrow(0, 0, rows * cols).view({rows, cols});
+}
+
+int64_t block_rows(int64_t cols) {
+    return std::max<int64_t>(16, kScratchBytes / (cols * 4));
+}
+
+// y [T, out] = x [T, in] · w [out, in]ᵀ. Each thread takes a range of weight rows and walks it by blocks
+// converted to fp32, one single-threaded BLAS call per block (MKL runs serially inside the parallel region)
+// into y's column block: one synchronisation per call.
+void forward_blas(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
+    const int64_t out = w.size(0), in = w.size(1), step = block_rows(in);
+    const uint16_t * wp = bf16_data(w);
+    at::parallel_for(0, out, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t o0 = begin; o0 < end; o0 += step) {
+            const int64_t rows = std::min(step, end - o0);
+            torch::Tensor wf = scratch_block(rows, in);  // [rows, in]
+            convert_block(wp + o0 * in, in, rows, in, wf.data_ptr<float>());
+            torch::Tensor y_block = y.narrow(1, o0, rows);  // [T, rows], row stride out
+            at::mm_out(y_block, x, wf.t());
+        }
+    });
+}
+
+// dx [T, in] = dy [T, out] · w [out, in]. Each thread owns a range of dx's columns and accumulates over
+// blocks of weight rows (BLAS's K blocking) converted to fp32: no reduction between threads.
+void backward_blas(const torch::Tensor & dy, const torch::Tensor & w, torch::Tensor & dx) {
+    const int64_t out = w.size(0), in = w.size(1);
+    const uint16_t * wp = bf16_data(w);
+    at::parallel_for(0, (in + 15) / 16, 1, [&](int64_t begin, int64_t end) {
+        const int64_t c0 = begin * 16, cols = std::min(in, end * 16) - c0, step = block_rows(cols);
+        torch::Tensor dx_cols = dx.narrow(1, c0, cols);  // [T, cols], row stride in
+        for (int64_t o0 = 0; o0 < out; o0 += step) {
+            const int64_t rows = std::min(step, out - o0);
+            torch::Tensor wf = scratch_block(rows, cols);  // [rows, cols]
+            convert_block(wp + o0 * in + c0, in, rows, cols, wf.data_ptr<float>());
+            const torch::Tensor dy_block = dy.narrow(1, o0, rows);  // [T, rows], row stride out
+            if (o0 == 0) {
+                at::mm_out(dx_cols, dy_block, wf);
+            } else {
+                dx_cols.addmm_(dy_block, wf);
+            }
+        }
+    });
+}
+
+void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
+    const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
+    const auto rows = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / in / 4);  // in blocks of 4 weight rows
+    at::parallel_for(0, (out + 3) / 4, grain, [&](int64_t b, int64_t e) {
+        rows(x.data_ptr<float>(), T, in, bf16_data(w), b * 4, std::min(out, e * 4), y.data_ptr<float>(), out);
+    });
+}
+
+void backward_small(const torch::Tensor & dy, const torch::Tensor & w, torch::Tensor & dx) {
+    const int64_t T = dy.size(0), out = w.size(0), in = w.size(1);
+    const auto cols = kernel_isa() == KernelIsa::avx512 ? detail::backward_cols_avx512 : detail::backward_cols_avx2;
+    const int64_t groups = (in + kColumnGroup - 1) / kColumnGroup;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / (out * kColumnGroup));
+    at::parallel_for(0, groups, grain, [&](int64_t b, int64_t e) {
+        const int64_t c0 = b * kColumnGroup, c1 = std::min(in, e * kColumnGroup);
+        cols(dy.data_ptr<float>(), T, out, bf16_data(w), in, c0, c1, dx.data_ptr<float>());
+    });
+}
+
+using Product = void (*)(const torch::Tensor & a, const torch::Tensor & w, torch::Tensor & result);
+
+// a [..., k] -> [..., n] with the small-T kernel, or the BLAS path from blas_min_rows() rows of a on.
+torch::Tensor run_kernels(const torch::Tensor & a, const torch::Tensor & w, int64_t n, Product small, Product blas) {
+    const torch::Tensor a2 = a.view({-1, a.size(-1)});                  // [T, k]
+    torch::Tensor result = torch::empty({a2.size(0), n}, a.options());  // [T, n]
+    (a2.size(0) >= blas_min_rows() ? blas : small)(a2, w, result);
+    std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
+    shape.push_back(n);
+    return result.view(shape);
+}
+
+}  // namespace
+
+KernelIsa cpu_kernel_isa() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+        return KernelIsa::avx512;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        return KernelIsa::avx2;
+    }
+    return KernelIsa::generic;
+}
+
+KernelIsa kernel_isa() {
+    return isa_setting().load(std::memory_order_relaxed);
+}
+void set_kernel_isa(KernelIsa isa) {
+    isa_setting().store(std::min(isa, cpu_kernel_isa()));
+}
+void set_kernels_enabled(bool enabled) {
+    set_kernel_isa(enabled ? cpu_kernel_isa() : KernelIsa::generic);
+}
+int64_t blas_min_rows() {
+    return blas_rows_setting().load(std::memory_order_relaxed);
+}
+void set_blas_min_rows(int64_t rows) {
+    blas_rows_setting().store(std::max<int64_t>(1, rows));
+}
 
 torch::Tensor matmul_weight_generic(const torch::Tensor & x, const torch::Tensor & w) {
     return torch::matmul(x, w.to(x.scalar_type()).t());  // [T, out]
@@ -13,11 +187,17 @@ torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const tor
 }
 
 torch::Tensor matmul_weight(const torch::Tensor & x, const torch::Tensor & w) {
-    return matmul_weight_generic(x, w);
+    if (!kernel_applies(x, w, 1)) {
+        return matmul_weight_generic(x, w);
+    }
+    return run_kernels(x, w, w.size(0), forward_small, forward_blas);  // [..., out]
 }
 
 torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tensor & w) {
-    return matmul_weight_backward_generic(dy, w);
+    if (!kernel_applies(dy, w, 0)) {
+        return matmul_weight_backward_generic(dy, w);
+    }
+    return run_kernels(dy, w, w.size(1), backward_small, backward_blas);  // [..., in]
 }
 
 namespace {
@@ -31,7 +211,7 @@ struct BaseLinearFunction : public torch::autograd::Function<BaseLinearFunction>
     static torch::autograd::tensor_list backward(torch::autograd::AutogradContext * ctx,
                                                  torch::autograd::tensor_list grads) {
         const torch::Tensor w = ctx->saved_data["w"].toTensor();
-        return {matmul_weight_backward(grads[0], w), torch::Tensor()};
+        return {matmul_weight_backward(grads[0].contiguous(), w), torch::Tensor()};
     }
 };
 

@@ -16,6 +16,20 @@ torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tens
 // y = x · wᵀ with autograd for x only (w is a frozen base weight): the op the transformer calls.
 torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w);
 
+// Which CPU kernels matmul_weight / matmul_weight_backward use for fp32 activations on contiguous bf16
+// weights (everything else takes the generic ops). The default is the best the CPU supports, or what the
+// environment variable TINKERD_MATMUL_KERNELS names (generic, avx2, avx512; 0 = generic).
+enum class KernelIsa { generic, avx2, avx512 };
+KernelIsa cpu_kernel_isa();              // the best this CPU supports
+KernelIsa kernel_isa();                  // the one in use
+void set_kernel_isa(KernelIsa isa);      // clamped to cpu_kernel_isa(); for tests and benchmarks
+void set_kernels_enabled(bool enabled);  // false = set_kernel_isa(generic); true = the CPU's best
+
+// From this many rows of x (or dy) on, the products convert blocks of the weight to fp32 and call BLAS;
+// below it the register-blocked kernels read each weight row once. Settable for tests and benchmarks.
+int64_t blas_min_rows();
+void set_blas_min_rows(int64_t rows);
+
 // The generic ops the kernels replace (the reference in tests, and the path on GPUs and other CPUs).
 torch::Tensor matmul_weight_generic(const torch::Tensor & x, const torch::Tensor & w);
 torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const torch::Tensor & w);

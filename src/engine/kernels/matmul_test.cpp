@@ -1,0 +1,172 @@
+// matmul_weight / matmul_weight_backward against a float64 reference at odd sizes, for every kernel ISA this
+// CPU has (register-blocked and BLAS paths), bf16 and fp32 weights; the generic path when the kernels are
+// disabled; base_linear's gradient; shapes and layouts the kernels leave to the generic ops.
+#include "engine/kernels/matmul.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace tinkerd::engine::kernels {
+namespace {
+
+const std::vector<int64_t> kRows = {1, 2, 3, 7, 8, 9, 31, 33, 65, 257};
+const std::vector<int64_t> kDims = {1, 7, 17, 63, 577, 1537};
+constexpr int64_t kMaxWork = 30'000'000;  // T * in * out per case, to keep the float64 reference quick
+constexpr double kRelative = 1e-5;        // of Σ|terms|: fp32 accumulation over up to 1537 terms
+
+// Restores the kernel settings a test changes.
+struct SettingsGuard {
+    KernelIsa isa = kernel_isa();
+    int64_t blas = blas_min_rows();
+    ~SettingsGuard() {
+        set_kernel_isa(isa);
+        set_blas_min_rows(blas);
+    }
+};
+
+std::vector<KernelIsa> available_isas() {
+    std::vector<KernelIsa> isas;
+    for (KernelIsa isa : {KernelIsa::avx2, KernelIsa::avx512}) {
+        if (isa <= cpu_kernel_isa()) {
+            isas.push_back(isa);
+        }
+    }
+    return isas;
+}
+
+// a·b in float64 and its error bound kRelative · (|a|·|b|), elementwise.
+struct Expected {
+    torch::Tensor value, bound;
+};
+
+Expected expected(const torch::Tensor & a, const torch::Tensor & b) {
+    const torch::Tensor ad = a.to(torch::kDouble), bd = b.to(torch::kDouble);
+    return {torch::matmul(ad, bd), torch::matmul(ad.abs(), bd.abs()) * kRelative + 1e-30};
+}
+
+void expect_within(const torch::Tensor & got, const Expected & want) {
+    ASSERT_EQ(got.sizes(), want.value.sizes());
+    ASSERT_EQ(got.scalar_type(), torch::kFloat);
+    const torch::Tensor excess = (got.to(torch::kDouble) - want.value).abs() / want.bound;
+    EXPECT_LE(excess.max().item<double>(), 1.0);
+}
+
+void expect_close(const torch::Tensor & got, const torch::Tensor & a, const torch::Tensor & b) {
+    expect_within(got, expected(a, b));
+}
+
+// One (T, in, out) case of the grid with its float64 products (computed once, checked on every path).
+struct Case {
+    std::string name;
+    torch::Tensor x, dy, w;  // [T, in], [T, out], [out, in] in the case's weight dtype
+    Expected forward, backward;
+};
+
+std::vector<Case> make_grid(torch::ScalarType dtype) {
+    torch::manual_seed(7);
+    std::vector<Case> cases;
+    for (int64_t T : kRows) {
+        for (int64_t in : kDims) {
+            for (int64_t out : kDims) {
+                if (T * in * out > kMaxWork) {
+                    continue;
+                }
+                Case c{"T=" + std::to_string(T) + " in=" + std::to_string(in) + " out=" + std::to_string(out),
+                       torch::randn({T, in}),
+                       torch::randn({T, out}),
+                       torch::randn({out, in}).to(dtype),
+                       {},
+                       {}};
+                const torch::Tensor wf = c.w.to(torch::kFloat);
+                c.forward = expected(c.x, wf.t());
+                c.backward = expected(c.dy, wf);
+                cases.push_back(std::move(c));
+            }
+        }
+    }
+    return cases;
+}
+
+const std::vector<Case> & bf16_grid() {
+    static const std::vector<Case> cases = make_grid(torch::kBFloat16);
+    return cases;
+}
+
+void check_grid(const std::vector<Case> & cases) {
+    for (const Case & c : cases) {
+        SCOPED_TRACE(c.name);
+        expect_within(matmul_weight(c.x, c.w), c.forward);
+        expect_within(matmul_weight_backward(c.dy, c.w), c.backward);
+    }
+}
+
+TEST(MatmulKernels, Bf16WeightsMatchFloat64OnEveryPath) {
+    SettingsGuard guard;
+    for (KernelIsa isa : available_isas()) {
+        set_kernel_isa(isa);
+        for (int64_t blas : {int64_t{1}, int64_t{64}, int64_t{1} << 40}) {  // BLAS always, default, never
+            SCOPED_TRACE("isa=" + std::to_string(static_cast<int>(isa)) + " blas_min_rows=" + std::to_string(blas));
+            set_blas_min_rows(blas);
+            check_grid(bf16_grid());
+        }
+    }
+}
+
+TEST(MatmulKernels, GenericPathMatchesFloat64) {
+    SettingsGuard guard;
+    set_kernels_enabled(false);
+    EXPECT_EQ(kernel_isa(), KernelIsa::generic);
+    check_grid(bf16_grid());
+}
+
+TEST(MatmulKernels, Fp32WeightsMatchFloat64) {
+    check_grid(make_grid(torch::kFloat));
+}
+
+TEST(MatmulKernels, DisabledKernelsGiveTheGenericResults) {
+    SettingsGuard guard;
+    torch::manual_seed(3);
+    const torch::Tensor x = torch::randn({9, 577}), dy = torch::randn({9, 63});
+    const torch::Tensor w = torch::randn({63, 577}).to(torch::kBFloat16);
+    const torch::Tensor fast = matmul_weight(x, w), fast_back = matmul_weight_backward(dy, w);
+    set_kernels_enabled(false);
+    const torch::Tensor generic = matmul_weight(x, w), generic_back = matmul_weight_backward(dy, w);
+    EXPECT_TRUE(torch::equal(generic, matmul_weight_generic(x, w)));
+    EXPECT_TRUE(torch::equal(generic_back, matmul_weight_backward_generic(dy, w)));
+    EXPECT_TRUE(torch::allclose(fast, generic, 1e-5, 1e-4));
+    EXPECT_TRUE(torch::allclose(fast_back, generic_back, 1e-5, 1e-4));
+    set_kernels_enabled(true);
+    EXPECT_EQ(kernel_isa(), cpu_kernel_isa());
+}
+
+TEST(MatmulKernels, BatchedAndNonContiguousInputs) {
+    torch::manual_seed(5);
+    const torch::Tensor w = torch::randn({17, 63}).to(torch::kBFloat16), wf = w.to(torch::kFloat);
+    const torch::Tensor x3 = torch::randn({2, 5, 63});          // [B, S, in]
+    const torch::Tensor x_strided = torch::randn({63, 9}).t();  // [9, 63], not contiguous
+    const torch::Tensor x_vector = torch::randn({63});          // [in]
+    EXPECT_EQ(matmul_weight(x3, w).sizes(), (std::vector<int64_t>{2, 5, 17}));
+    expect_close(matmul_weight(x3, w).view({10, 17}), x3.view({10, 63}), wf.t());
+    expect_close(matmul_weight(x_strided, w), x_strided, wf.t());
+    expect_close(matmul_weight(x_vector, w).view({1, 17}), x_vector.view({1, 63}), wf.t());
+    const torch::Tensor dy3 = torch::randn({2, 3, 17});
+    expect_close(matmul_weight_backward(dy3, w).view({6, 63}), dy3.view({6, 17}), wf);
+}
+
+TEST(MatmulKernels, BaseLinearGradientIsTheBackwardProduct) {
+    torch::manual_seed(11);
+    const torch::Tensor w = torch::randn({33, 65}).to(torch::kBFloat16), wf = w.to(torch::kFloat);
+    for (int64_t T : {3, 100}) {
+        torch::Tensor x = torch::randn({T, 65}).requires_grad_(true);
+        const torch::Tensor dy = torch::randn({T, 33});
+        const torch::Tensor y = base_linear(x, w);
+        expect_close(y.detach(), x.detach(), wf.t());
+        y.backward(dy);
+        expect_close(x.grad(), dy, wf);
+    }
+}
+
+}  // namespace
+}  // namespace tinkerd::engine::kernels
