@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import Server  # noqa: E402  (starts BUILD/tinkerd on a free port, waits for healthz)
 
 DIRS = {"bf16": ("smollm135m-bf16", "smollm135m-bf16.gguf"), "fp32": ("smollm135m-f32", "smollm135m-f32.gguf")}
-PROMPT = "The capital of France is"
+PROMPTS = ["The capital of France is", "Once upon a time, in a small village,"]
 
 
 def llamacpp_text(binary, gguf_path, prompt, tokens):
@@ -25,7 +25,7 @@ def llamacpp_text(binary, gguf_path, prompt, tokens):
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
         raise SystemExit("llamacpp_check: llama-simple failed")
-    out = p.stdout.rstrip("\n")  # llama-simple prints the prompt's pieces, then the new ones, then "\n"
+    out = p.stdout[:-1] if p.stdout.endswith("\n") else p.stdout  # prompt pieces, new pieces, then one "\n"
     if not out.startswith(prompt):
         raise SystemExit(f"llamacpp_check: llama-simple's output does not start with the prompt: {out[:80]!r}")
     return out[len(prompt):]
@@ -50,16 +50,29 @@ def agreement(a, b):
     return chars, words, len(wa), len(wb)
 
 
+def check(o, port, dtype, prompt):
+    ours = tinkerd_text(port, f"smollm135m-{dtype}", prompt, o.tokens)
+    theirs = llamacpp_text(o.bin, os.path.join(o.models, DIRS[dtype][1]), prompt, o.tokens)
+    chars, words, n_ours, n_theirs = agreement(ours, theirs)
+    same = ours == theirs
+    print(f"llamacpp_check {dtype}: prompt {prompt!r}\n  tinkerd:   {ours!r}\n  llama.cpp: {theirs!r}\n"
+          f"  {'identical' if same else f'agree on the first {chars} characters, {words} words'}",
+          file=sys.stderr, flush=True)
+    print(json.dumps({"bench": "sample", "impl": "llamacpp", "kind": "text_check", "dtype": dtype, "prompt": prompt,
+                      "max_tokens": o.tokens, "tinkerd": ours, "llamacpp": theirs, "identical": same,
+                      "agree_chars": chars, "agree_words": words, "words": [n_ours, n_theirs]}), flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="greedy text of llama.cpp and tinkerd on the same weights")
     ap.add_argument("build")
     ap.add_argument("bin")
     ap.add_argument("models")
     ap.add_argument("--dtypes", default="bf16,fp32")
-    ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--prompt", action="append", help=f"repeatable (default: {PROMPTS})")
     o = ap.parse_args(argv)
-    dtypes = o.dtypes.split(",")
+    dtypes, prompts = o.dtypes.split(","), o.prompt or PROMPTS
     extra = ["--threads", "2"]
     for d in dtypes:
         extra += ["--model", f"smollm135m-{d}={os.path.join(o.models, DIRS[d][0])}"]
@@ -67,17 +80,8 @@ def main(argv=None):
     server.start()
     try:
         for d in dtypes:
-            ours = tinkerd_text(server.port, f"smollm135m-{d}", o.prompt, o.tokens)
-            theirs = llamacpp_text(o.bin, os.path.join(o.models, DIRS[d][1]), o.prompt, o.tokens)
-            chars, words, n_ours, n_theirs = agreement(ours, theirs)
-            same = ours == theirs
-            print(f"llamacpp_check {d}: prompt {o.prompt!r}\n  tinkerd:   {ours!r}\n  llama.cpp: {theirs!r}\n"
-                  f"  {'identical' if same else f'agree on the first {chars} characters, {words} words'}",
-                  file=sys.stderr, flush=True)
-            print(json.dumps({"bench": "sample", "impl": "llamacpp", "kind": "text_check", "dtype": d,
-                              "prompt": o.prompt, "max_tokens": o.tokens, "tinkerd": ours, "llamacpp": theirs,
-                              "identical": same, "agree_chars": chars, "agree_words": words,
-                              "words": [n_ours, n_theirs]}), flush=True)
+            for prompt in prompts:
+                check(o, server.port, d, prompt)
     finally:
         server.stop()
         server.cleanup()
