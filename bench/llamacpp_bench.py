@@ -8,9 +8,10 @@
 #   batch 1 also as llama-bench tg128 (kind "tg"), the number llamacpp-anchor.md quotes
 #   prefill: llama-bench -p 256,512 -n 0, median of its REPEATS samples (kind "prefill"; its time is the
 #     time to first token minus sampling, and like sample_bench's GFLOP/s it leaves lm_head out)
-# Every invocation: 2 threads (--threads), llama.cpp's defaults otherwise (flash attention auto, f16 KV cache,
-# mmap), after waiting (up to 60 s) for a quiet machine; re-run once when other processes used more than
-# --max-foreign % of the cores meanwhile (the quieter try is kept; its share is in foreign_cpu_pct).
+# Every invocation: 2 threads (--threads), llama.cpp's defaults otherwise (flash attention auto, f16 KV
+# cache, mmap), after waiting (up to --quiet-wait 60 s) for a quiet machine; re-run once (--retries) when
+# other processes used more than --max-foreign % of the cores meanwhile (the quieter try is kept; its share
+# is in foreign_cpu_pct).
 # Usage: python3 bench/llamacpp_bench.py LLAMACPP_BIN MODELS_DIR [--dtypes bf16,fp32] [--repeats 3] ...
 import argparse
 import json
@@ -60,11 +61,11 @@ def wait_for_quiet(max_pct, timeout_s=60):
     return False
 
 
-def run_tool(cmd, max_foreign, retries):
+def run_tool(cmd, o):
     """(JSON objects printed by cmd, foreign CPU %) of the quietest of up to retries+1 runs."""
-    best = None
+    best, max_foreign, retries = None, o.max_foreign, o.retries
     for attempt in range(retries + 1):
-        wait_for_quiet(max_foreign)
+        wait_for_quiet(max_foreign, o.quiet_wait)
         noise = ForeignCpu()
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         pct = noise.percent()
@@ -77,7 +78,8 @@ def run_tool(cmd, max_foreign, retries):
             best = (objs, pct)
         if pct <= max_foreign:
             break
-        log(f"  (others used {pct:.0f}% of the CPU{'; measuring again' if attempt < retries else '; keeping the quietest try'})")
+        then = "measuring again" if attempt < retries else "keeping the quietest try"
+        log(f"  (others used {pct:.0f}% of the CPU; {then})")
     return best
 
 
@@ -94,7 +96,7 @@ def decode_rows(o, binary, model, dtype):
     log(f"{dtype} decode: {' '.join(cmd[1:])}")
     speeds, foreign = {b: [] for b in o.batches}, {b: [] for b in o.batches}
     for _ in range(o.repeats):
-        objs, pct = run_tool(cmd, o.max_foreign, o.retries)
+        objs, pct = run_tool(cmd, o)
         for r in objs:
             if r.get("pl") in speeds:
                 speeds[r["pl"]].append(r["speed_tg"])
@@ -116,7 +118,7 @@ def bench_rows(o, binary, model, dtype):
     cmd = [os.path.join(binary, "llama-bench"), "-m", model, "-t", str(o.threads), "-r", str(o.repeats),
            "-p", ",".join(map(str, o.prefill)) or "0", "-n", str(o.max_tokens), "-o", "jsonl"]
     log(f"{dtype} prefill and tg: {' '.join(cmd[1:])}")
-    objs, pct = run_tool(cmd, o.max_foreign, o.retries)
+    objs, pct = run_tool(cmd, o)
     for r in objs:
         samples = r.get("samples_ts") or [r["avg_ts"]]
         tps = statistics.median(samples)
@@ -148,6 +150,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-foreign", type=float, default=5)
     ap.add_argument("--retries", type=int, default=1)
+    ap.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for a quiet machine per run")
     o = ap.parse_args(argv)
     o.batches = [int(x) for x in o.batches.split(",") if int(x) > 0]
     o.prefill = [int(x) for x in o.prefill.split(",") if int(x) > 0]
