@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# `make bench`: generates the seeded SmolLM-135M-shaped models (fp32 and bf16), runs the engine's
-# training benchmark and the plain PyTorch (HF+PEFT-style) baseline on the same models and batches,
-# and prints one comparison table (bench/report.py); then the sampling benchmark and its table
-# (bench/sample_report.py). Raw JSON lines: BUILD/bench/results.jsonl and BUILD/bench/sample_results.jsonl.
+# `make bench`: builds llama.cpp's benchmark tools once (scripts/build-llamacpp.sh: PyPI's llama-cpp-python
+# sdist, cached in ~/.cache/tinkerd; BENCH_LLAMACPP=0 skips llama.cpp), writes the bench models from the
+# real SmolLM2-135M-Instruct weights (bench/real_model.py: the pinned Q4_1 GGUF dequantised, as fp32 and
+# bf16 HF dirs for tinkerd/PyTorch and bf16/f32 GGUFs for llama.cpp), runs the engine's training
+# benchmark and the plain PyTorch (HF+PEFT-style) baseline on the same models and batches, and prints one
+# comparison table (bench/report.py); then the sampling benchmark of tinkerd, plain PyTorch and llama.cpp
+# on the same weights in this run, and its table (bench/sample_report.py). Raw JSON lines:
+# BUILD/bench/results.jsonl and BUILD/bench/sample_results.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -13,9 +17,15 @@ OUT=$BUILD/bench/results.jsonl
 mkdir -p "$MODELS" "$(dirname "$OUT")"
 : > "$OUT"
 
-echo "bench: generating models in $MODELS" >&2
-"$PYTHON" bench/bench_model.py "$MODELS/smollm135m-f32" --dtype f32 --seed 0
-"$PYTHON" bench/bench_model.py "$MODELS/smollm135m-bf16" --dtype bf16 --seed 0
+LLAMACPP=${BENCH_LLAMACPP:-1}
+if [[ "$LLAMACPP" != 0 ]]; then
+    echo "bench: llama.cpp benchmark tools (built once from PyPI's llama-cpp-python sdist)" >&2
+    LLAMACPP_BIN=$(scripts/build-llamacpp.sh | tail -1)
+fi
+
+echo "bench: SmolLM2-135M-Instruct (the pinned default model, Q4_1 GGUF dequantised) in $MODELS" >&2
+GGUF=$(scripts/fetch-default-model.sh | tail -1)
+"$PYTHON" bench/real_model.py "$MODELS" --gguf "$GGUF" --gguf-tool "$BUILD/src/gguf/gguf_tool"
 
 echo "bench: tinkerd engine, bf16 base weights" >&2
 "$BUILD/bench/train_bench" "$MODELS/smollm135m-bf16" auto "$STEPS" 2 | tee -a "$OUT"
@@ -27,7 +37,8 @@ echo "bench: plain PyTorch eager LoRA step (padded, HF+PEFT style)" >&2
 "$PYTHON" bench/report.py "$OUT"
 
 # Sampling (issue 4): decode at batch 1/8/32 (base, one adapter, 8 adapters mixed), prefill 256/512 and
-# time to first token, against the read-bandwidth bound measured in the same run, plain PyTorch and llama.cpp.
+# time to first token, against the read-bandwidth bound measured in the same run, plain PyTorch and llama.cpp
+# (same weights, same run).
 SAMPLE_OUT=$BUILD/bench/sample_results.jsonl
 SAMPLE_TOKENS=${BENCH_SAMPLE_TOKENS:-128}
 : > "$SAMPLE_OUT"
@@ -40,6 +51,12 @@ for w in bf16 f32; do
     "$PYTHON" bench/pytorch_sample_baseline.py "$MODELS/smollm135m-$w" --max-tokens "$SAMPLE_TOKENS" \
         --check "$SAMPLE_OUT" | tee -a "$SAMPLE_OUT"
 done
+if [[ "$LLAMACPP" != 0 ]]; then
+    echo "bench: llama.cpp on the same weights (bf16 and f32 GGUF), decode batch 1/8/32 and prefill" >&2
+    "$PYTHON" bench/llamacpp_bench.py "$LLAMACPP_BIN" "$MODELS" --max-tokens "$SAMPLE_TOKENS" | tee -a "$SAMPLE_OUT"
+    echo "bench: greedy text of llama.cpp and tinkerd on the same weights" >&2
+    "$PYTHON" bench/llamacpp_check.py "$BUILD" "$LLAMACPP_BIN" "$MODELS" | tee -a "$SAMPLE_OUT"
+fi
 "$PYTHON" bench/sample_report.py "$SAMPLE_OUT"
 
 echo "bench: Tinker API round trip and 1,000 held retrieve_future polls (tests/e2e load scenario)" >&2
