@@ -29,17 +29,18 @@ struct Shape {
     const char * name;
 };
 
-// Seconds per call: the best of 9 rounds (the machine is shared: the best round is the one least disturbed),
-// each at least 0.03 s of calls and one pass through the copies.
+// Seconds per call: the best of 7 rounds (the machine is shared: the best round is the least disturbed),
+// each at least 0.03 s and 3 calls; the calls walk through the weight copies across rounds.
 double time_op(const Op & op, const torch::Tensor & a, size_t copies) {
     op(a, 0);  // warm-up (scratch buffers, thread pool)
+    size_t next = 1;
     double best = 1e30;
-    for (int round = 0; round < 9; ++round) {
+    for (int round = 0; round < 7; ++round) {
         int64_t calls = 0;
         const auto t0 = Clock::now();
         double elapsed = 0;
-        while (elapsed < 0.03 || calls < static_cast<int64_t>(copies)) {
-            op(a, static_cast<size_t>(calls) % copies);
+        while (elapsed < 0.03 || calls < 3) {
+            op(a, next++ % copies);
             ++calls;
             elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
         }
