@@ -119,11 +119,9 @@ void EngineImpl::run_planned(std::vector<PlannedInput> & planned, bool backward,
             datums.push_back(&datum);
         }
     }
-    torch::Tensor index = packed_target_index(datums, batch.tokens.size(0)).to(device);  // [T, Kmax]
-    torch::Tensor hidden = transformer_->hidden_states(batch);                           // [T, C]
-    torch::Tensor logits = transformer_->logits(hidden, batch.segments);                 // [T, V]
-    torch::Tensor lse = torch::logsumexp(logits, -1);                                    // [T]
-    torch::Tensor picked = logits.gather(1, index) - lse.unsqueeze(1);                   // [T, Kmax]
+    torch::Tensor index = packed_target_index(datums, batch.tokens.size(0)).to(device);   // [T, Kmax]
+    torch::Tensor hidden = transformer_->hidden_states(batch);                            // [T, C]
+    torch::Tensor picked = transformer_->target_logprobs(hidden, batch.segments, index);  // [T, Kmax]
     std::vector<torch::Tensor> losses;  // one scalar per planned input, on the device
     size_t d = 0;
     for (PlannedInput & p : planned) {

@@ -65,22 +65,61 @@ static bool is_targeted(const LoraSpec & spec, LoraTarget target) {
     return false;
 }
 
-// Appends the A/B pair of one projection and returns the index of A.
-static int add_pair(Adapter & a, const ProjectionShape & shape, int64_t layer, LoraTarget target, at::Generator & gen,
-                    const torch::TensorOptions & options) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(shape.in));
-    torch::Tensor lora_a = torch::rand({a.spec.rank, shape.in}, gen, torch::kFloat64) * (2 * bound) - bound;
-    torch::Tensor lora_b = torch::zeros({shape.out, a.spec.rank}, torch::kFloat64);
-    const int index = static_cast<int>(a.params.size());
-    for (auto [tensor, is_b] : {std::pair{lora_a, false}, std::pair{lora_b, true}}) {
-        torch::Tensor p = tensor.to(options).set_requires_grad(true);
-        a.names.push_back(peft_key(layer, target, is_b));
-        a.grads.push_back(torch::zeros_like(p).set_requires_grad(false));
-        a.exp_avg.push_back(torch::zeros_like(p).set_requires_grad(false));
-        a.exp_avg_sq.push_back(torch::zeros_like(p).set_requires_grad(false));
-        a.params.push_back(std::move(p));
+// Where one projection's A/B pair goes: its shape and the offset of A in the flat buffers (B follows A).
+struct PairPlan {
+    int64_t layer;
+    LoraTarget target;
+    ProjectionShape shape;
+    int64_t offset;
+};
+
+// Plans every targeted pair in parameter order (layers, then the lm_head) and sets the index fields.
+static std::vector<PairPlan> plan_pairs(Adapter & a, const model::ModelConfig & config) {
+    std::vector<PairPlan> plans;
+    int64_t offset = 0;
+    auto add = [&](int64_t layer, LoraTarget target) {
+        const ProjectionShape shape = projection_shape(config, target);
+        plans.push_back({layer, target, shape, offset});
+        offset += a.spec.rank * (shape.in + shape.out);
+        return static_cast<int>(2 * plans.size() - 2);
+    };
+    a.layer_index.assign(config.n_layers, {});
+    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+        for (int t = 0; t < N_LAYER_TARGETS; ++t) {
+            const auto target = static_cast<LoraTarget>(t);
+            a.layer_index[layer][t] = is_targeted(a.spec, target) ? add(layer, target) : -1;
+        }
     }
-    return index;
+    if (is_targeted(a.spec, LoraTarget::LM_HEAD)) {
+        a.lm_head_index = add(-1, LoraTarget::LM_HEAD);
+    }
+    return plans;
+}
+
+// The [rows, cols] view at offset of a flat buffer.
+static torch::Tensor view_of(const torch::Tensor & flat, int64_t offset, int64_t rows, int64_t cols) {
+    return flat.narrow(0, offset, rows * cols).view({rows, cols});
+}
+
+// Adds the A/B views of one planned pair to every list; A is drawn from gen, B stays zero.
+static void add_pair(Adapter & a, const PairPlan & plan, at::Generator & gen) {
+    const int64_t R = a.spec.rank;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(plan.shape.in));
+    const std::pair<int64_t, int64_t> shapes[] = {{R, plan.shape.in}, {plan.shape.out, R}};
+    int64_t offset = plan.offset;
+    for (int is_b = 0; is_b < 2; ++is_b) {
+        auto [rows, cols] = shapes[is_b];
+        a.names.push_back(peft_key(plan.layer, plan.target, is_b == 1));
+        a.grads.push_back(view_of(a.flat_grads, offset, rows, cols));
+        a.exp_avg.push_back(view_of(a.flat_exp_avg, offset, rows, cols));
+        a.exp_avg_sq.push_back(view_of(a.flat_exp_avg_sq, offset, rows, cols));
+        torch::Tensor p = view_of(a.flat_params, offset, rows, cols);
+        if (is_b == 0) {
+            p.copy_(torch::rand({rows, cols}, gen, torch::kFloat64) * (2 * bound) - bound);
+        }
+        a.params.push_back(p.set_requires_grad(true));  // a leaf: flat_params itself never requires grad
+        offset += rows * cols;
+    }
 }
 
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
@@ -89,20 +128,18 @@ Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConf
     a.id = id;
     a.spec = spec;
     a.scale = spec.alpha / static_cast<double>(spec.rank);
-    auto gen = at::detail::createCPUGenerator(seed);
-    auto options = torch::TensorOptions().dtype(dtype).device(device);
-    a.layer_index.assign(config.n_layers, {});
-    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-        for (int t = 0; t < N_LAYER_TARGETS; ++t) {
-            auto target = static_cast<LoraTarget>(t);
-            a.layer_index[layer][t] = is_targeted(spec, target)
-                                          ? add_pair(a, projection_shape(config, target), layer, target, gen, options)
-                                          : -1;
-        }
+    const std::vector<PairPlan> plans = plan_pairs(a, config);
+    int64_t total = 0;  // [N] parameters in all
+    for (const PairPlan & plan : plans) {
+        total += spec.rank * (plan.shape.in + plan.shape.out);
     }
-    if (is_targeted(spec, LoraTarget::LM_HEAD)) {
-        a.lm_head_index =
-            add_pair(a, projection_shape(config, LoraTarget::LM_HEAD), -1, LoraTarget::LM_HEAD, gen, options);
+    auto options = torch::TensorOptions().dtype(dtype).device(device);
+    for (torch::Tensor * flat : {&a.flat_params, &a.flat_grads, &a.flat_exp_avg, &a.flat_exp_avg_sq}) {
+        *flat = torch::zeros({total}, options);  // [N]
+    }
+    auto gen = at::detail::createCPUGenerator(seed);
+    for (const PairPlan & plan : plans) {
+        add_pair(a, plan, gen);
     }
     return a;
 }

@@ -28,11 +28,15 @@ ProjectionShape projection_shape(const model::ModelConfig & config, LoraTarget t
 struct Adapter {
     AdapterId id = BASE_MODEL;
     LoraSpec spec;
-    double scale = 1.0;                              // alpha / rank
-    std::vector<std::string> names;                  // PEFT keys, one per parameter, A then B per projection
+    double scale = 1.0;              // alpha / rank
+    std::vector<std::string> names;  // PEFT keys, one per parameter, A then B per projection
+    // params[i], grads[i], exp_avg[i], exp_avg_sq[i] are views into the flat buffers below (same offsets):
+    // write them in place (copy_, add_, zero_); assigning a new tensor to a slot detaches it from its buffer.
     std::vector<torch::Tensor> params;               // leaves with requires_grad; A [R, in], B [out, R]
     std::vector<torch::Tensor> grads;                // accumulated gradients, same shapes
     std::vector<torch::Tensor> exp_avg, exp_avg_sq;  // AdamW moments
+    torch::Tensor flat_params, flat_grads;           // [N] every parameter / gradient back to back
+    torch::Tensor flat_exp_avg, flat_exp_avg_sq;     // [N] the moments, same layout
     int64_t step = 0;                                // AdamW steps taken
     // index of A in params for [layer][target]; -1 = not targeted. B is at index + 1.
     std::vector<std::array<int, N_LAYER_TARGETS>> layer_index;
@@ -42,7 +46,8 @@ struct Adapter {
     const torch::Tensor * lora_b(int64_t layer, LoraTarget target) const;
 };
 
-// Builds an adapter: A kaiming-uniform (bound 1/sqrt(in), as PEFT), B zero, moments zero.
+// Builds an adapter: A kaiming-uniform (bound 1/sqrt(in), as PEFT), B zero, moments zero; every
+// per-parameter tensor a view into its flat buffer.
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
                      torch::Device device, uint64_t seed);
 

@@ -56,6 +56,10 @@ class Transformer {
     SequenceCache make_cache() const;
     // Logits [n, V] in the act dtype for hidden rows h [n, C]; segments index rows of h.
     torch::Tensor logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const;
+    // Target logprobs [T, Kmax] = log_softmax(logits)[t, index[t, k]] of hidden rows h [T, C] (segments
+    // index rows of h; index [T, Kmax] int64), chunked so [T, V] logits never exist (transformer_head.cpp).
+    torch::Tensor target_logprobs(const torch::Tensor & h, const std::vector<RowSegment> & segments,
+                                  const torch::Tensor & index) const;
 
   private:
     Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamily> family, torch::ScalarType compute,

@@ -1,0 +1,140 @@
+// chunked_target_logprobs against the plain path (full logits → log_softmax → gather, with autograd):
+// forward values and the gradients of h, LoRA A and B, for odd T and V, 1-D and 2-D targets, segments
+// with different adapters, a shared adapter and none, chunk sizes that do not divide T, fp32/bf16/fp64 W.
+#include "engine/target_logprobs.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace tinkerd::engine {
+namespace {
+
+constexpr int64_t T = 23, V = 37, C = 8;
+
+struct LoraParams {
+    torch::Tensor a;  // [R, C]
+    torch::Tensor b;  // [V, R]
+    double scale;
+};
+
+struct Segment {
+    int64_t begin, end;
+    int adapter;  // index into the adapters, -1 = none
+};
+
+// Rows 0-4 adapter 0, 5-8 none, 9-16 adapter 1, 17-22 adapter 0 again (its B gathers both segments).
+const std::vector<Segment> SEGMENTS = {{0, 5, 0}, {5, 9, -1}, {9, 17, 1}, {17, 23, 0}};
+
+struct Case {
+    torch::ScalarType act;
+    torch::ScalarType weight;
+    int64_t k_max;
+    int64_t chunk;
+};
+
+class TargetLogprobsTest : public ::testing::TestWithParam<Case> {};
+
+// The inputs every path starts from, fresh leaves each time (seeded).
+struct Inputs {
+    torch::Tensor h, w, index, grad_out;
+    std::vector<LoraParams> adapters;
+};
+
+Inputs make_inputs(const Case & c) {
+    torch::manual_seed(7);
+    auto opt = torch::TensorOptions().dtype(c.act);
+    Inputs in;
+    in.h = torch::randn({T, C}, opt).requires_grad_(true);
+    in.w = torch::randn({V, C}, opt).to(c.weight);
+    in.index = torch::randint(0, V, {T, c.k_max}, torch::kInt64);
+    in.grad_out = torch::randn({T, c.k_max}, opt);
+    for (int64_t rank : {3, 2}) {
+        in.adapters.push_back({torch::randn({rank, C}, opt).requires_grad_(true),
+                               torch::randn({V, rank}, opt).requires_grad_(true), 2.0 / rank});
+    }
+    return in;
+}
+
+torch::Tensor lora_u(const Inputs & in, const Segment & s) {
+    const LoraParams & p = in.adapters[s.adapter];
+    return torch::matmul(in.h.narrow(0, s.begin, s.end - s.begin), p.a.t()) * p.scale;  // [n, R]
+}
+
+torch::Tensor plain_path(const Inputs & in) {
+    torch::Tensor logits = torch::matmul(in.h, in.w.to(in.h.scalar_type()).t());  // [T, V]
+    std::vector<torch::Tensor> rows;
+    for (const Segment & s : SEGMENTS) {
+        torch::Tensor part = logits.narrow(0, s.begin, s.end - s.begin);
+        rows.push_back(s.adapter < 0 ? part : part + torch::matmul(lora_u(in, s), in.adapters[s.adapter].b.t()));
+    }
+    return torch::log_softmax(torch::cat(rows, 0), 1).gather(1, in.index);  // [T, Kmax]
+}
+
+torch::Tensor chunked_path(const Inputs & in, int64_t chunk) {
+    std::vector<HeadLoraSegment> loras;
+    for (const Segment & s : SEGMENTS) {
+        if (s.adapter >= 0) {
+            loras.push_back({s.begin, s.end, lora_u(in, s), in.adapters[s.adapter].b});
+        }
+    }
+    return chunked_target_logprobs(in.h, in.w, loras, in.index, chunk);
+}
+
+// Every gradient the loss sum(picked · grad_out) gives: h, then A and B of each adapter.
+std::vector<torch::Tensor> gradients(const Inputs & in, const torch::Tensor & picked) {
+    std::vector<torch::Tensor> leaves = {in.h};
+    for (const LoraParams & p : in.adapters) {
+        leaves.push_back(p.a);
+        leaves.push_back(p.b);
+    }
+    return torch::autograd::grad({(picked * in.grad_out).sum()}, leaves);
+}
+
+double max_rel_diff(const torch::Tensor & got, const torch::Tensor & want) {
+    const double scale = std::max(1.0, want.abs().max().item<double>());
+    return (got.to(torch::kFloat64) - want.to(torch::kFloat64)).abs().max().item<double>() / scale;
+}
+
+TEST_P(TargetLogprobsTest, MatchesPlainPathForwardAndBackward) {
+    const Case c = GetParam();
+    const double tol = c.act == torch::kFloat64 ? 1e-12 : 2e-5;
+    Inputs plain = make_inputs(c), chunked = make_inputs(c);
+    torch::Tensor want = plain_path(plain), got = chunked_path(chunked, c.chunk);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LT(max_rel_diff(got, want), tol);
+    auto want_grads = gradients(plain, want), got_grads = gradients(chunked, got);
+    for (size_t i = 0; i < want_grads.size(); ++i) {
+        EXPECT_LT(max_rel_diff(got_grads[i], want_grads[i]), tol) << "gradient " << i;
+    }
+}
+
+TEST_P(TargetLogprobsTest, NoGradForwardMatches) {
+    const Case c = GetParam();
+    Inputs in = make_inputs(c);
+    torch::Tensor want = plain_path(in).detach();
+    torch::NoGradGuard no_grad;
+    torch::Tensor got = chunked_path(in, c.chunk);
+    EXPECT_FALSE(got.requires_grad());
+    EXPECT_LT(max_rel_diff(got, want), c.act == torch::kFloat64 ? 1e-12 : 2e-5);
+}
+
+TEST(TargetLogprobs, WithoutLoraOnlyHasGradient) {
+    Inputs in = make_inputs({torch::kFloat64, torch::kFloat64, 2, 5});
+    torch::Tensor logits = torch::matmul(in.h, in.w.t());
+    torch::Tensor want = torch::log_softmax(logits, 1).gather(1, in.index);
+    torch::Tensor got = chunked_target_logprobs(in.h, in.w, {}, in.index, 5);
+    EXPECT_LT(max_rel_diff(got, want), 1e-12);
+    auto gw = torch::autograd::grad({(want * in.grad_out).sum()}, {in.h});
+    auto gg = torch::autograd::grad({(got * in.grad_out).sum()}, {in.h});
+    EXPECT_LT(max_rel_diff(gg[0], gw[0]), 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TargetLogprobsTest,
+    ::testing::Values(Case{torch::kFloat32, torch::kFloat32, 1, 4}, Case{torch::kFloat32, torch::kFloat32, 3, 7},
+                      Case{torch::kFloat32, torch::kBFloat16, 1, 6}, Case{torch::kFloat32, torch::kBFloat16, 3, 64},
+                      Case{torch::kFloat64, torch::kFloat64, 1, 1}, Case{torch::kFloat64, torch::kFloat64, 3, 10},
+                      Case{torch::kFloat64, torch::kFloat64, 2, 23}));
+
+}  // namespace
+}  // namespace tinkerd::engine

@@ -1,0 +1,26 @@
+// Transformer::target_logprobs: the lm_head and its per-segment LoRA as chunked target logprobs
+// (target_logprobs.h). Only u = scale·h·Aᵀ [n, R] goes through ordinary autograd; the [T, V] logits
+// and their gradient never exist.
+#include "engine/target_logprobs.h"
+#include "engine/transformer.h"
+
+namespace tinkerd::engine {
+
+torch::Tensor Transformer::target_logprobs(const torch::Tensor & h, const std::vector<RowSegment> & segments,
+                                           const torch::Tensor & index) const {
+    std::vector<HeadLoraSegment> loras;
+    for (const RowSegment & s : segments) {
+        const torch::Tensor * a = s.adapter ? s.adapter->lora_a(-1, LoraTarget::LM_HEAD) : nullptr;
+        if (a == nullptr) {
+            continue;
+        }
+        torch::Tensor h_seg = h.narrow(0, s.begin, s.end - s.begin).to(a->scalar_type());  // [n, C]
+        torch::Tensor u = torch::matmul(h_seg, a->t()) * s.adapter->scale;                 // [n, R]
+        loras.push_back({s.begin, s.end, u, *s.adapter->lora_b(-1, LoraTarget::LM_HEAD)});
+    }
+    // lm_head_act_ is the exact act-dtype copy of the lm_head (the base weights themselves in fp32 and
+    // fp64): the same products as the bf16 weights with fp32 math, and MKL's fp32 GEMM is the faster here.
+    return chunked_target_logprobs(h, lm_head_act_, loras, index);
+}
+
+}  // namespace tinkerd::engine
