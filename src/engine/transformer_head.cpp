@@ -18,9 +18,8 @@ torch::Tensor Transformer::target_logprobs(const torch::Tensor & h, const std::v
         torch::Tensor u = torch::matmul(h_seg, a->t()) * s.adapter->scale;                 // [n, R]
         loras.push_back({s.begin, s.end, u, *s.adapter->lora_b(-1, LoraTarget::LM_HEAD)});
     }
-    // lm_head_act_ is the exact act-dtype copy of the lm_head (the base weights themselves in fp32 and
-    // fp64): the same products as the bf16 weights with fp32 math, and MKL's fp32 GEMM is the faster here.
-    return chunked_target_logprobs(h, lm_head_act_, loras, index);
+    // The stored lm_head (bf16 too: kernels::matmul_weight does fp32 math on it), or its fp32 copy on GPUs.
+    return chunked_target_logprobs(h, lm_head_exact_.defined() ? lm_head_exact_ : weights_.lm_head, loras, index);
 }
 
 }  // namespace tinkerd::engine
