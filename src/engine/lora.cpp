@@ -179,20 +179,15 @@ static torch::Tensor lora_delta_added(const torch::Tensor & y, const torch::Tens
     return add_delta(y, u, lora_b, a.scale);
 }
 
-std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, const torch::Tensor & x,
-                                                 const std::vector<RowSegment> & segments, int64_t layer,
-                                                 const std::vector<LoraTarget> & targets) {
-    const Adapter * a = segments.size() == 1 ? segments[0].adapter : nullptr;
-    if (!a || lora_rows_applicable(ys[0], x, segments)) {  // several segments, the base model or sampling
-        for (size_t i = 0; i < ys.size(); ++i) {
-            ys[i] = add_lora(ys[i], x, segments, layer, targets[i]);
-        }
-        return ys;
-    }
+// One segment's rows of add_lora_shared_input: one product x·[A_1; A_2; ...]ᵀ [n, ΣR] (the input's gradient
+// comes from one matmul, not one per target), then one addmm per target.
+static std::vector<torch::Tensor> shared_input_segment(std::vector<torch::Tensor> ys, const torch::Tensor & x,
+                                                       const Adapter * a, int64_t layer,
+                                                       const std::vector<LoraTarget> & targets) {
     std::vector<torch::Tensor> a_parts;  // A of each targeted projection, [R_t, in]
     std::vector<int64_t> ranks;
     std::vector<size_t> which;  // index into ys of each part
-    for (size_t i = 0; i < ys.size(); ++i) {
+    for (size_t i = 0; i < ys.size() && a; ++i) {
         if (const torch::Tensor * lora_a = a->lora_a(layer, targets[i])) {
             a_parts.push_back(*lora_a);
             ranks.push_back(lora_a->size(0));
@@ -202,12 +197,50 @@ std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, 
     if (a_parts.empty()) {
         return ys;
     }
-    // One product x·[A_1; A_2; ...]ᵀ [T, ΣR]: the input's gradient comes from one matmul, not one per target.
     torch::Tensor lora_a = a_parts.size() == 1 ? a_parts[0] : torch::cat(a_parts, 0);
-    torch::Tensor u = torch::matmul(x.to(lora_a.scalar_type()), lora_a.t());  // [T, ΣR]
+    torch::Tensor u = torch::matmul(x.to(lora_a.scalar_type()), lora_a.t());  // [n, ΣR]
     auto u_parts = u.split_with_sizes(ranks, 1);
     for (size_t j = 0; j < which.size(); ++j) {
         ys[which[j]] = add_delta(ys[which[j]], u_parts[j], *a->lora_b(layer, targets[which[j]]), a->scale);
+    }
+    return ys;
+}
+
+std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, const torch::Tensor & x,
+                                                 const std::vector<RowSegment> & segments, int64_t layer,
+                                                 const std::vector<LoraTarget> & targets) {
+    if (lora_rows_applicable(ys[0], x, segments)) {  // sampling: the row-wise pass per target
+        for (size_t i = 0; i < ys.size(); ++i) {
+            ys[i] = add_lora(ys[i], x, segments, layer, targets[i]);
+        }
+        return ys;
+    }
+    if (segments.size() == 1) {
+        return shared_input_segment(std::move(ys), x, segments[0].adapter, layer, targets);
+    }
+    // Several adapters: the same per-segment products on each segment's rows (so a datum's numbers do not
+    // depend on what shares its batch), split (backward: one cat) and joined again.
+    std::vector<int64_t> sizes;
+    for (const RowSegment & s : segments) {
+        sizes.push_back(s.end - s.begin);
+    }
+    const auto x_parts = x.split_with_sizes(sizes, 0);
+    std::vector<std::vector<torch::Tensor>> y_parts(ys.size());  // [target][segment]
+    for (size_t i = 0; i < ys.size(); ++i) {
+        y_parts[i] = ys[i].split_with_sizes(sizes, 0);
+    }
+    for (size_t k = 0; k < segments.size(); ++k) {
+        std::vector<torch::Tensor> seg_ys;
+        for (const auto & parts : y_parts) {
+            seg_ys.push_back(parts[k]);
+        }
+        seg_ys = shared_input_segment(std::move(seg_ys), x_parts[k], segments[k].adapter, layer, targets);
+        for (size_t i = 0; i < ys.size(); ++i) {
+            y_parts[i][k] = seg_ys[i];
+        }
+    }
+    for (size_t i = 0; i < ys.size(); ++i) {
+        ys[i] = torch::cat(y_parts[i], 0);
     }
     return ys;
 }
