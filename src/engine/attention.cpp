@@ -3,7 +3,7 @@
 #include "engine/attention.h"
 
 #include <cmath>
-#include <limits>
+#include <map>
 
 #include "engine/fused_ops.h"
 

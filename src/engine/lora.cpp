@@ -170,15 +170,6 @@ static torch::Tensor add_delta(const torch::Tensor & y, const torch::Tensor & u,
     return y + (torch::matmul(u, lora_b.t()) * scale).to(y.scalar_type());
 }
 
-// y + scale·(x·Aᵀ)·Bᵀ for one segment; x_seg [n, in] act dtype, A [R, in], B [out, R] in the LoRA dtype.
-static torch::Tensor lora_delta_added(const torch::Tensor & y, const torch::Tensor & x_seg, const Adapter & a,
-                                      const torch::Tensor & lora_a, const torch::Tensor & lora_b) {
-    // In the LoRA dtype (fp32) also in bf16 mode: bf16 LoRA matmuls put reference LoRA gradients off by
-    // up to 124% (cancelling sums).
-    torch::Tensor u = torch::matmul(x_seg.to(lora_a.scalar_type()), lora_a.t());  // [n, R]
-    return add_delta(y, u, lora_b, a.scale);
-}
-
 // One segment's rows of add_lora_shared_input: one product x·[A_1; A_2; ...]ᵀ [n, ΣR] (the input's gradient
 // comes from one matmul, not one per target), then one addmm per target.
 static std::vector<torch::Tensor> shared_input_segment(std::vector<torch::Tensor> ys, const torch::Tensor & x,
@@ -206,12 +197,27 @@ static std::vector<torch::Tensor> shared_input_segment(std::vector<torch::Tensor
     return ys;
 }
 
+// Whether any segment's adapter targets one of targets in this layer.
+static bool any_lora(const std::vector<RowSegment> & segments, int64_t layer, const std::vector<LoraTarget> & targets) {
+    for (const RowSegment & s : segments) {
+        for (LoraTarget target : targets) {
+            if (s.adapter && s.adapter->lora_a(layer, target)) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, const torch::Tensor & x,
                                                  const std::vector<RowSegment> & segments, int64_t layer,
                                                  const std::vector<LoraTarget> & targets) {
-    if (lora_rows_applicable(ys[0], x, segments)) {  // sampling: the row-wise pass per target
+    if (!any_lora(segments, layer, targets)) {
+        return ys;
+    }
+    if (lora_rows_applicable(ys[0], x, segments)) {  // sampling: one row-wise pass per target, in place
         for (size_t i = 0; i < ys.size(); ++i) {
-            ys[i] = add_lora(ys[i], x, segments, layer, targets[i]);
+            add_lora_rows(ys[i], x, segments, layer, targets[i]);
         }
         return ys;
     }
@@ -219,7 +225,8 @@ std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, 
         return shared_input_segment(std::move(ys), x, segments[0].adapter, layer, targets);
     }
     // Several adapters: the same per-segment products on each segment's rows (so a datum's numbers do not
-    // depend on what shares its batch), split (backward: one cat) and joined again.
+    // depend on what shares its batch). split (not narrow): the backward is one cat, not a zero-filled
+    // [T, ·] gradient per segment.
     std::vector<int64_t> sizes;
     for (const RowSegment & s : segments) {
         sizes.push_back(s.end - s.begin);
@@ -247,37 +254,7 @@ std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, 
 
 torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,
                        int64_t layer, LoraTarget target) {
-    bool any_lora = false;
-    for (const RowSegment & s : segments) {
-        any_lora = any_lora || (s.adapter && s.adapter->lora_a(layer, target));
-    }
-    if (!any_lora) {
-        return y;
-    }
-    if (lora_rows_applicable(y, x, segments)) {  // sampling: one row-wise pass, whatever the adapter count
-        torch::Tensor out = y;
-        add_lora_rows(out, x, segments, layer, target);
-        return out;
-    }
-    if (segments.size() == 1) {
-        const RowSegment & s = segments[0];
-        return lora_delta_added(y, x, *s.adapter, *s.adapter->lora_a(layer, target), *s.adapter->lora_b(layer, target));
-    }
-    // split (not narrow): the backward is one cat, not a zero-filled [T, ·] gradient per segment.
-    std::vector<int64_t> sizes;
-    for (const RowSegment & s : segments) {
-        sizes.push_back(s.end - s.begin);
-    }
-    auto y_parts = y.split_with_sizes(sizes, 0);
-    auto x_parts = x.split_with_sizes(sizes, 0);
-    for (size_t i = 0; i < segments.size(); ++i) {
-        const Adapter * a = segments[i].adapter;
-        const torch::Tensor * lora_a = a ? a->lora_a(layer, target) : nullptr;
-        if (lora_a) {
-            y_parts[i] = lora_delta_added(y_parts[i], x_parts[i], *a, *lora_a, *a->lora_b(layer, target));
-        }
-    }
-    return torch::cat(y_parts, 0);
+    return add_lora_shared_input({y}, x, segments, layer, {target})[0];
 }
 
 torch::Tensor lora_linear(const torch::Tensor & x, const torch::Tensor & w, const torch::Tensor & bias,

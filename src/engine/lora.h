@@ -67,8 +67,8 @@ struct RowSegment {
 torch::Tensor add_lora(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments,
                        int64_t layer, LoraTarget target);
 
-// add_lora for several projections of the same input x (q, k, v; gate, up): with one adapter for all rows,
-// their A matrices run as one product. ys[i] [T, out_i] belongs to targets[i].
+// add_lora for several projections of the same input x (q, k, v; gate, up): per segment, their A matrices
+// run as one product (add_lora is the one-target case). ys[i] [T, out_i] belongs to targets[i].
 std::vector<torch::Tensor> add_lora_shared_input(std::vector<torch::Tensor> ys, const torch::Tensor & x,
                                                  const std::vector<RowSegment> & segments, int64_t layer,
                                                  const std::vector<LoraTarget> & targets);
