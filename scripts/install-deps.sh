@@ -57,11 +57,13 @@ want025="$want-0.25.0"
 if [ "$(cat "$SDK025/.tinkerd-stamp" 2>/dev/null)" != "$want025" ]; then
   echo "install-deps: installing tinker==0.25.0 into $SDK025"
   [ -x "$SDK025/bin/python" ] || "$SYSTEM_PYTHON" -m venv "$SDK025"
-  main_site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  own_site=$("$SDK025/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "$main_site" > "$own_site/zz-tinkerd-main-venv.pth"
   "$SDK025/bin/pip" install -q --disable-pip-version-check --no-deps tinker==0.25.0
   echo "$want025" > "$SDK025/.tinkerd-stamp"
 else
   echo "install-deps: $SDK025 up to date"
 fi
+# Written on every run: the path names where .venv is now (a moved checkout, or a worktree whose .venv is
+# a link, would otherwise keep pointing at a place that is gone).
+main_site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+own_site=$("$SDK025/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$main_site" > "$own_site/zz-tinkerd-main-venv.pth"
