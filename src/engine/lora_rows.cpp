@@ -2,6 +2,8 @@
 // independent accumulator lanes so the compiler vectorises them without reordering any one lane's sum.
 #include "engine/lora_rows.h"
 
+#include <vector>
+
 #include <ATen/Parallel.h>
 
 namespace tinkerd::engine {
@@ -33,12 +35,12 @@ float dot(const float * a, const float * b, int64_t n) {
 // One row: u [R] = scale·A·x, then y += B·u. A [R, in], B [out, R], both contiguous fp32.
 void lora_row(float * y, const float * x, const float * a, const float * b, int64_t in, int64_t out, int64_t rank,
               float scale) {
-    float u[256];
+    std::vector<float> u(static_cast<size_t>(rank));  // [R]; any rank the API allows (up to 4096)
     for (int64_t k = 0; k < rank; ++k) {
         u[k] = dot(a + k * in, x, in) * scale;
     }
     for (int64_t j = 0; j < out; ++j) {
-        y[j] += dot(b + j * rank, u, rank);
+        y[j] += dot(b + j * rank, u.data(), rank);
     }
 }
 
@@ -49,7 +51,7 @@ bool adapter_usable(const Adapter * adapter, int64_t layer, LoraTarget target) {
     const torch::Tensor & a = *adapter->lora_a(layer, target);
     const torch::Tensor & b = *adapter->lora_b(layer, target);
     return a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32 && a.is_contiguous() &&
-           b.is_contiguous() && a.size(0) <= 256;
+           b.is_contiguous();
 }
 
 }  // namespace

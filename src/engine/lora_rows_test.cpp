@@ -1,5 +1,5 @@
 // Sampling's row-wise LoRA (lora_rows) against the segmented matmul path it replaces: several adapters,
-// base-model rows and odd sizes in one batch, every target including the lm_head, rank 5 and 32.
+// base-model rows and odd sizes in one batch, every target including the lm_head, ranks 5, 32 and 300.
 #include "engine/lora_rows.h"
 
 #include <gtest/gtest.h>
@@ -42,7 +42,7 @@ Adapter random_adapter(engine::AdapterId id, int64_t rank, const model::ModelCon
 
 TEST(LoraRows, EqualsTheSegmentedMatmulPathForEveryTarget) {
     const model::ModelConfig c = tiny_config();
-    for (int64_t rank : {5, 32}) {
+    for (int64_t rank : {5, 32, 300}) {  // 300: beyond any fixed-size buffer
         const Adapter a = random_adapter(1, rank, c, 11), b = random_adapter(2, rank, c, 12);
         // rows: 2 of a, 1 base, 3 of b, 1 of a
         const std::vector<RowSegment> segments = {{0, 2, &a}, {2, 3, nullptr}, {3, 6, &b}, {6, 7, &a}};
