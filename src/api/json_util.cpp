@@ -8,6 +8,8 @@
 #include <ctime>
 #include <random>
 
+#include "common/json_depth.h"
+
 namespace tinkerd::api {
 
 namespace {
@@ -26,6 +28,7 @@ Result<json> parse_json_body(const std::string & body) {
     if (body.empty()) {
         return json::object();
     }
+    TRY_STATUS(check_json_depth(body, "request body"));
     try {
         json parsed = json::parse(body);
         if (!parsed.is_object()) {

@@ -3,6 +3,7 @@
 // with a body once done or with an SSE stream, submitting one engine request per prompt (n samples each).
 #include "api/app.h"
 #include "api/openai_generation.h"
+#include "common/json_depth.h"
 #include "openai/openai_request.h"
 
 namespace tinkerd::api {
@@ -75,6 +76,13 @@ std::variant<std::vector<OpenAiGeneration::Prompt>, PromptError> build_prompts(o
 void App::openai_generate(Call & call, http::Respond respond, bool chat) {
     auto tenant = openai_tenant(call.req, respond);
     if (!tenant) {
+        return;
+    }
+    if (auto too_deep = check_json_depth(call.req.body, "request body"); !too_deep.ok()) {
+        openai::ApiError e;
+        e.message = too_deep.error().message;
+        e.code = "json_too_deep";
+        respond(openai_error_response(e));
         return;
     }
     const json body = json::parse(call.req.body, nullptr, false);

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_depth.h"
+
 namespace tinkerd::chat_template {
 
 namespace {
@@ -35,6 +37,10 @@ ModelChatTemplate load_model_chat_template(const std::string & model_dir) {
     }
     std::stringstream text;
     text << file.rdbuf();
+    if (!check_json_depth(text.str(), path).ok()) {
+        out.missing_reason = path + " nests JSON deeper than the limit";
+        return out;
+    }
     const nlohmann::json config = nlohmann::json::parse(text.str(), nullptr, false);
     if (config.is_discarded() || !config.is_object()) {
         out.missing_reason = path + " is not a JSON object";

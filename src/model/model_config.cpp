@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.h"
 namespace tinkerd::model {
 
 namespace {
@@ -293,6 +294,7 @@ Result<void> parse_misc(const json & obj, ModelConfig & config) {
 
 Result<ModelConfig> parse_model_config(const std::string & json_text) {
     json obj;
+    TRY_STATUS(check_json_depth(json_text, "config.json"));
     try {
         obj = json::parse(json_text);
     } catch (const json::exception & e) {

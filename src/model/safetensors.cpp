@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.h"
 #include "common/log.h"
 
 namespace tinkerd::model {
@@ -181,6 +182,7 @@ Result<std::map<std::string, std::string>> parse_metadata(const std::string & pa
 // Parses the JSON header; nlohmann exceptions become INVALID_ARGUMENT errors naming the file.
 Result<json> parse_header_json(const std::string & path, const char * text, size_t length) {
     json header;
+    TRY_STATUS(check_json_depth(std::string_view(text, length), path + ": header"));
     try {
         header = json::parse(text, text + length);
     } catch (const json::exception & e) {
@@ -216,8 +218,10 @@ bool is_safe_shard_name(const std::string & name) {
 // Reads the index's weight_map: tensor name -> shard file name.
 Result<std::map<std::string, std::string>> read_weight_map(const std::string & index_path) {
     json index;
+    const std::string index_text = read_text_file(index_path);
+    TRY_STATUS(check_json_depth(index_text, index_path));
     try {
-        index = json::parse(read_text_file(index_path));
+        index = json::parse(index_text);
     } catch (const json::exception & e) {
         return invalid_argument(index_path + ": not valid JSON: " + e.what());
     }

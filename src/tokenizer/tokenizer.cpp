@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/decoder.h"
@@ -47,6 +48,7 @@ std::string token_name(const json & j) {
 }
 
 Result<json> parse_json(const std::string & text, const std::string & what) {
+    TRY_STATUS(check_json_depth(text, what));
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
         return invalid_argument(what + " is not a valid JSON object");
