@@ -37,6 +37,7 @@ struct Flags {
     long long max_body_bytes = 256LL << 20;
     long long kv_cache_mib = 4096;
     long long max_sampler_adapters = 8;
+    double seq_gap_timeout_seconds = 330;
 };
 
 const char * USAGE =
@@ -45,7 +46,7 @@ const char * USAGE =
     "               [--api-keys FILE] [--dtype auto|bf16|fp32] [--device cpu|cuda[:N]] [--threads N]\n"
     "               [--io-threads N]\n"
     "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
-    "               [--kv-cache-mib N] [--max-sampler-adapters N]\n"
+    "               [--kv-cache-mib N] [--max-sampler-adapters N] [--seq-gap-timeout-seconds S]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -68,7 +69,11 @@ const char * USAGE =
     "  --kv-cache-mib     sampling KV cache budget per base model; when full, the newest request is\n"
     "                     preempted and resumes later (default 4096)\n"
     "  --max-sampler-adapters  sampler checkpoints / snapshots kept loaded per base model, least\n"
-    "                     recently used dropped first (default 8)\n";
+    "                     recently used dropped first (default 8)\n"
+    "  --seq-gap-timeout-seconds  a run whose next seq_id has not arrived for this long while later ones\n"
+    "                     wait (its request was refused unread, or its client died) gives it up and runs\n"
+    "                     the later ops; the missing one then gets 400 if it comes (default 330: longer\n"
+    "                     than the SDK's 300 s of retries)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     if (flag == "--model") {
@@ -105,6 +110,8 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.kv_cache_mib = std::atoll(value.c_str());
     } else if (flag == "--max-sampler-adapters") {
         flags.max_sampler_adapters = std::atoll(value.c_str());
+    } else if (flag == "--seq-gap-timeout-seconds") {
+        flags.seq_gap_timeout_seconds = std::atof(value.c_str());
     } else {
         std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
         return false;
@@ -127,7 +134,8 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
         }
     }
     if (flags.port < 0 || flags.port > 65535 || flags.session_timeout_seconds <= 0 || flags.poll_timeout_seconds <= 0 ||
-        flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 || flags.max_sampler_adapters < 1) {
+        flags.seq_gap_timeout_seconds <= 0 || flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 ||
+        flags.max_sampler_adapters < 1) {
         std::fprintf(stderr,
                      "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
                      "--kv-cache-mib and --max-sampler-adapters >= 1\n");
@@ -252,6 +260,8 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
     app_options.session_timeout_seconds = flags.session_timeout_seconds;
     app_options.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
     app_options.max_cached_sampler_adapters = static_cast<size_t>(flags.max_sampler_adapters);
+    app_options.seq_gap_timeout =
+        std::chrono::milliseconds(static_cast<long long>(flags.seq_gap_timeout_seconds * 1000));
     auto app = tinkerd::api::App::create(app_options, std::move(auth), served);
     if (!app.ok()) {
         LOG_ERR("main", "cannot open data dir %s: %s", flags.data_dir.c_str(), app.error().message.c_str());

@@ -89,7 +89,9 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         served->engine = spec.engine;
         served->tokenizer = spec.tokenizer;
         served->chat = spec.chat;
-        served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name);
+        scheduler::WorkerOptions worker_options;
+        worker_options.seq_gap_timeout = app->options_.seq_gap_timeout;
+        served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, worker_options);
         app->models_.push_back(std::move(served));
     }
     app->register_routes();

@@ -44,6 +44,7 @@ struct AppOptions {
     int64_t max_queued_samples = 256;            // more queued asample requests get 429 (SDK backpressure)
     size_t max_cached_sampler_adapters = 8;      // per base model: samplers whose weights stay loaded
     double archive_url_ttl_seconds = 900;
+    std::chrono::milliseconds seq_gap_timeout{330000};  // a run's missing seq_id is given up after this long
 };
 
 // A base model served under a name; the engine is owned by the caller and outlives the App.
@@ -175,6 +176,7 @@ class App {
     Result<json> unload_model(Call & call);
     Result<json> forward_backward(Call & call);
     Result<wire::ForwardBackwardRequest> decode_forward_backward(Call & call);
+    wire::DecodeLimits decode_limits(const std::string & tenant, const std::string & model_id);
     void release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id);
     Result<json> optim_step(Call & call);
 

@@ -2,6 +2,7 @@
 // and retrieve_future, the long-poll that answers a result, an error, or try_again after the poll timeout.
 #include "api/app.h"
 #include "common/log.h"
+#include "scheduler/run_queue.h"
 
 namespace tinkerd::api {
 
@@ -50,6 +51,9 @@ Result<App::OrderedTarget> App::ordered_target(Call & call) {
     if (!seq_id.ok()) {
         return seq_id.error();
     }
+    if (*seq_id < 0) {
+        return invalid_argument("seq_id: must be >= 0 (got " + std::to_string(*seq_id) + ")");
+    }
     return OrderedTarget{*run, *seq_id};
 }
 
@@ -93,7 +97,12 @@ Result<json> App::submit_ordered(Call & call, const RunPtr & run, int64_t seq_id
     }
     if (admission->kind == Kind::STALE) {
         return invalid_argument("seq_id " + std::to_string(seq_id) + " of model " + run->row.run_id +
-                                " is older than the operations already run");
+                                " is older than the operations already run (or was given up after "
+                                "--seq-gap-timeout-seconds of waiting for it)");
+    }
+    if (admission->kind == Kind::TOO_FAR) {
+        return invalid_argument("seq_id " + std::to_string(seq_id) + " of model " + run->row.run_id + " is more than " +
+                                std::to_string(scheduler::RunQueue::kMaxAhead) + " ahead of the run's next operation");
     }
     if (admission->kind == Kind::ACCEPTED) {
         (void)db_->touch_run(run->row.run_id, now_seconds());

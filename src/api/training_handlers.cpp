@@ -4,6 +4,7 @@
 
 #include "api/app.h"
 #include "common/log.h"
+#include "engine/adam_params.h"
 #include "wire/forward_backward_codec.h"
 
 namespace tinkerd::api {
@@ -11,6 +12,7 @@ namespace tinkerd::api {
 namespace {
 
 constexpr int64_t MAX_LORA_RANK = 1024;
+constexpr int64_t MAX_MODEL_SEQ_ID = (int64_t{1} << 31) - 1;  // the SDK counts up from 0 per session
 
 Result<engine::LoraSpec> parse_lora_config(const json & body) {
     engine::LoraSpec spec;
@@ -82,6 +84,10 @@ Result<json> App::create_model(Call & call) {
     auto optimizer = require_adamw_config(call.body);
     if (const Error * e = first_error(session_id, model_seq, base_model, metadata, spec, optimizer)) {
         return *e;
+    }
+    if (*model_seq < 0 || *model_seq > MAX_MODEL_SEQ_ID) {
+        return invalid_argument("model_seq_id: must be 0.." + std::to_string(MAX_MODEL_SEQ_ID) + " (got " +
+                                std::to_string(*model_seq) + ")");
     }
     auto session = find_session(call.tenant, *session_id);
     if (!session.ok() || session->expired) {
@@ -184,7 +190,9 @@ Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
             return body.error();
         }
         call.body = *body;
-        auto decoded = wire::decode_forward_backward_json(*body);
+        const json model_id = body->value("model_id", json());
+        auto decoded = wire::decode_forward_backward_json(
+            *body, decode_limits(call.tenant, model_id.is_string() ? model_id.get<std::string>() : ""));
         if (!decoded.ok() && body->contains("model_id") && body->contains("seq_id")) {
             release_refused_seq(call.tenant, body->value("model_id", ""), (*body)["seq_id"]);
         }
@@ -198,13 +206,22 @@ Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
         }
         body = std::move(plain).value();
     }
-    auto decoded = wire::decode_forward_backward_proto(body);
-    if (!decoded.ok()) {
-        if (auto ids = wire::forward_backward_ids_proto(body)) {
-            release_refused_seq(call.tenant, ids->model_id, ids->seq_id);
-        }
+    const auto ids = wire::forward_backward_ids_proto(body);
+    auto decoded = wire::decode_forward_backward_proto(body, decode_limits(call.tenant, ids ? ids->model_id : ""));
+    if (!decoded.ok() && ids) {
+        release_refused_seq(call.tenant, ids->model_id, ids->seq_id);
     }
     return decoded;
+}
+
+// The vocabulary of the run's base model bounds token ids and top-K widths; an unknown run gets only the
+// element budget (its request is refused as not found right after decoding).
+wire::DecodeLimits App::decode_limits(const std::string & tenant, const std::string & model_id) {
+    wire::DecodeLimits limits;
+    if (auto run = find_live_run(tenant, model_id); run.ok()) {
+        limits.vocab_size = (*run)->model->engine->config().vocab_size;
+    }
+    return limits;
 }
 
 void App::release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id) {
@@ -278,6 +295,10 @@ Result<json> App::optim_step(Call & call) {
             return value.error();
         }
         *dst = *value;
+    }
+    if (auto bounds = engine::validate_adam_params(params); !bounds.ok()) {  // 400 now, not a failed future
+        skip_seq(run, seq_id);
+        return bounds.error();
     }
     return submit_ordered(call, run, seq_id, "OptimStep", [this, run, params](const std::string & id) {
         scheduler::Op op;

@@ -148,9 +148,12 @@ Result<OptimStepOutput> EngineImpl::optim_step(AdapterId id, const AdamParams & 
         return adapter.error();
     }
     TRY_STATUS(validate_adam_params(params));
-    const double norm = adamw_step(**adapter, params);
+    auto norm = adamw_step(**adapter, params, optim_scratch_);
+    if (!norm.ok()) {
+        return norm.error();
+    }
     OptimStepOutput out;
-    out.metrics["grad_norm:mean"] = norm;
+    out.metrics["grad_norm:mean"] = *norm;
     out.metrics["step:max"] = static_cast<double>((*adapter)->step);
     return out;
 }

@@ -63,7 +63,8 @@ class EngineImpl final : public Engine {
 
     std::unique_ptr<Transformer> transformer_;
     std::map<AdapterId, std::unique_ptr<Adapter>> adapters_;
-    SampleLoop sampling_;  // after transformer_: it holds a reference to it
+    torch::Tensor optim_scratch_;  // [3N] of the largest adapter stepped: the values a refused step restores
+    SampleLoop sampling_;          // after transformer_: it holds a reference to it
     AdapterId next_id_ = 1;
     uint64_t next_seed_ = 0x5eed;
 };

@@ -4,6 +4,7 @@
 #include "engine/optimizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include <ATen/Parallel.h>
@@ -13,24 +14,6 @@
 #endif
 
 namespace tinkerd::engine {
-
-Result<void> validate_adam_params(const AdamParams & p) {
-    const std::pair<const char *, double> fields[] = {{"learning_rate", p.learning_rate},
-                                                      {"beta1", p.beta1},
-                                                      {"beta2", p.beta2},
-                                                      {"eps", p.eps},
-                                                      {"weight_decay", p.weight_decay},
-                                                      {"grad_clip_norm", p.grad_clip_norm}};
-    for (const auto & [name, value] : fields) {
-        if (!std::isfinite(value) || value < 0) {
-            return invalid_argument(std::string("adam_params.") + name + " must be a finite number >= 0");
-        }
-    }
-    if (p.beta1 >= 1 || p.beta2 >= 1) {
-        return invalid_argument("adam_params.beta1 and beta2 must be < 1");
-    }
-    return {};
-}
 
 namespace {
 
@@ -57,90 +40,155 @@ AdamCoefs<T> make_coefs(const AdamParams & p, int64_t step, double clip) {
             T(-p.learning_rate / bias_correction1)};
 }
 
-// Elements [begin, end) of the flat buffers, one at a time.
+// The flat buffers of one adapter for one step, and where the old parameters and moments are kept until
+// the step is known to be finite (`old` = [3N]: params, exp_avg, exp_avg_sq).
 template <typename T>
-void adam_scalar(T * param, T * grad, T * m, T * v, int64_t begin, int64_t end, const AdamCoefs<T> & k) {
+struct StepBuffers {
+    T *param, *grad, *m, *v, *old;
+    int64_t n;
+};
+
+// Elements [begin, end), one at a time; false when a new value is not finite. The gradient is left as is
+// (zeroed only once the whole step is accepted).
+template <typename T>
+bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k) {
+    bool finite = true;
     for (int64_t i = begin; i < end; ++i) {
-        const T g = grad[i] * k.clip;
-        m[i] = m[i] * k.beta1 + k.one_minus_beta1 * g;
-        v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
-        const T denom = std::sqrt(v[i]) / k.bc2_sqrt + k.eps;
-        param[i] = param[i] * k.decay + k.neg_step_size * (m[i] / denom);
-        grad[i] = T(0);
+        b.old[i] = b.param[i];
+        b.old[b.n + i] = b.m[i];
+        b.old[2 * b.n + i] = b.v[i];
+        const T g = b.grad[i] * k.clip;
+        b.m[i] = b.m[i] * k.beta1 + k.one_minus_beta1 * g;
+        b.v[i] = b.v[i] * k.beta2 + k.one_minus_beta2 * g * g;
+        const T denom = std::sqrt(b.v[i]) / k.bc2_sqrt + k.eps;
+        b.param[i] = b.param[i] * k.decay + k.neg_step_size * (b.m[i] / denom);
+        finite = finite && std::isfinite(b.param[i]) && std::isfinite(b.m[i]) && std::isfinite(b.v[i]);
     }
+    return finite;
 }
 
 #if defined(__x86_64__)
-// The same update eight floats at a time; the tail goes through adam_scalar.
-__attribute__((target("avx2,fma"))) void adam_avx2(float * param, float * grad, float * m, float * v, int64_t begin,
-                                                   int64_t end, const AdamCoefs<float> & k) {
+// The same update eight floats at a time; the tail goes through adam_scalar. A non-finite value makes its
+// lane of `poison` (a running sum of x·0 over the new values) NaN.
+__attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b, int64_t begin, int64_t end,
+                                                   const AdamCoefs<float> & k) {
     const __m256 clip = _mm256_set1_ps(k.clip), decay = _mm256_set1_ps(k.decay), b1 = _mm256_set1_ps(k.beta1),
                  c1 = _mm256_set1_ps(k.one_minus_beta1), b2 = _mm256_set1_ps(k.beta2),
                  c2 = _mm256_set1_ps(k.one_minus_beta2), bc2 = _mm256_set1_ps(k.bc2_sqrt), eps = _mm256_set1_ps(k.eps),
                  step = _mm256_set1_ps(k.neg_step_size), zero = _mm256_setzero_ps();
+    __m256 poison = zero;
     int64_t i = begin;
     for (; i + 8 <= end; i += 8) {
-        const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), clip);
-        const __m256 mi = _mm256_fmadd_ps(_mm256_loadu_ps(m + i), b1, _mm256_mul_ps(c1, g));
-        const __m256 vi = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), b2, _mm256_mul_ps(_mm256_mul_ps(c2, g), g));
+        const __m256 p0 = _mm256_loadu_ps(b.param + i), m0 = _mm256_loadu_ps(b.m + i), v0 = _mm256_loadu_ps(b.v + i);
+        _mm256_storeu_ps(b.old + i, p0);
+        _mm256_storeu_ps(b.old + b.n + i, m0);
+        _mm256_storeu_ps(b.old + 2 * b.n + i, v0);
+        const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(b.grad + i), clip);
+        const __m256 mi = _mm256_fmadd_ps(m0, b1, _mm256_mul_ps(c1, g));
+        const __m256 vi = _mm256_fmadd_ps(v0, b2, _mm256_mul_ps(_mm256_mul_ps(c2, g), g));
         const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
-        const __m256 update = _mm256_mul_ps(step, _mm256_div_ps(mi, denom));
-        _mm256_storeu_ps(param + i, _mm256_fmadd_ps(_mm256_loadu_ps(param + i), decay, update));
-        _mm256_storeu_ps(m + i, mi);
-        _mm256_storeu_ps(v + i, vi);
-        _mm256_storeu_ps(grad + i, zero);
+        const __m256 pi = _mm256_fmadd_ps(p0, decay, _mm256_mul_ps(step, _mm256_div_ps(mi, denom)));
+        _mm256_storeu_ps(b.param + i, pi);
+        _mm256_storeu_ps(b.m + i, mi);
+        _mm256_storeu_ps(b.v + i, vi);
+        poison = _mm256_add_ps(poison, _mm256_fmadd_ps(pi, zero, _mm256_fmadd_ps(mi, zero, _mm256_mul_ps(vi, zero))));
     }
-    adam_scalar(param, grad, m, v, i, end, k);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, poison);
+    bool finite = adam_scalar(b, i, end, k);
+    for (float lane : lanes) {
+        finite = finite && lane == 0.0f;
+    }
+    return finite;
 }
 #endif
 
-// The fused pass over the flat CPU buffers of one dtype, split over the intra-op threads.
+// The fused pass over the flat CPU buffers of one dtype, split over the intra-op threads; false when any
+// new parameter or moment is not finite. `old` receives the previous values ([3N]).
 template <typename T>
-void adam_cpu(Adapter & a, const AdamCoefs<T> & k) {
-    T * param = a.flat_params.data_ptr<T>();
-    T * grad = a.flat_grads.data_ptr<T>();
-    T * m = a.flat_exp_avg.data_ptr<T>();
-    T * v = a.flat_exp_avg_sq.data_ptr<T>();
-    at::parallel_for(0, a.flat_params.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+bool adam_cpu(Adapter & a, const AdamCoefs<T> & k, torch::Tensor & old) {
+    const StepBuffers<T> b{a.flat_params.data_ptr<T>(),     a.flat_grads.data_ptr<T>(), a.flat_exp_avg.data_ptr<T>(),
+                           a.flat_exp_avg_sq.data_ptr<T>(), old.data_ptr<T>(),          a.flat_params.numel()};
+    std::atomic<bool> finite{true};
+    at::parallel_for(0, b.n, 1 << 15, [&](int64_t begin, int64_t end) {
+        bool ok = true;
 #if defined(__x86_64__)
         if constexpr (std::is_same_v<T, float>) {
             if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-                adam_avx2(param, grad, m, v, begin, end, k);
-                return;
+                ok = adam_avx2(b, begin, end, k);
+            } else {
+                ok = adam_scalar(b, begin, end, k);
             }
+        } else {
+            ok = adam_scalar(b, begin, end, k);
         }
+#else
+        ok = adam_scalar(b, begin, end, k);
 #endif
-        adam_scalar(param, grad, m, v, begin, end, k);
+        if (!ok) {
+            finite = false;
+        }
     });
+    return finite;
 }
 
-// The same step as torch ops over the flat buffers (GPUs and other devices).
-void adam_torch(Adapter & a, const AdamParams & p, const AdamCoefs<double> & k) {
-    a.flat_grads.mul_(k.clip);
+// The same step as torch ops over the flat buffers (GPUs and other devices); false when not finite.
+bool adam_torch(Adapter & a, const AdamParams & p, const AdamCoefs<double> & k, torch::Tensor & old) {
+    const int64_t n = a.flat_params.numel();
+    old.narrow(0, 0, n).copy_(a.flat_params);
+    old.narrow(0, n, n).copy_(a.flat_exp_avg);
+    old.narrow(0, 2 * n, n).copy_(a.flat_exp_avg_sq);
+    torch::Tensor g = a.flat_grads * k.clip;  // [N]
     a.flat_params.mul_(k.decay);
-    a.flat_exp_avg.mul_(p.beta1).add_(a.flat_grads, k.one_minus_beta1);
-    a.flat_exp_avg_sq.mul_(p.beta2).addcmul_(a.flat_grads, a.flat_grads, k.one_minus_beta2);
+    a.flat_exp_avg.mul_(p.beta1).add_(g, k.one_minus_beta1);
+    a.flat_exp_avg_sq.mul_(p.beta2).addcmul_(g, g, k.one_minus_beta2);
     torch::Tensor denom = (a.flat_exp_avg_sq.sqrt() / k.bc2_sqrt).add_(k.eps);  // [N]
     a.flat_params.addcdiv_(a.flat_exp_avg, denom, k.neg_step_size);
-    a.flat_grads.zero_();
+    return (a.flat_params.sum() + a.flat_exp_avg.sum() + a.flat_exp_avg_sq.sum()).mul(0).item<double>() == 0.0;
+}
+
+// Puts the parameters and moments saved in `old` back.
+void restore(Adapter & a, const torch::Tensor & old) {
+    const int64_t n = a.flat_params.numel();
+    a.flat_params.copy_(old.narrow(0, 0, n));
+    a.flat_exp_avg.copy_(old.narrow(0, n, n));
+    a.flat_exp_avg_sq.copy_(old.narrow(0, 2 * n, n));
 }
 
 }  // namespace
 
-double adamw_step(Adapter & a, const AdamParams & p) {
+Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scratch) {
     torch::NoGradGuard no_grad;
     // Global L2 norm, then the clip coefficient min(1, max_norm / (norm + 1e-6)) when clipping.
     const double norm = a.flat_grads.numel() == 0 ? 0.0 : a.flat_grads.norm(2).item<double>();
+    if (!std::isfinite(norm)) {
+        return invalid_argument("optim_step refused: the accumulated gradient is not finite (norm " +
+                                std::to_string(norm) + "); the adapter is unchanged");
+    }
     const double clip = p.grad_clip_norm > 0 ? std::min(1.0, p.grad_clip_norm / (norm + 1e-6)) : 1.0;
-    a.step += 1;
+    const int64_t n = a.flat_params.numel();
+    if (scratch.numel() < 3 * n || scratch.scalar_type() != a.flat_params.scalar_type() ||
+        scratch.device() != a.flat_params.device()) {
+        scratch = torch::empty({3 * n}, a.flat_params.options());  // [3N] reused by later steps
+    }
+    torch::Tensor old = scratch.narrow(0, 0, 3 * n);  // [3N] params, exp_avg, exp_avg_sq before the step
+    bool finite = false;
     if (!a.flat_params.is_cpu()) {
-        adam_torch(a, p, make_coefs<double>(p, a.step, clip));
+        finite = adam_torch(a, p, make_coefs<double>(p, a.step + 1, clip), old);
     } else if (a.flat_params.scalar_type() == torch::kFloat32) {
-        adam_cpu(a, make_coefs<float>(p, a.step, clip));
+        finite = adam_cpu(a, make_coefs<float>(p, a.step + 1, clip), old);
     } else {
         TORCH_CHECK(a.flat_params.scalar_type() == torch::kFloat64, "adamw_step: fp32 or fp64 LoRA parameters");
-        adam_cpu(a, make_coefs<double>(p, a.step, clip));
+        finite = adam_cpu(a, make_coefs<double>(p, a.step + 1, clip), old);
     }
+    if (!finite) {
+        restore(a, old);
+        return invalid_argument(
+            "optim_step refused: this learning rate / these adam_params would make LoRA weights "
+            "or Adam moments non-finite; the adapter, its moments and its gradient are unchanged");
+    }
+    a.step += 1;
+    a.flat_grads.zero_();
     return norm;
 }
 

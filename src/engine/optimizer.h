@@ -3,16 +3,16 @@
 // adapter's flat buffers (lora.h).
 #pragma once
 
+#include "engine/adam_params.h"
 #include "engine/engine.h"
 #include "engine/lora.h"
 
 namespace tinkerd::engine {
 
-// Validates hyper-parameters (finite, lr >= 0, 0 <= beta < 1, eps >= 0, wd >= 0, clip >= 0).
-Result<void> validate_adam_params(const AdamParams & params);
-
 // Clips a.grads, applies one AdamW step to a.params, then zeroes a.grads (all through the flat buffers).
-// Returns the global gradient L2 norm before clipping.
-double adamw_step(Adapter & a, const AdamParams & params);
+// Returns the global gradient L2 norm before clipping. A step whose gradient, new weights or new moments
+// are not finite is refused (INVALID_ARGUMENT) and changes nothing: weights, moments, step and gradient
+// stay as they were. `scratch` ([3N], grown on demand, reusable across adapters) keeps the old values.
+Result<double> adamw_step(Adapter & a, const AdamParams & params, torch::Tensor & scratch);
 
 }  // namespace tinkerd::engine

@@ -3,6 +3,9 @@
 // of torch.optim.AdamW's single-tensor path over several steps, in fp32 and fp64.
 #include "engine/optimizer.h"
 
+#include <cmath>
+#include <limits>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -94,7 +97,8 @@ void expect_matches_reference(torch::ScalarType dtype, const AdamParams & p, dou
         }
         auto grads = clones(a.grads);
         reference_step(params, grads, m, v, step, p);
-        adamw_step(a, p);
+        torch::Tensor scratch;
+        ASSERT_TRUE(adamw_step(a, p, scratch).ok());
         EXPECT_EQ(a.flat_grads.abs().sum().item<double>(), 0.0);
     }
     for (size_t i = 0; i < params.size(); ++i) {
@@ -112,6 +116,65 @@ TEST(FusedAdamW, MatchesPerTensorOpsFp32) {
 TEST(FusedAdamW, MatchesPerTensorOpsFp64) {
     expect_matches_reference(torch::kFloat64, {1e-2, 0.9, 0.95, 1e-8, 0.1, 1.0}, 1e-13);
     expect_matches_reference(torch::kFloat64, {1e-3, 0.8, 0.99, 1e-12, 0.0, 0.0}, 1e-13);
+}
+
+// A step that would leave a non-finite weight or moment is refused and changes nothing: weights, moments,
+// step and gradient are bit-identical afterwards, and a sane step on the same gradient then works.
+void expect_refused_and_unchanged(torch::ScalarType dtype, const AdamParams & p, float grad_value) {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(5);
+    Adapter a = tiny_adapter(dtype);
+    torch::Tensor scratch;
+    a.flat_grads.copy_(torch::randn(a.flat_grads.sizes(), a.flat_grads.options()));
+    ASSERT_TRUE(adamw_step(a, {}, scratch).ok());  // nonzero moments
+    a.flat_grads.copy_(torch::randn(a.flat_grads.sizes(), a.flat_grads.options()));
+    a.flat_grads[7] = grad_value;
+    const auto before = clones({a.flat_params, a.flat_grads, a.flat_exp_avg, a.flat_exp_avg_sq});
+    auto refused = adamw_step(a, p, scratch);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("unchanged"), std::string::npos) << refused.error().message;
+    const auto after = clones({a.flat_params, a.flat_grads, a.flat_exp_avg, a.flat_exp_avg_sq});
+    for (size_t i = 0; i < before.size(); ++i) {
+        // byte-wise, so that a NaN gradient kept as it was counts as unchanged
+        EXPECT_TRUE(torch::equal(before[i].view(torch::kByte), after[i].view(torch::kByte))) << "buffer " << i;
+    }
+    EXPECT_EQ(a.step, 1);
+    if (std::isfinite(grad_value) && std::abs(grad_value) < 1e10f) {
+        ASSERT_TRUE(adamw_step(a, {}, scratch).ok());  // the kept gradient, default hyper-parameters
+        EXPECT_EQ(a.step, 2);
+        EXPECT_EQ(a.flat_grads.abs().sum().item<double>(), 0.0);
+    }
+}
+
+TEST(FusedAdamW, RefusesANonFiniteStepAndChangesNothing) {
+    for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+        expect_refused_and_unchanged(dtype, {}, std::numeric_limits<float>::quiet_NaN());
+        expect_refused_and_unchanged(dtype, {}, std::numeric_limits<float>::infinity());
+        AdamParams decay_overflow;  // decay factor 1 - lr·wd = -inf: weights overflow
+        decay_overflow.learning_rate = 10.0;
+        decay_overflow.weight_decay = 1e308;
+        expect_refused_and_unchanged(dtype, decay_overflow, 1.0f);
+    }
+    expect_refused_and_unchanged(torch::kFloat32, {}, 3e19f);  // g² overflows fp32: exp_avg_sq would be inf
+}
+
+TEST(AdamParamsBounds, NameTheField) {
+    const std::pair<AdamParams, const char *> bad[] = {
+        {{0.1, 0.9, 0.95, 0.0, 0, 0}, "eps"},
+        {{0.1, 0.9, 0.95, 1e-40, 0, 0}, "eps"},
+        {{1e308, 0.9, 0.95, 1e-8, 0, 0}, "learning_rate"},
+        {{-1e-3, 0.9, 0.95, 1e-8, 0, 0}, "learning_rate"},
+        {{std::nan(""), 0.9, 0.95, 1e-8, 0, 0}, "learning_rate"},
+        {{1e-3, 1.0, 0.95, 1e-8, 0, 0}, "beta1"},
+        {{1e-3, 0.9, 0.95, 1e-8, INFINITY, 0}, "weight_decay"},
+        {{1e-3, 0.9, 0.95, 1e-8, 0, -1}, "grad_clip_norm"},
+    };
+    for (const auto & [params, field] : bad) {
+        auto r = validate_adam_params(params);
+        ASSERT_FALSE(r.ok()) << field;
+        EXPECT_NE(r.error().message.find(field), std::string::npos) << r.error().message;
+    }
+    EXPECT_TRUE(validate_adam_params({10.0, 0.0, 0.999, 1e-30, 0.1, 1.0}).ok());
 }
 
 }  // namespace

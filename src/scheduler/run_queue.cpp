@@ -15,14 +15,17 @@ Admission RunQueue::admit(int64_t seq_id, const std::string & body_hash, const s
     if (seq_id < next_seq_ || skipped_.count(seq_id) > 0) {
         return {Admission::Kind::STALE, ""};
     }
+    if (seq_id - next_seq_ > kMaxAhead) {
+        return {Admission::Kind::TOO_FAR, ""};
+    }
     history_.emplace(seq_id, Admitted{body_hash, request_id});
     queue_.emplace(seq_id, QueuedOp{seq_id, request_id, std::move(op)});
     return {Admission::Kind::ACCEPTED, request_id};
 }
 
 void RunQueue::skip(int64_t seq_id) {
-    if (seq_id < next_seq_ || history_.count(seq_id) > 0) {
-        return;  // already consumed or admitted: nothing to skip
+    if (seq_id < next_seq_ || seq_id - next_seq_ > kMaxAhead || history_.count(seq_id) > 0) {
+        return;  // already consumed or admitted, or too far ahead to have been admitted: nothing to skip
     }
     if (seq_id == next_seq_) {
         advance();
@@ -55,7 +58,34 @@ std::vector<QueuedOp> RunQueue::drain() {
     return ops;
 }
 
+int64_t RunQueue::expire_gap(Clock::time_point now, Clock::duration timeout) {
+    if (queue_.empty() || ready()) {
+        hole_since_.reset();
+        return 0;
+    }
+    if (!hole_since_) {
+        hole_since_ = now;
+    }
+    if (now - *hole_since_ < timeout) {
+        return 0;
+    }
+    const int64_t first_queued = queue_.begin()->first;
+    const int64_t given_up = first_queued - next_seq_;
+    skipped_.erase(skipped_.begin(), skipped_.lower_bound(first_queued));
+    next_seq_ = first_queued;
+    hole_since_.reset();
+    return given_up;
+}
+
+std::optional<RunQueue::Clock::time_point> RunQueue::gap_deadline(Clock::duration timeout) const {
+    if (!hole_since_ || queue_.empty() || ready()) {
+        return std::nullopt;
+    }
+    return *hole_since_ + timeout;
+}
+
 void RunQueue::advance() {
+    hole_since_.reset();
     next_seq_++;
     while (!skipped_.empty() && *skipped_.begin() <= next_seq_) {
         if (*skipped_.begin() == next_seq_) {

@@ -3,8 +3,10 @@
 // Not thread-safe: the EngineWorker guards it with its own mutex.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -22,15 +24,27 @@ struct QueuedOp {
 
 class RunQueue {
   public:
+    using Clock = std::chrono::steady_clock;
     // How many admitted seq_ids below next_seq are remembered for DUPLICATE / CONFLICT answers.
     static constexpr int64_t kHistoryKeep = 100000;
+    // How far ahead of next_seq a seq_id may be: further ones are TOO_FAR (a client never has that many
+    // requests in flight; without a bound one request could park an op, or a skip, forever).
+    static constexpr int64_t kMaxAhead = 10000;
 
     explicit RunQueue(int64_t next_seq) : next_seq_(next_seq) {}
 
     // Queues `op` when seq_id is new; else says why not (the op is then left untouched).
     Admission admit(int64_t seq_id, const std::string & body_hash, const std::string & request_id, Op & op);
-    // Marks seq_id as consumed without an op.
+    // Marks seq_id as consumed without an op (ignored beyond kMaxAhead).
     void skip(int64_t seq_id);
+
+    // A hole in the order: the run holds ops, but not the one at next_seq. Called by the worker each time it
+    // looks for work: the first call that sees the hole starts its clock; once the hole is `timeout` old,
+    // every missing seq_id up to the first queued op is given up (as if skipped: a late arrival is STALE)
+    // and their count returned, else 0.
+    int64_t expire_gap(Clock::time_point now, Clock::duration timeout);
+    // When the current hole's wait ends, or nullopt when there is no hole (or expire_gap has not seen it).
+    std::optional<Clock::time_point> gap_deadline(Clock::duration timeout) const;
 
     // True when the op at next_seq is queued.
     bool ready() const;
@@ -52,9 +66,10 @@ class RunQueue {
     void advance();
 
     int64_t next_seq_;
-    std::map<int64_t, QueuedOp> queue_;    // waiting ops by seq_id
-    std::map<int64_t, Admitted> history_;  // every admitted seq_id (recent ones below next_seq)
-    std::set<int64_t> skipped_;            // skipped seq_ids above next_seq
+    std::map<int64_t, QueuedOp> queue_;            // waiting ops by seq_id
+    std::map<int64_t, Admitted> history_;          // every admitted seq_id (recent ones below next_seq)
+    std::set<int64_t> skipped_;                    // skipped seq_ids above next_seq
+    std::optional<Clock::time_point> hole_since_;  // since when next_seq has been missing with ops queued
 };
 
 // Tokens of a forward_backward op (sum of its datums' input lengths).

@@ -161,13 +161,49 @@ struct EngineWorker::Impl {
         }
     }
 
+    // Waits until a task or a ready op exists (false: stopping), giving up holes in a run's order on the way.
+    bool wait_for_work_locked(std::unique_lock<std::mutex> & lock) {
+        for (;;) {
+            if (stopping) {
+                return false;
+            }
+            expire_gaps_locked();
+            if (!tasks.empty() || any_ready_locked()) {
+                return true;
+            }
+            std::optional<RunQueue::Clock::time_point> deadline;
+            for (const auto & [run_id, run] : runs) {
+                auto d = run.gap_deadline(options.seq_gap_timeout);
+                deadline = d && (!deadline || *d < *deadline) ? d : deadline;
+            }
+            if (deadline) {
+                cv.wait_until(lock, *deadline);
+            } else {
+                cv.wait(lock);
+            }
+        }
+    }
+
+    void expire_gaps_locked() {
+        const auto now = RunQueue::Clock::now();
+        for (auto & [run_id, run] : runs) {
+            const int64_t next = run.next_seq();
+            if (const int64_t given_up = run.expire_gap(now, options.seq_gap_timeout); given_up > 0) {
+                LOG_WRN("worker",
+                        "%s: run %s waited %.0f s for seq_id %lld; gave up %lld missing seq_id(s), "
+                        "the %zu queued op(s) behind them run now",
+                        name.c_str(), run_id.c_str(), options.seq_gap_timeout.count() / 1000.0,
+                        static_cast<long long>(next), static_cast<long long>(given_up), run.queued());
+            }
+        }
+    }
+
     void loop() {
         for (;;) {
             Work work;
             {
                 std::unique_lock lock(mu);
-                cv.wait(lock, [&] { return stopping || !tasks.empty() || any_ready_locked(); });
-                if (stopping) {
+                if (!wait_for_work_locked(lock)) {
                     return;
                 }
                 work = next_work_locked();

@@ -4,6 +4,7 @@
 // forward_backward operations of several runs into one engine call. One run's gap never blocks another.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +35,7 @@ struct Admission {
         DUPLICATE,  // same (run, seq_id, body_hash) seen before: request_id is the original's
         CONFLICT,   // seq_id already used with a different body (a user error)
         STALE,      // seq_id below the run's next expected one and unknown (a user error)
+        TOO_FAR,    // seq_id more than RunQueue::kMaxAhead above the run's next expected one (a user error)
     };
     Kind kind = Kind::ACCEPTED;
     std::string request_id;
@@ -41,6 +43,9 @@ struct Admission {
 
 struct WorkerOptions {
     int64_t max_batch_tokens = 16384;  // cap on the tokens of one batched forward_backward
+    // A run's missing seq_id (refused unread, or its client died) is given up after this long, so the ops
+    // queued behind it run (--seq-gap-timeout-seconds; the SDK's own retries give up after 300 s).
+    std::chrono::milliseconds seq_gap_timeout{330000};
 };
 
 class EngineWorker {

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/fake_engine.h"
+#include "scheduler/run_queue.h"
 
 namespace tinkerd::scheduler {
 namespace {
@@ -173,6 +174,65 @@ TEST(EngineWorker, SkipUnblocksTheRun) {
     EXPECT_EQ(rec.events(), (std::vector<std::string>{"A2", "A3", "A5"}));
     EXPECT_EQ(submit_kind(worker, "A", 4, generic_op(rec, "A4")), Admission::Kind::STALE);
     EXPECT_EQ(submit_kind(worker, "A", 1, generic_op(rec, "A1")), Admission::Kind::STALE);
+}
+
+TEST(EngineWorker, SeqIdFarAheadIsRefusedAndItsSkipIgnored) {
+    FakeEngine engine;
+    Recorder rec;
+    EngineWorker worker(engine, "test");
+    worker.open_run("A", 1);
+    const int64_t far = int64_t{1} << 40;
+    EXPECT_EQ(submit_kind(worker, "A", far, generic_op(rec, "far")), Admission::Kind::TOO_FAR);
+    EXPECT_EQ(submit_kind(worker, "A", 1 + RunQueue::kMaxAhead + 1, generic_op(rec, "x")), Admission::Kind::TOO_FAR);
+    EXPECT_EQ(submit_kind(worker, "A", 1 + RunQueue::kMaxAhead, generic_op(rec, "edge")), Admission::Kind::ACCEPTED);
+    worker.skip("A", far);  // nothing is remembered for it
+    worker.start();
+    submit_kind(worker, "A", 1, generic_op(rec, "A1"));
+    ASSERT_TRUE(rec.wait_for(1));
+    EXPECT_EQ(rec.events(), std::vector<std::string>{"A1"});
+}
+
+// A seq_id that never arrives is given up after the gap timeout; the ops behind it run in order, the
+// late arrival is STALE, and another run's hole keeps its own clock.
+TEST(EngineWorker, AHoleInTheOrderIsGivenUpAfterTheTimeout) {
+    FakeEngine engine;
+    Recorder rec;
+    WorkerOptions options;
+    options.seq_gap_timeout = 150ms;
+    EngineWorker worker(engine, "test", options);
+    worker.open_run("A", 1);
+    worker.start();
+    submit_kind(worker, "A", 1, generic_op(rec, "A1"));
+    submit_kind(worker, "A", 4, generic_op(rec, "A4"));  // 2 and 3 never come
+    submit_kind(worker, "A", 5, generic_op(rec, "A5"));
+    ASSERT_TRUE(rec.wait_for(1));
+    std::this_thread::sleep_for(60ms);
+    EXPECT_EQ(rec.events(), std::vector<std::string>{"A1"});  // still waiting
+    ASSERT_TRUE(rec.wait_for(3));
+    EXPECT_EQ(rec.events(), (std::vector<std::string>{"A1", "A4", "A5"}));
+    EXPECT_EQ(submit_kind(worker, "A", 2, generic_op(rec, "A2")), Admission::Kind::STALE);
+    EXPECT_EQ(submit_kind(worker, "A", 6, generic_op(rec, "A6")), Admission::Kind::ACCEPTED);
+    ASSERT_TRUE(rec.wait_for(4));
+}
+
+TEST(RunQueueGap, ClockStartsWhenTheHoleIsSeenAndResetsWhenFilled) {
+    using Clock = RunQueue::Clock;
+    RunQueue q(1);
+    const auto t0 = Clock::now();
+    Op op;
+    EXPECT_EQ(q.expire_gap(t0, 10s), 0);  // empty: no hole
+    EXPECT_FALSE(q.gap_deadline(10s));
+    q.admit(3, "h", "r3", op);
+    EXPECT_EQ(q.expire_gap(t0, 10s), 0);
+    EXPECT_EQ(q.gap_deadline(10s), t0 + 10s);
+    q.admit(1, "h", "r1", op);  // seq 1 arrives: ready, no hole
+    EXPECT_EQ(q.expire_gap(t0 + 5s, 10s), 0);
+    q.pop_head();
+    EXPECT_EQ(q.expire_gap(t0 + 20s, 10s), 0);  // seq 2 missing: a new clock from t0 + 20 s
+    EXPECT_EQ(q.expire_gap(t0 + 29s, 10s), 0);
+    EXPECT_EQ(q.expire_gap(t0 + 30s, 10s), 1);  // seq 2 given up
+    EXPECT_TRUE(q.ready());
+    EXPECT_EQ(q.next_seq(), 3);
 }
 
 TEST(EngineWorker, BatchesForwardBackwardAcrossRuns) {

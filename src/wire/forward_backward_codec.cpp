@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "tinker_public.pb.h"
+#include "wire/request_limits.h"
 #include "wire/tensor_codec.h"
 
 namespace tinkerd::wire {
@@ -192,7 +193,7 @@ std::optional<RequestIds> forward_backward_ids_proto(std::string_view body) {
     return RequestIds{msg.model_id(), msg.seq_id()};
 }
 
-Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body) {
+Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body, const DecodeLimits & limits) {
     tinker_public::ForwardBackwardRequest msg;
     if (body.size() > static_cast<size_t>(INT_MAX) || !msg.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
         return invalid_argument("malformed protobuf ForwardBackwardRequest");
@@ -208,6 +209,7 @@ Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view bo
     }
     request.loss_fn_config = std::move(config).value();
     request.forward_only = msg.forward_only();
+    TRY_STATUS(detail::check_tensor_limits_proto(msg, limits));
     request.data.reserve(static_cast<size_t>(msg.data_size()));
     for (int i = 0; i < msg.data_size(); ++i) {
         auto datum = decode_datum_proto(msg.data(i), indexed("data", static_cast<size_t>(i)));
@@ -216,6 +218,7 @@ Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view bo
         }
         request.data.push_back(std::move(*datum));
     }
+    TRY_STATUS(detail::check_token_ids(request.data, limits));
     return request;
 }
 
@@ -329,7 +332,7 @@ Result<void> decode_header_json(const nlohmann::json & body, const nlohmann::jso
 
 }  // namespace
 
-Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json & body) {
+Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json & body, const DecodeLimits & limits) {
     if (!body.is_object()) {
         return invalid_argument("forward_backward request: expected a JSON object");
     }
@@ -352,6 +355,7 @@ Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json
     if (data == input.end() || !data->is_array()) {
         return invalid_argument("data: expected a list of datums");
     }
+    TRY_STATUS(detail::check_tensor_limits_json(*data, limits));
     request.data.reserve(data->size());
     for (size_t i = 0; i < data->size(); ++i) {
         auto datum = decode_datum_json((*data)[i], indexed("data", i));
@@ -360,6 +364,7 @@ Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json
         }
         request.data.push_back(std::move(*datum));
     }
+    TRY_STATUS(detail::check_token_ids(request.data, limits));
     return request;
 }
 

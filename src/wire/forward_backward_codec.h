@@ -27,6 +27,14 @@ struct ForwardBackwardRequest {
     bool forward_only = false;
 };
 
+// Bounds checked before any tensor is decoded (request_limits.h): token ids in [0, vocab_size); every loss
+// input [T] or [T, K] with K <= vocab_size (top-K targets); all loss inputs of a request together at most
+// max_request_elements elements (2^25: 256 MiB of int64, far above what the SDK's chunked requests send).
+struct DecodeLimits {
+    int64_t vocab_size = INT64_MAX;  // INT64_MAX when the model is not known yet: only the budget applies
+    int64_t max_request_elements = int64_t{1} << 25;
+};
+
 // Sends libprotobuf's own messages (e.g. "invalid UTF-8" for a bad request) to tinkerd's log at debug
 // level instead of raw stderr lines; the request itself gets its 400. Call once at start-up.
 void route_protobuf_logs_to_debug();
@@ -41,7 +49,7 @@ std::string zstd_compress(std::string_view plain, int level = 3);
 // image/dmel chunks) and name the field: `data[2].loss_fn_inputs["weights"]: 10 bytes is not a multiple
 // of 4`, "data[0].model_input[1]: image chunks are not supported (text-only models)".
 // Sparse CSR tensors are densified; a tensor without a shape is 1-D.
-Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body);
+Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view body, const DecodeLimits & limits = {});
 
 // The model_id and seq_id of a protobuf request whose full decode failed on its data (an image chunk,
 // a bad tensor), so the server can release that seq_id; nullopt when the message itself is malformed.
@@ -53,7 +61,8 @@ std::optional<RequestIds> forward_backward_ids_proto(std::string_view body);
 
 // Legacy JSON: {"forward_backward_input" | "forward_input": {"data": [...], "loss_fn", "loss_fn_config"?},
 // "model_id", "seq_id"}. forward_only is true for the "forward_input" form.
-Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json & body);
+Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json & body,
+                                                            const DecodeLimits & limits = {});
 
 // A single JSON TensorData {"data": [...], "dtype": "int64"|"float32", "shape"?, "sparse_crow_indices"?,
 // "sparse_col_indices"?} -> host tensor (I64 or F32). `where` prefixes error messages.

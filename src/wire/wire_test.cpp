@@ -298,6 +298,64 @@ TEST(WireRequest, SizeLimits) {
                  "data[0].model_input: 1000001 tokens exceed the limit of 1000000 per datum");
 }
 
+// The 124-byte attack: a sparse [1, K] claim is refused before anything is densified when K passes the
+// vocabulary, and a request's loss inputs together stay within the element budget; token ids are checked.
+TEST(WireRequest, ModelLimitsBoundTopKTheRequestAndTokenIds) {
+    DecodeLimits limits;
+    limits.vocab_size = 300;
+    tinker_public::ForwardBackwardRequest req;
+    add_basic_datum(req);
+    ASSERT_TRUE(decode_forward_backward_proto(req.SerializeAsString(), limits).ok());
+    auto & t = first_input(req, "target_tokens");
+    t.Clear();
+    t.set_dtype(tinker_public::DTYPE_INT64);
+    t.add_shape(1);
+    t.add_shape(int64_t{1} << 27);
+    t.mutable_sparse_csr()->set_crow_indices(le_bytes<int64_t>({0, 0}));
+    EXPECT_LT(req.ByteSizeLong(), 200u);
+    expect_error(decode_forward_backward_proto(req.SerializeAsString(), limits), ErrorKind::INVALID_ARGUMENT,
+                 "data[0].loss_fn_inputs[\"target_tokens\"]: shape [1, 134217728] has K = 134217728 columns, more "
+                 "than the vocabulary (300)");
+    t.set_shape(1, 300);
+    t.set_shape(0, 4);
+    limits.max_request_elements = 1000;  // 1,200 target elements + 4 weights
+    expect_error(decode_forward_backward_proto(req.SerializeAsString(), limits), ErrorKind::INVALID_ARGUMENT,
+                 "data[0].loss_fn_inputs[\"target_tokens\"]: the request's loss inputs hold more than 1000 elements "
+                 "in all (the limit)");
+    t.add_shape(2);
+    limits.max_request_elements = int64_t{1} << 25;
+    expect_error(decode_forward_backward_proto(req.SerializeAsString(), limits), ErrorKind::INVALID_ARGUMENT,
+                 "data[0].loss_fn_inputs[\"target_tokens\"]: shape [4, 300, 2] has 3 dimensions; loss inputs are "
+                 "[T] or [T, K]");
+
+    tinker_public::ForwardBackwardRequest tokens;
+    add_basic_datum(tokens);  // token 258 < 300
+    limits.vocab_size = 258;
+    expect_error(decode_forward_backward_proto(tokens.SerializeAsString(), limits), ErrorKind::INVALID_ARGUMENT,
+                 "data[0].model_input: token id 258 is outside the vocabulary (0..257)");
+}
+
+TEST(WireJson, ModelLimitsApplyToTheLegacyForm) {
+    DecodeLimits limits;
+    limits.vocab_size = 100;
+    auto body = nlohmann::json::parse(R"({"model_id": "m", "seq_id": 1, "forward_backward_input": {
+        "loss_fn": "cross_entropy", "data": [{"model_input": {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]},
+        "loss_fn_inputs": {"target_tokens": {"data": [], "dtype": "int64", "shape": [2, 1000000],
+                                             "sparse_crow_indices": [0, 0, 0], "sparse_col_indices": []}}}]}})");
+    auto r = decode_forward_backward_json(body, limits);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().message,
+              "data[0].loss_fn_inputs[\"target_tokens\"]: shape [2, 1000000] has K = 1000000 "
+              "columns, more than the vocabulary (100)");
+    body["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"] = {{"data", {2, 3}},
+                                                                                    {"dtype", "int64"}};
+    EXPECT_TRUE(decode_forward_backward_json(body, limits).ok());
+    body["forward_backward_input"]["data"][0]["model_input"]["chunks"][0]["tokens"] = {1, -5};
+    r = decode_forward_backward_json(body, limits);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().message, "data[0].model_input: token id -5 is outside the vocabulary (0..99)");
+}
+
 TEST(WireRequest, MalformedProtobufBytes) {
     // Field 3 (data) claims 16 bytes but 3 follow; field 1 with the invalid wire type 7.
     for (const std::string & body : {std::string("\x1a\x10"
