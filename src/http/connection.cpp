@@ -242,6 +242,14 @@ void Session::on_body(beast::error_code ec) {
         return fail_request(
             413, "request body exceeds the limit of " + std::to_string(context_->options.max_body_bytes) + " bytes");
     }
+    if (ec == bhttp::error::partial_message && parser_->content_length()) {
+        // The client closed its sending side before the body its Content-Length announced: say so (it may
+        // still read), rather than dropping the connection without a word.
+        const uint64_t announced = *parser_->content_length();
+        const uint64_t missing = parser_->content_length_remaining().value_or(0);
+        return fail_request(400, "request body ended after " + std::to_string(announced - missing) + " of the " +
+                                     std::to_string(announced) + " bytes its Content-Length announced");
+    }
     if (ec) {
         if (is_disconnect(ec)) {
             return close();

@@ -260,6 +260,35 @@ TEST(HttpServer, GarbageGets400WithJsonAndClose) {
     EXPECT_TRUE(client.peer_closed(2000));
 }
 
+TEST(HttpServer, ABodyShorterThanItsContentLengthGets400NamingTheNumbers) {
+    std::atomic<int> calls{0};
+    auto server = start_server([&](Request &&, Respond respond) {
+        ++calls;
+        respond(Response::json(200, "{}"));
+    });
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789"));
+    client.shutdown_write();
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 400);
+    EXPECT_EQ(reply->body,
+              "{\"detail\":\"request body ended after 10 of the 100 bytes its Content-Length announced\"}");
+    EXPECT_TRUE(client.peer_closed(2000));
+    EXPECT_EQ(calls.load(), 0);
+}
+
+TEST(HttpServer, ClosesAConnectionWhoseBodyDoesNotArriveInTime) {
+    ServerOptions options;
+    options.body_timeout_seconds = 1;
+    auto server = start_server(echo_handler, options);
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789"));
+    auto start = Clock::now();
+    EXPECT_TRUE(client.peer_closed(4000));
+    EXPECT_GE(seconds_since(start), 0.8);
+}
+
 // ---- asynchronous responses ----
 
 TEST(HttpServer, RespondsLaterFromAnotherThread) {
