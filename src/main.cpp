@@ -35,6 +35,9 @@ struct Flags {
     double session_timeout_seconds = 120;
     double poll_timeout_seconds = 25;
     long long max_body_bytes = 256LL << 20;
+    int header_timeout_seconds = 10;
+    int body_timeout_seconds = 300;
+    long long max_connections = 10000;
     long long kv_cache_mib = 4096;
     long long max_sampler_adapters = 8;
     double seq_gap_timeout_seconds = 330;
@@ -47,6 +50,7 @@ const char * USAGE =
     "               [--io-threads N]\n"
     "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
     "               [--kv-cache-mib N] [--max-sampler-adapters N] [--seq-gap-timeout-seconds S]\n"
+    "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -73,7 +77,13 @@ const char * USAGE =
     "  --seq-gap-timeout-seconds  a run whose next seq_id has not arrived for this long while later ones\n"
     "                     wait (its request was refused unread, or its client died) gives it up and runs\n"
     "                     the later ops; the missing one then gets 400 if it comes (default 330: longer\n"
-    "                     than the SDK's 300 s of retries)\n";
+    "                     than the SDK's 300 s of retries)\n"
+    "  --header-timeout-seconds  a connection that sends no complete request header this long after it\n"
+    "                     opens or after its last response is closed (default 10; held polls and\n"
+    "                     streams are not affected)\n"
+    "  --body-timeout-seconds    a request body must arrive within this after its header (default 300)\n"
+    "  --max-connections  open connections at most, kept below the open-file limit; at the cap the\n"
+    "                     connection waiting longest for a request is closed (default 10000)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     if (flag == "--model") {
@@ -112,6 +122,12 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.max_sampler_adapters = std::atoll(value.c_str());
     } else if (flag == "--seq-gap-timeout-seconds") {
         flags.seq_gap_timeout_seconds = std::atof(value.c_str());
+    } else if (flag == "--header-timeout-seconds") {
+        flags.header_timeout_seconds = std::atoi(value.c_str());
+    } else if (flag == "--body-timeout-seconds") {
+        flags.body_timeout_seconds = std::atoi(value.c_str());
+    } else if (flag == "--max-connections") {
+        flags.max_connections = std::atoll(value.c_str());
     } else {
         std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
         return false;
@@ -135,10 +151,11 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
     }
     if (flags.port < 0 || flags.port > 65535 || flags.session_timeout_seconds <= 0 || flags.poll_timeout_seconds <= 0 ||
         flags.seq_gap_timeout_seconds <= 0 || flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 ||
-        flags.max_sampler_adapters < 1) {
+        flags.max_sampler_adapters < 1 || flags.header_timeout_seconds < 1 || flags.body_timeout_seconds < 1 ||
+        flags.max_connections < 1) {
         std::fprintf(stderr,
                      "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
-                     "--kv-cache-mib and --max-sampler-adapters >= 1\n");
+                     "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1\n");
         return false;
     }
     return true;
@@ -273,6 +290,9 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
     server_options.port = flags.port;
     server_options.io_threads = flags.io_threads;
     server_options.max_body_bytes = static_cast<size_t>(flags.max_body_bytes);
+    server_options.header_timeout_seconds = flags.header_timeout_seconds;
+    server_options.body_timeout_seconds = flags.body_timeout_seconds;
+    server_options.max_connections = static_cast<size_t>(flags.max_connections);
     tinkerd::api::App * app_ptr = app->get();
     tinkerd::http::Server server(server_options,
                                  [app_ptr](tinkerd::http::Request && request, tinkerd::http::Respond respond) {

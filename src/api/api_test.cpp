@@ -61,6 +61,13 @@ TEST(Auth, BearerFallback) {
     EXPECT_EQ(request_key("tml-x", "Bearer tml-y"), "tml-x");
     EXPECT_EQ(request_key("", "Bearer tml-y"), "tml-y");
     EXPECT_EQ(request_key("", "Basic abc"), "");
+    // The scheme is case-insensitive (RFC 7235); extra spaces around the token are dropped.
+    EXPECT_EQ(request_key("", "bearer tml-y"), "tml-y");
+    EXPECT_EQ(request_key("", "BEARER tml-y"), "tml-y");
+    EXPECT_EQ(request_key("", "bEaReR   tml-y  "), "tml-y");
+    EXPECT_EQ(request_key("", "Bearer"), "");
+    EXPECT_EQ(request_key("", "Bearer   "), "");
+    EXPECT_EQ(request_key("", "Bearertml-y"), "");
 }
 
 TEST(TinkerPath, ParsesTheThreePartForm) {

@@ -1,6 +1,7 @@
 // Auth: parsing the --api-keys file and mapping keys to tenants.
 #include "api/auth.h"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -60,11 +61,22 @@ std::string request_key(const std::string & x_api_key, const std::string & autho
     if (!x_api_key.empty()) {
         return x_api_key;
     }
-    const std::string bearer = "Bearer ";
-    if (authorization.rfind(bearer, 0) == 0) {
-        return authorization.substr(bearer.size());
+    // "Bearer" is an auth-scheme, matched case-insensitively (RFC 7235 §2.1), then 1*SP and the token.
+    const std::string bearer = "bearer";
+    if (authorization.size() <= bearer.size() || authorization[bearer.size()] != ' ') {
+        return "";
     }
-    return "";
+    for (size_t i = 0; i < bearer.size(); ++i) {
+        if (std::tolower(static_cast<unsigned char>(authorization[i])) != bearer[i]) {
+            return "";
+        }
+    }
+    const size_t begin = authorization.find_first_not_of(' ', bearer.size());
+    if (begin == std::string::npos) {
+        return "";
+    }
+    const size_t end = authorization.find_last_not_of(" \t");
+    return authorization.substr(begin, end + 1 - begin);
 }
 
 }  // namespace tinkerd::api

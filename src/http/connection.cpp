@@ -5,6 +5,7 @@
 
 #include "http/connection.h"
 
+#include <algorithm>
 #include <boost/asio/write.hpp>
 #include <cctype>
 #include <cerrno>
@@ -83,7 +84,10 @@ std::string lower_case(beast::string_view text) {
 
 bool ServerContext::add_session(uint64_t id, std::shared_ptr<Session> session) {
     std::lock_guard lock(mutex);
-    if (stopped || sessions.size() >= options.max_connections) {
+    if (stopped) {
+        return false;
+    }
+    if (sessions.size() >= max_connections && !evict_one_locked()) {
         return false;
     }
     sessions.emplace(id, std::move(session));
@@ -93,6 +97,30 @@ bool ServerContext::add_session(uint64_t id, std::shared_ptr<Session> session) {
 void ServerContext::remove_session(uint64_t id) {
     std::lock_guard lock(mutex);
     sessions.erase(id);
+}
+
+bool ServerContext::evict_one() {
+    std::lock_guard lock(mutex);
+    return !stopped && evict_one_locked();
+}
+
+bool ServerContext::evict_one_locked() {
+    auto oldest = sessions.end();
+    int64_t oldest_since = 0;
+    for (auto it = sessions.begin(); it != sessions.end(); ++it) {
+        const int64_t since = it->second->waiting_header_since();
+        if (since != 0 && (oldest_since == 0 || since < oldest_since)) {
+            oldest = it;
+            oldest_since = since;
+        }
+    }
+    if (oldest == sessions.end()) {
+        return false;
+    }
+    std::shared_ptr<Session> session = std::move(oldest->second);
+    sessions.erase(oldest);
+    boost::asio::post(session->executor(), [session] { session->evict(); });
+    return true;
 }
 
 Session::Session(tcp::socket socket, std::shared_ptr<ServerContext> context, uint64_t id)
@@ -117,11 +145,29 @@ void Session::close() {
         return;
     }
     closed_ = true;
+    waiting_header_since_ = 0;
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
     context_->remove_session(id_);
     close_stream();  // last: it runs the stream's on_close callback
+}
+
+void Session::evict() {
+    if (closed_) {
+        return;
+    }
+    if (waiting_header_since_ == 0) {
+        // A request header arrived meanwhile: keep it (the registry is over the cap by one for a while).
+        std::lock_guard lock(context_->mutex);
+        if (!context_->stopped) {
+            context_->sessions.emplace(id_, shared_from_this());
+            return;
+        }
+    }
+    LOG_DBG("http", "%s: closed at the connection limit of %zu (it sent no request)", remote_.c_str(),
+            context_->max_connections);
+    close();
 }
 
 // ---- reading a request ----
@@ -133,13 +179,21 @@ void Session::read_header() {
     parser_->header_limit(HEADER_LIMIT_BYTES);
     // Checked by hand in on_header, so the 413 can name the length (boost::none misbehaves in 1.74).
     parser_->body_limit(std::numeric_limits<uint64_t>::max());
-    stream_.expires_after(std::chrono::seconds(context_->options.idle_timeout_seconds));
+    // Seconds, not minutes: a connection that sends nothing (or a header byte at a time) must not hold a
+    // descriptor for long. Evictable at the connection cap until the header is complete.
+    stream_.expires_after(std::chrono::seconds(context_->options.header_timeout_seconds));
+    waiting_header_since_ = std::max<int64_t>(1, Clock::now().time_since_epoch().count());
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
 void Session::on_header(beast::error_code ec) {
+    waiting_header_since_ = 0;
     if (ec) {
+        if (ec == beast::error::timeout) {
+            LOG_DBG("http", "%s: no complete request header within %d s; closing", remote_.c_str(),
+                    context_->options.header_timeout_seconds);
+        }
         if (is_disconnect(ec)) {
             return close();
         }
@@ -157,7 +211,8 @@ void Session::on_header(beast::error_code ec) {
         return fail_request(413, "request body of " + std::to_string(*length) + " bytes exceeds the limit of " +
                                      std::to_string(limit) + " bytes");
     }
-    parser_->body_limit(limit);  // for chunked bodies
+    parser_->body_limit(limit);                                                           // for chunked bodies
+    stream_.expires_after(std::chrono::seconds(context_->options.body_timeout_seconds));  // 100-continue and body
     if (parser_->is_done()) {
         return dispatch();
     }
@@ -178,7 +233,6 @@ void Session::send_continue() {
 }
 
 void Session::read_body() {
-    stream_.expires_after(std::chrono::seconds(context_->options.idle_timeout_seconds));
     bhttp::async_read(stream_, buffer_, *parser_,
                       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
@@ -187,6 +241,14 @@ void Session::on_body(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) {
         return fail_request(
             413, "request body exceeds the limit of " + std::to_string(context_->options.max_body_bytes) + " bytes");
+    }
+    if (ec == bhttp::error::partial_message && parser_->content_length()) {
+        // The client closed its sending side before the body its Content-Length announced: say so (it may
+        // still read), rather than dropping the connection without a word.
+        const uint64_t announced = *parser_->content_length();
+        const uint64_t missing = parser_->content_length_remaining().value_or(0);
+        return fail_request(400, "request body ended after " + std::to_string(announced - missing) + " of the " +
+                                     std::to_string(announced) + " bytes its Content-Length announced");
     }
     if (ec) {
         if (is_disconnect(ec)) {

@@ -35,9 +35,18 @@ struct ServerContext {
     bool stopped = false;
     std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;  // open connections
 
-    // Adds an open session; returns false (adding nothing) once stopped or at max_connections.
+    size_t max_connections = 0;  // the cap in force (options.max_connections lowered to the fd limit)
+
+    // Adds an open session; returns false (adding nothing) once stopped. At max_connections it first evicts
+    // the session that has waited longest for a request header; false when there is none.
     bool add_session(uint64_t id, std::shared_ptr<Session> session);
     void remove_session(uint64_t id);
+    // Removes the session that has waited longest for a request header from the registry and has it closed
+    // on its strand. False when every session has a request in progress (or the server is stopping).
+    bool evict_one();
+
+  private:
+    bool evict_one_locked();
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -52,6 +61,12 @@ class Session : public std::enable_shared_from_this<Session> {
     boost::asio::any_io_executor executor() { return stream_.get_executor(); }
     // Sends what `state` has queued (if it is this session's current stream), ends or drops it. On the strand.
     void pump_stream(const std::shared_ptr<StreamState> & state);
+    // Since when (steady clock, ns) the session has waited for a request header; 0 while a request is in
+    // progress (body read, handler, held response, stream) or once closed. Read from any thread.
+    int64_t waiting_header_since() const { return waiting_header_since_.load(std::memory_order_relaxed); }
+    // Evicted at the connection cap (ServerContext::evict_one): closes the session if it still waits for a
+    // header, else puts it back in the registry. On the strand.
+    void evict();
 
   private:
     using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
@@ -103,6 +118,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string response_log_tag_;
     bool drain_before_close_ = false;  // after an error response: drain the input, then close
     bool closed_ = false;
+    std::atomic<int64_t> waiting_header_since_{0};
 
     // The streamed response being sent, if any (on the strand too).
     std::shared_ptr<StreamState> stream_state_;

@@ -1,6 +1,7 @@
 // Server: binds the listening socket, runs the Asio event loop on `io_threads` threads, accepts
-// connections (one Session each, on its own strand; over max_connections they are closed at once),
-// and stops everything on stop(). The per-connection protocol lives in connection.cpp.
+// connections (one Session each, on its own strand; at max_connections the one waiting longest for a
+// request header is closed to make room), and stops everything on stop(). The per-connection protocol lives in
+// connection.cpp.
 
 #include "http/server.h"
 
@@ -16,6 +17,7 @@
 #include <optional>
 #include <sys/resource.h>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -30,21 +32,40 @@ namespace {
 
 constexpr auto ACCEPT_RETRY_DELAY = std::chrono::milliseconds(100);
 
-// Lifts the soft open-file limit to the hard one: 1,000+ connections need more than the usual 1024.
-void raise_open_file_limit() {
+// Descriptors kept free for everything but connections (SQLite and its WAL, checkpoint and archive files,
+// model files, logs): a tenth of the open-file limit, at least 256.
+constexpr rlim_t MIN_RESERVED_FDS = 256;
+
+// Lifts the soft open-file limit to the hard one (thousands of connections need more than the usual 1024)
+// and returns the limit in force (0 when unknown) and the one before.
+std::pair<rlim_t, rlim_t> raise_open_file_limit() {
     rlimit limit{};
-    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) {
-        return;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+        return {0, 0};
     }
     const rlim_t old_soft = limit.rlim_cur;
+    if (limit.rlim_cur >= limit.rlim_max) {
+        return {limit.rlim_cur, old_soft};
+    }
     limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : limit.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
         LOG_WRN("http", "cannot raise the open-file limit from %llu: %s", static_cast<unsigned long long>(old_soft),
                 std::strerror(errno));
-        return;
+        return {old_soft, old_soft};
     }
-    LOG_DBG("http", "open-file limit raised from %llu to %llu", static_cast<unsigned long long>(old_soft),
-            static_cast<unsigned long long>(limit.rlim_cur));
+    return {limit.rlim_cur, old_soft};
+}
+
+// The connection cap: the configured one, lowered so that connections never take the descriptors the rest
+// of the process needs.
+size_t connection_cap(size_t configured, rlim_t fd_limit, rlim_t & reserved) {
+    if (fd_limit == 0 || fd_limit == RLIM_INFINITY) {
+        reserved = 0;
+        return configured;
+    }
+    reserved = std::max(MIN_RESERVED_FDS, fd_limit / 10);
+    const rlim_t available = fd_limit > 2 * reserved ? fd_limit - reserved : fd_limit / 2;
+    return static_cast<size_t>(std::min<rlim_t>(configured, std::max<rlim_t>(available, 1)));
 }
 
 Result<net::ip::address> resolve_host(net::io_context & io, const std::string & host) {
@@ -129,7 +150,13 @@ void Server::Impl::on_accept(const boost::system::error_code & ec, tcp::socket s
         return;
     }
     if (ec) {
-        // E.g. out of file descriptors: wait a little instead of spinning on the error.
+        // Out of file descriptors anyway (files took them): free one from a connection that sent nothing and
+        // accept again at once; otherwise wait a little instead of spinning on the error.
+        if ((ec == net::error::no_descriptors || ec.value() == ENFILE) && context->evict_one()) {
+            LOG_WRN("http", "accept failed (%s): closed the connection waiting longest for a request",
+                    ec.message().c_str());
+            return net::post(io, [this] { accept_next(); });
+        }
         LOG_WRN("http", "accept failed: %s", ec.message().c_str());
         accept_retry_timer.expires_after(ACCEPT_RETRY_DELAY);
         accept_retry_timer.async_wait([this](const boost::system::error_code & wait_ec) {
@@ -147,8 +174,10 @@ void Server::Impl::admit(tcp::socket socket) {
     const uint64_t id = context->next_session_id++;
     auto session = std::make_shared<Session>(std::move(socket), context, id);
     if (!context->add_session(id, session)) {
-        LOG_WRN("http", "connection limit of %zu reached (or stopping): closing a new connection",
-                context->options.max_connections);
+        LOG_WRN("http",
+                "connection limit of %zu reached, every connection busy with a request (or stopping): "
+                "closing a new connection",
+                context->max_connections);
         session->close();
         return;
     }
@@ -204,7 +233,16 @@ Result<void> Server::start() {
     if (impl_->started || impl_->stopped) {
         return internal_error("the HTTP server was already started");
     }
-    raise_open_file_limit();
+    const auto [fd_limit, old_fd_limit] = raise_open_file_limit();
+    rlim_t reserved = 0;
+    ServerContext & context = *impl_->context;
+    context.max_connections = connection_cap(context.options.max_connections, fd_limit, reserved);
+    LOG_INF("http",
+            "open-file limit %llu (was %llu); at most %zu connections (--max-connections %zu, %llu descriptors "
+            "kept for files); request header timeout %d s, body timeout %d s",
+            static_cast<unsigned long long>(fd_limit), static_cast<unsigned long long>(old_fd_limit),
+            context.max_connections, context.options.max_connections, static_cast<unsigned long long>(reserved),
+            context.options.header_timeout_seconds, context.options.body_timeout_seconds);
     TRY_STATUS(impl_->listen());
     impl_->started = true;
     impl_->accept_next();
@@ -220,6 +258,11 @@ Result<void> Server::start() {
 
 int Server::port() const {
     return impl_->bound_port;
+}
+
+size_t Server::max_connections() const {
+    std::lock_guard lock(impl_->context->mutex);
+    return impl_->context->max_connections;
 }
 
 void Server::stop() {

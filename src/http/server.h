@@ -72,11 +72,18 @@ using Handler = std::function<void(Request &&, Respond)>;
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8000;                            // 0 = an ephemeral port (see Server::port())
-    int io_threads = 2;                         // threads running the Asio event loop
-    size_t max_body_bytes = 64u << 20;          // larger bodies get 413 with a JSON body
-    int idle_timeout_seconds = 600;             // an idle connection (or a stalled write) is closed after this
-    size_t max_connections = 10000;             // further connections are accepted and closed at once
+    int port = 8000;                    // 0 = an ephemeral port (see Server::port())
+    int io_threads = 2;                 // threads running the Asio event loop
+    size_t max_body_bytes = 64u << 20;  // larger bodies get 413 with a JSON body
+    // A connection that has not sent a complete request header this long after it opened, or after its last
+    // response (an idle keep-alive connection), is closed. Held requests and streams are not affected.
+    int header_timeout_seconds = 10;
+    int body_timeout_seconds = 300;  // a request body must arrive within this after its header
+    int idle_timeout_seconds = 600;  // a stalled response write (a client not reading) is closed after this
+    // Open connections at most (start() lowers it below the process's open-file limit, keeping room for
+    // files). At the cap, the connection that has waited longest for a request header is closed to admit
+    // a new one; with none such (every one has a request in progress), the new connection is closed.
+    size_t max_connections = 10000;
     size_t max_stream_buffer_bytes = 8u << 20;  // a stream with more bytes queued unsent is closed
 };
 
@@ -91,6 +98,8 @@ class Server {
     Result<void> start();
     // The bound port (useful with port 0); valid after start().
     int port() const;
+    // The connection cap in force: ServerOptions::max_connections, lowered by start() to fit the open-file limit.
+    size_t max_connections() const;
     // Stops accepting, closes every connection, joins the I/O threads. Idempotent.
     void stop();
 

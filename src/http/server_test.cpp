@@ -1,5 +1,6 @@
 // Tests for src/http: request parsing, keep-alive, error responses (400/413), delayed and dropped
-// responses, limits (idle timeout, max connections), and 1,000 concurrently held requests.
+// responses, limits (header timeout, max connections and eviction at the cap, the open-file limit), and
+// 1,000 concurrently held requests.
 // The client (test_client.h) is a small blocking one over POSIX sockets; streamed responses: stream_test.cpp.
 
 #include "http/server.h"
@@ -52,6 +53,15 @@ struct HeldRequests {
         Respond respond = std::move(responds.at(key));
         responds.erase(key);
         return respond;
+    }
+    // A handler that answers GET /now at once ({"now":true}) and holds every other request.
+    Handler hold_all_but_now() {
+        return [this](Request && request, Respond respond) {
+            if (request.path == "/now") {
+                return respond(Response::json(200, "{\"now\":true}"));
+            }
+            add(request.query["i"], std::move(respond));
+        };
     }
 };
 
@@ -250,6 +260,35 @@ TEST(HttpServer, GarbageGets400WithJsonAndClose) {
     EXPECT_TRUE(client.peer_closed(2000));
 }
 
+TEST(HttpServer, ABodyShorterThanItsContentLengthGets400NamingTheNumbers) {
+    std::atomic<int> calls{0};
+    auto server = start_server([&](Request &&, Respond respond) {
+        ++calls;
+        respond(Response::json(200, "{}"));
+    });
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789"));
+    client.shutdown_write();
+    auto reply = client.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 400);
+    EXPECT_EQ(reply->body,
+              "{\"detail\":\"request body ended after 10 of the 100 bytes its Content-Length announced\"}");
+    EXPECT_TRUE(client.peer_closed(2000));
+    EXPECT_EQ(calls.load(), 0);
+}
+
+TEST(HttpServer, ClosesAConnectionWhoseBodyDoesNotArriveInTime) {
+    ServerOptions options;
+    options.body_timeout_seconds = 1;
+    auto server = start_server(echo_handler, options);
+    TestClient client(server->port());
+    ASSERT_TRUE(client.send_all("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789"));
+    auto start = Clock::now();
+    EXPECT_TRUE(client.peer_closed(4000));
+    EXPECT_GE(seconds_since(start), 0.8);
+}
+
 // ---- asynchronous responses ----
 
 TEST(HttpServer, RespondsLaterFromAnotherThread) {
@@ -279,12 +318,7 @@ TEST(HttpServer, RespondsLaterFromAnotherThread) {
 
 TEST(HttpServer, RespondAfterClientLeftIsDropped) {
     HeldRequests held;
-    auto server = start_server([&](Request && request, Respond respond) {
-        if (request.path == "/now") {
-            return respond(Response::json(200, "{}"));
-        }
-        held.add(request.query["i"], std::move(respond));
-    });
+    auto server = start_server(held.hold_all_but_now());
     {
         TestClient client(server->port());
         ASSERT_TRUE(client.send_all(make_request("GET", "/hold?i=1")));
@@ -307,14 +341,7 @@ TEST(HttpServer, FreesAHeldConnectionWhenItsClientHangsUp) {
     ServerOptions options;
     options.max_connections = 1;
     HeldRequests held;
-    auto server = start_server(
-        [&](Request && request, Respond respond) {
-            if (request.path == "/now") {
-                return respond(Response::json(200, "{}"));
-            }
-            held.add(request.query["i"], std::move(respond));
-        },
-        options);
+    auto server = start_server(held.hold_all_but_now(), options);
     {
         TestClient client(server->port());
         ASSERT_TRUE(client.send_all(make_request("GET", "/hold?i=1")));
@@ -367,9 +394,9 @@ TEST(HttpServer, RespondAfterStopAndDestructionIsHarmless) {
 
 // ---- limits ----
 
-TEST(HttpServer, ClosesIdleConnections) {
+TEST(HttpServer, ClosesIdleKeepAliveConnectionsAfterTheHeaderTimeout) {
     ServerOptions options;
-    options.idle_timeout_seconds = 1;
+    options.header_timeout_seconds = 1;
     auto server = start_server(echo_handler, options);
     TestClient client(server->port());
     ASSERT_TRUE(client.send_all(make_request("GET", "/x")));
@@ -379,23 +406,151 @@ TEST(HttpServer, ClosesIdleConnections) {
     EXPECT_GE(seconds_since(start), 0.8);
 }
 
-TEST(HttpServer, ClosesConnectionsBeyondTheLimit) {
+TEST(HttpServer, ClosesASilentConnectionAfterTheHeaderTimeout) {
+    ServerOptions options;
+    options.header_timeout_seconds = 1;
+    auto server = start_server(echo_handler, options);
+    TestClient silent(server->port());
+    auto start = Clock::now();
+    EXPECT_TRUE(silent.peer_closed(4000));
+    EXPECT_GE(seconds_since(start), 0.8);
+    EXPECT_LT(seconds_since(start), 3.0);
+
+    // A slowloris client: a header byte every 200 ms never completes its header within the timeout.
+    TestClient slow(server->port());
+    const std::string request = make_request("GET", "/x", "", "X-Padding: " + std::string(40, 'p') + "\r\n");
+    start = Clock::now();
+    bool closed = false;
+    for (char c : request) {
+        if (!slow.send_all(std::string(1, c)) || slow.peer_closed(200)) {
+            closed = true;
+            break;
+        }
+    }
+    EXPECT_TRUE(closed || slow.peer_closed(3000));
+    EXPECT_LT(seconds_since(start), 3.0);
+}
+
+TEST(HttpServer, TheHeaderTimeoutCutsNeitherAHeldRequestNorAStream) {
+    ServerOptions options;
+    options.header_timeout_seconds = 1;
+    std::vector<std::thread> workers;
+    std::mutex mutex;
+    auto server = start_server(
+        [&](Request && request, Respond respond) {
+            std::lock_guard lock(mutex);
+            if (request.path == "/hold") {
+                workers.emplace_back([respond] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+                    respond(Response::json(200, "{\"held\":true}"));
+                });
+                return;
+            }
+            Response response;
+            response.content_type = "text/event-stream";
+            response.stream = [&](std::shared_ptr<StreamWriter> writer) {
+                std::lock_guard stream_lock(mutex);
+                workers.emplace_back([writer] {
+                    writer->write("first");
+                    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+                    writer->write("second");
+                    writer->finish();
+                });
+            };
+            respond(std::move(response));
+        },
+        options);
+    TestClient held(server->port());
+    TestClient streamed(server->port());
+    ASSERT_TRUE(held.send_all(make_request("POST", "/hold", "{}")));
+    ASSERT_TRUE(streamed.send_all(make_request("GET", "/stream")));
+    auto reply = held.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->body, "{\"held\":true}");
+    auto head = streamed.read_head();
+    ASSERT_TRUE(head);
+    EXPECT_EQ(head->status, 200);
+    auto chunks = streamed.read_chunks();
+    ASSERT_TRUE(chunks);
+    EXPECT_EQ(*chunks, (std::vector<std::string>{"first", "second"}));
+    std::lock_guard lock(mutex);
+    for (auto & worker : workers) {
+        worker.join();
+    }
+}
+
+TEST(HttpServer, ClosesANewConnectionWhenEveryOneHasARequestInProgress) {
     ServerOptions options;
     options.max_connections = 2;
-    auto server = start_server(echo_handler, options);
+    HeldRequests held;
+    auto server = start_server(held.hold_all_but_now(), options);
     TestClient first(server->port());
     TestClient second(server->port());
-    for (TestClient * client : {&first, &second}) {
-        ASSERT_TRUE(client->send_all(make_request("GET", "/x")));
-        ASSERT_TRUE(client->read_reply());
-    }
+    ASSERT_TRUE(first.send_all(make_request("GET", "/hold?i=1")));
+    ASSERT_TRUE(second.send_all(make_request("GET", "/hold?i=2")));
+    ASSERT_TRUE(held.wait_for(2, std::chrono::seconds(5)));
     TestClient third(server->port());
     EXPECT_TRUE(third.peer_closed(2000));
+    held.take("1")(Response::json(200, "{\"i\":1}"));
+    auto reply = first.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->body, "{\"i\":1}");
     first.close();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     TestClient fourth(server->port());  // a slot is free again
-    ASSERT_TRUE(fourth.send_all(make_request("GET", "/x")));
+    ASSERT_TRUE(fourth.send_all(make_request("GET", "/now")));
     EXPECT_TRUE(fourth.read_reply());
+    held.take("2")(Response::json(200, "{}"));
+    EXPECT_TRUE(second.read_reply());
+}
+
+TEST(HttpServer, AtTheCapEvictsTheLongestSilentConnectionNeverAHeldOne) {
+    ServerOptions options;
+    options.max_connections = 4;
+    HeldRequests held;
+    auto server = start_server(held.hold_all_but_now(), options);
+    TestClient busy(server->port());
+    ASSERT_TRUE(busy.send_all(make_request("GET", "/hold?i=1")));
+    ASSERT_TRUE(held.wait_for(1, std::chrono::seconds(5)));
+    std::vector<std::unique_ptr<TestClient>> silent;
+    for (int i = 0; i < 3; ++i) {  // the cap is reached by connections that never send a byte
+        silent.push_back(std::make_unique<TestClient>(server->port()));
+        ASSERT_TRUE(silent.back()->connected());
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::vector<std::unique_ptr<TestClient>> served;  // kept open (keep-alive): the cap stays reached
+    for (int round = 0; round < 3; ++round) {
+        served.push_back(std::make_unique<TestClient>(server->port()));
+        ASSERT_TRUE(served.back()->send_all(make_request("GET", "/now")));
+        auto reply = served.back()->read_reply();
+        ASSERT_TRUE(reply) << "round " << round;
+        EXPECT_EQ(reply->status, 200);
+        EXPECT_TRUE(silent[round]->peer_closed(2000)) << "the oldest silent connection goes first";
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its wait for the next request begins
+    }
+    // Now the idle keep-alive connections are the ones waiting longest for a request header.
+    TestClient last(server->port());
+    ASSERT_TRUE(last.send_all(make_request("GET", "/now")));
+    ASSERT_TRUE(last.read_reply());
+    EXPECT_TRUE(served[0]->peer_closed(2000));
+    held.take("1")(Response::json(200, "{\"held\":true}"));
+    auto reply = busy.read_reply();
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->body, "{\"held\":true}");
+}
+
+TEST(HttpServer, KeepsTheConnectionCapBelowTheOpenFileLimit) {
+    ServerOptions options;
+    options.max_connections = size_t{1} << 40;
+    auto server = start_server(echo_handler, options);
+    rlimit limit{};
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+    EXPECT_EQ(limit.rlim_cur, limit.rlim_max);  // raised to the hard limit
+    EXPECT_LT(server->max_connections(), static_cast<size_t>(limit.rlim_cur));
+    EXPECT_LE(server->max_connections() + 256, static_cast<size_t>(limit.rlim_cur));
+    ServerOptions small;
+    small.max_connections = 7;
+    EXPECT_EQ(start_server(echo_handler, small)->max_connections(), 7u);
 }
 
 TEST(HttpServer, StartNamesTheAddressWhenThePortIsTaken) {
@@ -415,12 +570,7 @@ TEST(HttpServer, HoldsAThousandPendingRequestsWithoutStarvingOthers) {
     raise_open_file_limit();
     constexpr int CLIENTS = 1000;
     HeldRequests held;
-    auto server = start_server([&](Request && request, Respond respond) {
-        if (request.path == "/now") {
-            return respond(Response::json(200, "{\"now\":true}"));
-        }
-        held.add(request.query["i"], std::move(respond));
-    });
+    auto server = start_server(held.hold_all_but_now());
     std::vector<std::unique_ptr<TestClient>> clients;
     for (int i = 0; i < CLIENTS; ++i) {
         clients.push_back(std::make_unique<TestClient>(server->port()));

@@ -75,6 +75,9 @@ class TestClient {
         }
     }
 
+    // Closes the sending side only (the server reads end-of-stream; replies can still be read).
+    void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
     bool send_all(const std::string & data) {
         size_t sent = 0;
         while (sent < data.size()) {

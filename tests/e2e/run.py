@@ -3,7 +3,7 @@
 # Each scenario (scenario_<name>.py, function run(ctx) -> summary line) starts its own servers. The
 # sdk_* scenarios drive the server with the official `tinker` SDK of the running interpreter (.venv:
 # 0.38.0, .venv-sdk025: 0.25.0; --expect-sdk makes a wrong one fail), openai with the official
-# `openai` client; codec, protocol, crash and load with the wire-level client (what the SDKs cannot send).
+# `openai` client; codec, protocol, crash, load and hostile with the wire-level client (what the SDKs cannot send).
 # Exit 0 when all pass; otherwise prints the failure, the servers' log tails, and exits 1.
 import argparse
 import os
@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import wire_codec  # noqa: E402
 
-WIRE_SCENARIOS = ["codec", "protocol", "crash", "load"]
+WIRE_SCENARIOS = ["codec", "protocol", "crash", "load", "hostile"]
 SDK_SCENARIOS = ["sdk_sft", "sdk_resume", "sdk_sample", "sdk_rl", "sdk_tenants", "sdk_dpo", "sdk_rest"]
 SCENARIOS = WIRE_SCENARIOS + SDK_SCENARIOS + ["openai"]
 SCENARIO_TIMEOUT = 280  # seconds; the SDK retries some failures for minutes: fail before ctest kills us
