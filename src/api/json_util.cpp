@@ -35,7 +35,7 @@ Result<json> parse_json_body(const std::string & body) {
             return invalid_argument("request body must be a JSON object");
         }
         return parsed;
-    } catch (const json::parse_error & e) {
+    } catch (const json::exception & e) {  // parse errors, and numbers out of double's range (1e999)
         return invalid_argument(std::string("malformed JSON body: ") + e.what());
     }
 }

@@ -15,7 +15,10 @@ namespace tinkerd::api {
 namespace {
 
 constexpr int64_t MAX_NUM_SAMPLES = 128;
-constexpr int64_t DEFAULT_MAX_TOKENS_CAP = 2048;  // when max_tokens is omitted: up to the context, at most this
+constexpr int64_t DEFAULT_MAX_TOKENS_CAP = 2048;
+constexpr size_t MAX_STOP_ENTRIES = 256;  // stop strings or stop token ids in one request
+constexpr size_t MAX_STOP_STRING_BYTES =
+    1024;  // one stop string  // when max_tokens is omitted: up to the context, at most this
 
 Result<std::vector<int64_t>> prompt_tokens(const json & prompt) {
     if (!prompt.is_object() || !prompt.contains("chunks") || !prompt["chunks"].is_array()) {
@@ -62,11 +65,18 @@ Result<void> parse_stop(const json & stop, engine::SamplingParams & params, std:
     if (!stop.is_array()) {
         return invalid_argument("sampling_params.stop: expected a string, a list of strings or a list of token ids");
     }
+    if (stop.size() > MAX_STOP_ENTRIES) {
+        return invalid_argument("sampling_params.stop: " + std::to_string(stop.size()) + " entries, more than " +
+                                std::to_string(MAX_STOP_ENTRIES) + " (the limit)");
+    }
     for (const json & s : stop) {
         if (s.is_number_integer()) {
             params.stop_token_ids.push_back(s.get<int64_t>());
-        } else if (s.is_string()) {
+        } else if (s.is_string() && s.get_ref<const std::string &>().size() <= MAX_STOP_STRING_BYTES) {
             strings.push_back(s.get<std::string>());
+        } else if (s.is_string()) {
+            return invalid_argument("sampling_params.stop: a stop string is longer than " +
+                                    std::to_string(MAX_STOP_STRING_BYTES) + " bytes (the limit)");
         } else {
             return invalid_argument("sampling_params.stop: entries must all be strings or all token ids");
         }
@@ -87,6 +97,9 @@ Result<engine::SamplingParams> parse_sampling_params(const json & body, std::vec
     auto top_p = get_number(sp, "top_p", 1.0, "sampling_params");
     if (const Error * e = first_error(max_tokens, seed, top_k, temperature, top_p)) {
         return *e;
+    }
+    if (max_tokens->has_value() && **max_tokens < 0) {
+        return invalid_argument("sampling_params.max_tokens: must be >= 0 (got " + std::to_string(**max_tokens) + ")");
     }
     params.max_tokens = max_tokens->value_or(-1);  // -1: filled in from the context length
     if (seed->has_value()) {

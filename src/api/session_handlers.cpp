@@ -91,6 +91,11 @@ Result<json> App::create_session(Call & call) {
     if (!tags.is_array()) {
         return invalid_argument("tags: expected a list of strings");
     }
+    for (size_t i = 0; i < tags.size(); ++i) {
+        if (!tags[i].is_string()) {
+            return invalid_argument("tags[" + std::to_string(i) + "]: expected a string, got " + tags[i].dump());
+        }
+    }
     auto metadata = get_string_map(call.body, "user_metadata");
     if (!metadata.ok()) {
         return metadata.error();

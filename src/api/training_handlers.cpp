@@ -199,7 +199,12 @@ Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
         return decoded;
     }
     std::string body = req.body;
-    if (req.header("content-encoding").find("zstd") != std::string::npos) {
+    const std::string & encoding = req.header("content-encoding");
+    if (!encoding.empty() && encoding != "identity" && encoding != "zstd") {
+        return invalid_argument("Content-Encoding '" + encoding.substr(0, 64) +
+                                "' is not supported (send zstd or an uncompressed body)");
+    }
+    if (encoding == "zstd") {
         auto plain = wire::zstd_decompress(req.body, options_.max_decompressed_bytes);
         if (!plain.ok()) {
             return plain.error();

@@ -209,6 +209,12 @@ Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view bo
     }
     request.loss_fn_config = std::move(config).value();
     request.forward_only = msg.forward_only();
+    if (msg.model_id().empty()) {  // also what a model_id of the wrong wire type parses to
+        return invalid_argument("model_id: missing (field 1, a string)");
+    }
+    if (msg.data_size() == 0) {  // also what a `data` field of the wrong wire type parses to
+        return invalid_argument("data: no datums (send at least one)");
+    }
     TRY_STATUS(detail::check_tensor_limits_proto(msg, limits));
     request.data.reserve(static_cast<size_t>(msg.data_size()));
     for (int i = 0; i < msg.data_size(); ++i) {
@@ -354,6 +360,9 @@ Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json
     auto data = input.find("data");
     if (data == input.end() || !data->is_array()) {
         return invalid_argument("data: expected a list of datums");
+    }
+    if (data->empty()) {
+        return invalid_argument("data: no datums (send at least one)");
     }
     TRY_STATUS(detail::check_tensor_limits_json(*data, limits));
     request.data.reserve(data->size());

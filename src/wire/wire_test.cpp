@@ -83,6 +83,9 @@ void set_dense(tinker_public::Tensor & t, tinker_public::DType dtype, const std:
 
 // A datum with tokens split over two chunks and dense target_tokens / weights of length 4.
 void add_basic_datum(tinker_public::ForwardBackwardRequest & req) {
+    if (req.model_id().empty()) {
+        req.set_model_id("sess-1:train:0");
+    }
     auto * datum = req.add_data();
     // Hand-built int32 LE bytes: tokens 1, 2, 3 then 258.
     datum->add_model_input()->mutable_encoded_text()->set_tokens(std::string("\x01\0\0\0\x02\0\0\0\x03\0\0\0", 12));
@@ -328,6 +331,15 @@ TEST(WireRequest, ModelLimitsBoundTopKTheRequestAndTokenIds) {
                  "data[0].loss_fn_inputs[\"target_tokens\"]: shape [4, 300, 2] has 3 dimensions; loss inputs are "
                  "[T] or [T, K]");
 
+    tinker_public::ForwardBackwardRequest no_model;
+    no_model.add_data();
+    expect_error(decode_forward_backward_proto(no_model.SerializeAsString(), limits), ErrorKind::INVALID_ARGUMENT,
+                 "model_id: missing (field 1, a string)");
+    no_model.set_model_id("m");
+    no_model.clear_data();
+    expect_error(decode_forward_backward_proto(no_model.SerializeAsString(), limits), ErrorKind::INVALID_ARGUMENT,
+                 "data: no datums (send at least one)");
+
     tinker_public::ForwardBackwardRequest tokens;
     add_basic_datum(tokens);  // token 258 < 300
     limits.vocab_size = 258;
@@ -365,9 +377,9 @@ TEST(WireRequest, MalformedProtobufBytes) {
         expect_error(decode_forward_backward_proto(body), ErrorKind::INVALID_ARGUMENT,
                      "malformed protobuf ForwardBackwardRequest");
     }
-    auto empty = decode_forward_backward_proto("");
-    ASSERT_TRUE(empty.ok());
-    EXPECT_TRUE(empty->data.empty());
+    // An empty body is a valid empty message, refused for what it lacks.
+    expect_error(decode_forward_backward_proto(""), ErrorKind::INVALID_ARGUMENT,
+                 "model_id: missing (field 1, a string)");
 }
 
 // Mutated and truncated encodings of a valid request: every outcome is a value or a clean error (this
