@@ -104,9 +104,13 @@ void App::write_snapshot(SnapshotWrite & write) {
         fail_future(write.request_id, inserted.error());
         return;
     }
+    auto session = db_->get_session(write.row.session_id);
+    if (session.ok() && session->has_value() && (*session)->expired) {  // it ended while this was queued
+        (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
+    }
     keep_snapshot(write.row.sampler_id, write.snapshot);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    LOG_DBG("api", "snapshot %s written (%s, %.1f ms)", write.row.sampler_id.c_str(), mib(*size).c_str(), ms);
+    LOG_INF("api", "snapshot %s written (%s, %.1f ms)", write.row.sampler_id.c_str(), mib(*size).c_str(), ms);
     futures_->complete(
         write.request_id,
         json{{"sampling_session_id", write.row.sampler_id}, {"type", "save_weights_for_sampler"}}.dump());
