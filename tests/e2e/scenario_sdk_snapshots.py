@@ -2,7 +2,7 @@
 # a training step before each; the FIRST then samples the same seeded tokens and logprobs as right after
 # it was made (past the in-memory cache and the --max-sampler-adapters LRU, so read back from
 # DATA_DIR/snapshots); after a kill -9 and restart on the same data dir and port (the SDK's clients keep
-# working) old snapshots sample the same again; then a server on a new port (the SDK's session gets no
+# working) old snapshots sample the same again and unrecorded directories (crash litter) are gone; then a server on a new port (the SDK's session gets no
 # more heartbeats) with a 1 s session timeout and a 2 s --snapshot-ttl-seconds deletes their files and
 # the sampler answers 404. A server with --snapshot-disk-mib 1 refuses the snapshot that does not fit
 # with an error naming the flag, while named sampler weights and the earlier snapshots still work.
@@ -69,8 +69,16 @@ def first_after_twelve(srv, clients, made):
 
 
 def after_restart(srv, clients, made):
-    srv.restart()  # kill -9: every completed snapshot is already on disk
+    srv.kill9()  # every completed snapshot is already on disk
+    # What a crash while writing leaves: a half-written temp dir, files whose row was never inserted.
+    litter = [sampler_id(clients[0]) + ".tmp-dead", "sess-gone:sample:3"]
+    for name in litter:
+        os.makedirs(os.path.join(srv.data_dir, "snapshots", name, "sub"))
+    srv.start()
     same_as_made(clients, made, [0, 3, N - 1], "after a restart")
+    left = [name for name in litter if name in snapshot_dirs(srv)]
+    check(not left, "unrecorded snapshot dirs kept at start-up: %r" % left)
+    check(len(snapshot_dirs(srv)) == N, "snapshot dirs after the restart: %r" % snapshot_dirs(srv))
 
 
 def expire(ctx, srv, clients):
@@ -125,7 +133,7 @@ def run(ctx):
     _, clients, made = make_snapshots(svc, N)
     size = ctx.case("%d snapshots: the first samples as when it was made (from disk)" % N, first_after_twelve,
                     srv, clients, made)
-    ctx.case("after kill -9 + restart: old snapshots sample the same", after_restart, srv, clients, made)
+    ctx.case("after kill -9 + restart: old snapshots sample the same, crash litter removed", after_restart, srv, clients, made)
     ctx.case("session ended + --snapshot-ttl-seconds: files deleted, sampler 404", expire, ctx, srv, clients)
     full = ctx.case("--snapshot-disk-mib 1: the snapshot that does not fit is refused naming the flag", budget, ctx)
     ctx.finish()
