@@ -41,6 +41,8 @@ struct Flags {
     long long kv_cache_mib = 4096;
     long long max_sampler_adapters = 8;
     double seq_gap_timeout_seconds = 330;
+    double snapshot_ttl_seconds = 3600;
+    long long snapshot_disk_mib = 10240;
 };
 
 const char * USAGE =
@@ -51,6 +53,7 @@ const char * USAGE =
     "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
     "               [--kv-cache-mib N] [--max-sampler-adapters N] [--seq-gap-timeout-seconds S]\n"
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
+    "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -83,7 +86,12 @@ const char * USAGE =
     "                     streams are not affected)\n"
     "  --body-timeout-seconds    a request body must arrive within this after its header (default 300)\n"
     "  --max-connections  open connections at most, kept below the open-file limit; at the cap the\n"
-    "                     connection waiting longest for a request is closed (default 10000)\n";
+    "                     connection waiting longest for a request is closed (default 10000)\n"
+    "  --snapshot-ttl-seconds  unnamed sampler snapshots (save_weights_and_get_sampling_client) live on\n"
+    "                     disk in DATA_DIR/snapshots while their session lives and this long after it\n"
+    "                     ends, then are deleted (default 3600)\n"
+    "  --snapshot-disk-mib     disk budget of those snapshots; a new one that does not fit is refused\n"
+    "                     (default 10240)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     if (flag == "--model") {
@@ -128,6 +136,10 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.body_timeout_seconds = std::atoi(value.c_str());
     } else if (flag == "--max-connections") {
         flags.max_connections = std::atoll(value.c_str());
+    } else if (flag == "--snapshot-ttl-seconds") {
+        flags.snapshot_ttl_seconds = std::atof(value.c_str());
+    } else if (flag == "--snapshot-disk-mib") {
+        flags.snapshot_disk_mib = std::atoll(value.c_str());
     } else {
         std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
         return false;
@@ -152,10 +164,11 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
     if (flags.port < 0 || flags.port > 65535 || flags.session_timeout_seconds <= 0 || flags.poll_timeout_seconds <= 0 ||
         flags.seq_gap_timeout_seconds <= 0 || flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 ||
         flags.max_sampler_adapters < 1 || flags.header_timeout_seconds < 1 || flags.body_timeout_seconds < 1 ||
-        flags.max_connections < 1) {
+        flags.max_connections < 1 || flags.snapshot_ttl_seconds < 0 || flags.snapshot_disk_mib < 0) {
         std::fprintf(stderr,
                      "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
-                     "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1\n");
+                     "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1, "
+                     "--snapshot-ttl-seconds and --snapshot-disk-mib >= 0\n");
         return false;
     }
     return true;
@@ -279,6 +292,8 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
     app_options.max_cached_sampler_adapters = static_cast<size_t>(flags.max_sampler_adapters);
     app_options.seq_gap_timeout =
         std::chrono::milliseconds(static_cast<long long>(flags.seq_gap_timeout_seconds * 1000));
+    app_options.snapshot_ttl_seconds = flags.snapshot_ttl_seconds;
+    app_options.snapshot_disk_bytes = static_cast<int64_t>(flags.snapshot_disk_mib) << 20;
     auto app = tinkerd::api::App::create(app_options, std::move(auth), served);
     if (!app.ok()) {
         LOG_ERR("main", "cannot open data dir %s: %s", flags.data_dir.c_str(), app.error().message.c_str());

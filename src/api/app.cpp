@@ -82,6 +82,7 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         return db.error();
     }
     app->db_ = std::move(db).value();
+    TRY_STATUS(app->recover_snapshots());
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
     for (const auto & spec : models) {
         auto served = std::make_unique<ServedModel>();
@@ -111,6 +112,7 @@ void App::start() {
         model->worker->start();
     }
     sweeper_ = std::thread([this] { sweeper_loop(); });
+    snapshot_writer_ = std::thread([this] { snapshot_writer_loop(); });
 }
 
 void App::stop() {
@@ -128,6 +130,14 @@ void App::stop() {
     }
     for (auto & model : models_) {
         model->worker->stop();
+    }
+    {  // after the workers: the snapshots they queued are written before we return
+        std::lock_guard<std::mutex> lock(snapshot_mutex_);
+        snapshot_writer_stopping_ = true;
+    }
+    snapshot_wake_.notify_all();
+    if (snapshot_writer_.joinable()) {
+        snapshot_writer_.join();
     }
     started_ = false;
 }
@@ -331,29 +341,11 @@ RunPtr App::register_run(store::TrainingRunRow row, ServedModel * model, const e
     return run;
 }
 
-void App::keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot) {
-    constexpr size_t MAX_SNAPSHOTS_PER_RUN = 8;
-    snapshot->created_at = now_seconds();
-    std::lock_guard<std::mutex> lock(mutex_);
-    snapshots_[sampler_id] = std::move(snapshot);
-    std::vector<std::pair<double, std::string>> of_run;  // (created_at, id) of the run's snapshots
-    const std::string & run_id = snapshots_[sampler_id]->run_id;
-    for (const auto & [id, s] : snapshots_) {
-        if (s->run_id == run_id) {
-            of_run.emplace_back(s->created_at, id);
-        }
-    }
-    std::sort(of_run.begin(), of_run.end());
-    for (size_t i = 0; i + MAX_SNAPSHOTS_PER_RUN < of_run.size(); ++i) {
-        snapshots_.erase(of_run[i].second);
-    }
-}
-
 void App::unload_run(const RunPtr & run, const std::string & reason) {
     if (!run->loaded.exchange(false)) {
         return;
     }
-    {
+    {  // its snapshots' memory copies (their files stay)
         std::lock_guard<std::mutex> lock(mutex_);
         for (auto it = snapshots_.begin(); it != snapshots_.end();) {
             it = it->second->run_id == run->row.run_id ? snapshots_.erase(it) : std::next(it);

@@ -45,6 +45,8 @@ struct AppOptions {
     size_t max_cached_sampler_adapters = 8;      // per base model: samplers whose weights stay loaded
     double archive_url_ttl_seconds = 900;
     std::chrono::milliseconds seq_gap_timeout{330000};  // a run's missing seq_id is given up after this long
+    double snapshot_ttl_seconds = 3600;                 // unnamed sampler snapshots outlive their session this long
+    int64_t snapshot_disk_bytes = 10240LL << 20;        // budget of DATA_DIR/snapshots (--snapshot-disk-mib)
 };
 
 // A base model served under a name; the engine is owned by the caller and outlives the App.
@@ -107,14 +109,16 @@ Result<T> guarded_engine_call(F && call) {
 }
 using AdapterId = engine::AdapterId;
 
-// A frozen copy of an adapter's weights for sampling (save_weights_for_sampler without a name).
 // Stop strings as a SampleRequest::stop_check over the tokenizer's decode of the generated tail.
 Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(const ServedModel & model,
                                                                             std::vector<std::string> stops);
 
+// A frozen copy of an adapter's weights for sampling (save_weights_for_sampler without a name), cached in
+// memory; its files in DATA_DIR/snapshots/<sampler_id> are what lasts (snapshots.cpp).
 struct SamplerSnapshot {
     std::string run_id;
     double created_at = 0;
+    int64_t bytes = 0;  // of the tensors
     std::string base_model;
     engine::LoraSpec spec;
     std::map<std::string, engine::HostTensor> tensors;
@@ -278,8 +282,6 @@ class App {
     RunPtr register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec,
                         std::string create_request_id);
     void unload_run(const RunPtr & run, const std::string & reason);
-    // Keeps a sampler snapshot; a run keeps its MAX_SNAPSHOTS_PER_RUN newest ones in memory.
-    void keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot);
     void note_session_activity(const std::string & session_id);
     // A new pending future, also recorded in the database (so a restart can answer it).
     std::string create_future(const std::string & tenant, const std::string & request_type,
@@ -287,6 +289,28 @@ class App {
     json checkpoint_json(const store::CheckpointRow & row) const;
     json training_run_json(const store::TrainingRunRow & row, const std::string & tenant);
     store::AdapterConfig adapter_config(const RunState & run) const;
+
+    // snapshots.cpp: unnamed sampler snapshots: a memory cache in front of their files, the disk budget,
+    // the writer thread, start-up recovery and deletion after their session.
+    struct SnapshotWrite {
+        store::SamplerRow row;  // with dir; size_bytes once written
+        std::shared_ptr<SamplerSnapshot> snapshot;
+        store::AdapterConfig config;
+        std::string request_id;
+    };
+    // On the engine thread: refuses a snapshot the disk budget cannot hold (the error names the flag),
+    // else reserves its bytes and queues its write; the writer thread then writes the files, records the
+    // row, caches the snapshot and completes the future.
+    Result<void> queue_snapshot(SnapshotWrite write);
+    void snapshot_writer_loop();
+    void write_snapshot(SnapshotWrite & write);
+    // Keeps a snapshot in memory: a run's MAX_CACHED_SNAPSHOTS_PER_RUN newest, within a total byte cap.
+    void keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot);
+    std::string snapshot_dir(const std::string & sampler_id) const;
+    // At start-up: schedules the deletion of ended sessions' snapshots, removes unrecorded directories
+    // (a crash between write and row, temp dirs) and rows without files.
+    Result<void> recover_snapshots();
+    void expire_snapshots(double now);
 
     // sweeper.cpp: session expiry, checkpoint TTLs, pruning.
     void sweeper_loop();
@@ -310,6 +334,13 @@ class App {
         double expires_at = 0;
     };
     std::map<std::string, ArchiveToken> archive_tokens_;
+
+    std::thread snapshot_writer_;
+    std::mutex snapshot_mutex_;  // guards the four below
+    std::condition_variable snapshot_wake_;
+    std::deque<SnapshotWrite> snapshot_queue_;
+    int64_t snapshot_reserved_bytes_ = 0;  // of queued snapshots, not yet in the database
+    bool snapshot_writer_stopping_ = false;
 
     std::thread sweeper_;
     std::mutex sweeper_mutex_;

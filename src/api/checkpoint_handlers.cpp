@@ -1,5 +1,5 @@
 // Handlers for weights: save_weights (adapter + Adam state), save_weights_for_sampler (a named PEFT
-// adapter, or an unnamed frozen in-memory snapshot), load_weights (into a live model, or creating one),
+// adapter, or an unnamed snapshot: snapshots.cpp), load_weights (into a live model, or creating one),
 // weights_info, and the sampling-session metadata. File writes run on the engine thread, in seq_id order.
 #include "api/app.h"
 #include "common/log.h"
@@ -113,8 +113,8 @@ Result<json> App::save_weights(Call & call) {
         });
 }
 
-// Named: a PEFT adapter directory and a sampler checkpoint row. Unnamed: an ephemeral frozen snapshot
-// in memory, registered as sampler "<session>:sample:<sampling_session_seq_id>".
+// Named: a PEFT adapter directory and a sampler checkpoint row. Unnamed: a frozen snapshot, registered as
+// sampler "<session>:sample:<sampling_session_seq_id>", kept on disk while its session lives (snapshots.cpp).
 Result<json> App::save_weights_for_sampler(Call & call) {
     auto target = ordered_target(call);
     if (!target.ok()) {
@@ -150,18 +150,26 @@ Result<json> App::save_weights_for_sampler(Call & call) {
                 fail_future(id, tensors.error());
                 return;
             }
-            if (!checkpoint_name) {
-                auto snapshot = std::make_shared<SamplerSnapshot>();
-                snapshot->base_model = run->row.base_model;
-                snapshot->spec = run->spec;
-                snapshot->tensors = std::move(tensors).value();
-                snapshot->run_id = run->row.run_id;
-                keep_snapshot(sampler_id, snapshot);
-                store::SamplerRow row{sampler_id, tenant,          run->row.session_id, run->row.base_model,
-                                      "",         run->row.run_id, now_seconds()};
-                (void)db_->insert_sampler(row);
-                futures_->complete(
-                    id, json{{"sampling_session_id", sampler_id}, {"type", "save_weights_for_sampler"}}.dump());
+            if (!checkpoint_name) {  // the writer thread writes it, records it and completes the future
+                SnapshotWrite write;
+                write.snapshot = std::make_shared<SamplerSnapshot>();
+                write.snapshot->base_model = run->row.base_model;
+                write.snapshot->spec = run->spec;
+                write.snapshot->tensors = std::move(tensors).value();
+                write.snapshot->run_id = run->row.run_id;
+                write.row.sampler_id = sampler_id;
+                write.row.tenant = tenant;
+                write.row.session_id = run->row.session_id;
+                write.row.base_model = run->row.base_model;
+                write.row.run_id = run->row.run_id;
+                write.row.created_at = now_seconds();
+                write.row.dir = snapshot_dir(sampler_id);
+                write.config = adapter_config(*run);
+                write.request_id = id;
+                auto queued = queue_snapshot(std::move(write));
+                if (!queued.ok()) {
+                    fail_future(id, queued.error());
+                }
                 return;
             }
             const TinkerPath path{run->row.run_id, "sampler_weights", *checkpoint_name};
@@ -358,7 +366,13 @@ Result<json> App::create_sampling_session(Call & call) {
         }
         return json{{"sampling_session_id", sampler_id}, {"type", "create_sampling_session"}};
     }
-    store::SamplerRow row{sampler_id, call.tenant, *session_id, base, model_path->value_or(""), "", now_seconds()};
+    store::SamplerRow row;
+    row.sampler_id = sampler_id;
+    row.tenant = call.tenant;
+    row.session_id = *session_id;
+    row.base_model = base;
+    row.model_path = model_path->value_or("");
+    row.created_at = now_seconds();
     TRY_STATUS(db_->insert_sampler(row));
     return json{{"sampling_session_id", sampler_id}, {"type", "create_sampling_session"}};
 }

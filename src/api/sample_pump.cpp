@@ -152,27 +152,34 @@ Result<engine::AdapterId> App::sampler_adapter(engine::Engine & engine, ServedMo
     return *adapter;
 }
 
-// The LoRA shape and PEFT tensors of a snapshot (in memory) or a checkpoint (read from disk).
+// The LoRA shape and PEFT tensors of a snapshot (cached in memory, else its files) or a checkpoint.
 Result<std::pair<engine::LoraSpec, store::Tensors>> App::sampler_weights(const store::SamplerRow & sampler) {
+    std::string dir = sampler.dir;
     if (!sampler.run_id.empty()) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = snapshots_.find(sampler.sampler_id);
-        if (it == snapshots_.end()) {
-            return not_found("the weights of sampler '" + sampler.sampler_id +
-                             "' are no longer in memory (its training run was unloaded, or 8 newer snapshots "
-                             "replaced it); save named sampler weights to keep them");
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto it = snapshots_.find(sampler.sampler_id);
+            if (it != snapshots_.end()) {
+                return std::make_pair(it->second->spec, it->second->tensors);
+            }
         }
-        return std::make_pair(it->second->spec, it->second->tensors);
+        if (dir.empty()) {  // recorded by a tinkerd that kept snapshots in memory only
+            return not_found("the weights of sampler '" + sampler.sampler_id +
+                             "' were kept in memory only and are gone since the server restarted");
+        }
+    } else {
+        auto path = parse_tinker_path(sampler.model_path);
+        if (!path.ok()) {
+            return path.error();
+        }
+        auto row = db_->get_checkpoint(path->run_id, path->checkpoint_id());
+        if (!row.ok() || !row->has_value()) {
+            return not_found("checkpoint '" + sampler.model_path + "' of sampler '" + sampler.sampler_id +
+                             "' not found");
+        }
+        dir = (*row)->dir;
     }
-    auto path = parse_tinker_path(sampler.model_path);
-    if (!path.ok()) {
-        return path.error();
-    }
-    auto row = db_->get_checkpoint(path->run_id, path->checkpoint_id());
-    if (!row.ok() || !row->has_value()) {
-        return not_found("checkpoint '" + sampler.model_path + "' of sampler '" + sampler.sampler_id + "' not found");
-    }
-    auto contents = store::read_checkpoint((*row)->dir, false);
+    auto contents = store::read_checkpoint(dir, false);
     if (!contents.ok()) {
         return contents.error();
     }

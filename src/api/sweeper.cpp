@@ -1,5 +1,6 @@
 // The sweeper: a background thread that expires sessions without a heartbeat (their models leave memory,
-// their checkpoints stay), deletes checkpoints whose TTL has passed, and prunes old finished futures.
+// their checkpoints stay, their sampler snapshots stay --snapshot-ttl-seconds more), deletes checkpoints
+// whose TTL has passed and snapshots whose session has been over that long, and prunes old finished futures.
 #include "api/app.h"
 #include "common/log.h"
 
@@ -20,6 +21,7 @@ void App::sweeper_loop() {
         const double now = now_seconds();
         expire_sessions(now);
         expire_checkpoints(now);
+        expire_snapshots(now);
         (void)db_->prune_futures(now - FUTURE_RETENTION_SECONDS);
         {
             std::lock_guard<std::mutex> guard(mutex_);
@@ -55,9 +57,11 @@ void App::expire_sessions(double now) {
     }
 }
 
-// Marks the session expired and unloads its models (checkpoints stay).
+// Marks the session expired, unloads its models (checkpoints stay) and schedules the deletion of its
+// sampler snapshots.
 void App::end_session(const std::string & session_id, const std::string & why) {
     (void)db_->mark_session_expired(session_id);
+    (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
     std::vector<RunPtr> runs;
     {
         std::lock_guard<std::mutex> lock(mutex_);

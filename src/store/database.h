@@ -59,8 +59,11 @@ struct SamplerRow {
     std::string session_id;
     std::string base_model;
     std::string model_path;  // "" = base model; else a tinker:// path
-    std::string run_id;      // the training run of an ephemeral snapshot, else ""
+    std::string run_id;      // the training run of an unnamed snapshot, else ""
     double created_at = 0;
+    std::string dir;                   // a snapshot's files (DATA_DIR/snapshots/<sampler_id>), else ""
+    int64_t size_bytes = 0;            // of `dir`'s files
+    std::optional<double> expires_at;  // a snapshot's deletion time, set once its session has ended
 };
 
 // A finished (or, at a crash, pending) future. Results are kept so that a poll after a restart or a
@@ -141,6 +144,13 @@ class Database {
     Result<void> insert_sampler(const SamplerRow & row);
     Result<std::optional<SamplerRow>> get_sampler(const std::string & sampler_id);
     Result<std::vector<SamplerRow>> samplers_of_session(const std::string & session_id);
+    Result<void> delete_sampler(const std::string & sampler_id);
+    // Snapshots (samplers with a dir): their total size, all of them, and those with expires_at <= now.
+    Result<int64_t> snapshot_bytes();
+    Result<std::vector<SamplerRow>> snapshot_samplers();
+    Result<std::vector<SamplerRow>> expired_snapshots(double now);
+    // Gives every snapshot of an expired session that has no expiry yet `expires_at`; returns how many.
+    Result<int64_t> schedule_snapshot_expiry(double expires_at);
 
     // Futures. insert at submission (state "pending"); finish when done or failed.
     Result<void> insert_future(const FutureRow & row);

@@ -30,7 +30,8 @@ struct Database::Impl {
     "user_metadata_json, created_at, last_request_time, unloaded"
 #define TINKERD_CHECKPOINT_COLUMNS \
     "run_id, checkpoint_id, checkpoint_type, tenant, dir, created_at, size_bytes, expires_at, is_public"
-#define TINKERD_SAMPLER_COLUMNS "sampler_id, tenant, session_id, base_model, model_path, run_id, created_at"
+#define TINKERD_SAMPLER_COLUMNS \
+    "sampler_id, tenant, session_id, base_model, model_path, run_id, created_at, dir, size_bytes, expires_at"
 #define TINKERD_FUTURE_COLUMNS                                                                               \
     "request_id, tenant, request_type, run_id, seq_id, body_hash, state, result_json, result_proto, error, " \
     "error_category, created_at, finished_at"

@@ -31,6 +31,9 @@ SamplerRow read_sampler(const Statement & stmt) {
     row.model_path = stmt.text(4);
     row.run_id = stmt.text(5);
     row.created_at = stmt.real(6);
+    row.dir = stmt.text(7);
+    row.size_bytes = stmt.integer(8);
+    row.expires_at = stmt.optional_double(9);
     return row;
 }
 
@@ -171,12 +174,14 @@ Result<std::vector<CheckpointRow>> Database::expired_checkpoints(double now) {
 
 Result<void> Database::insert_sampler(const SamplerRow & row) {
     Lock lock(impl_->mutex);
-    auto stmt = impl_->prepare("INSERT INTO samplers (" TINKERD_SAMPLER_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    auto stmt = impl_->prepare("INSERT INTO samplers (" TINKERD_SAMPLER_COLUMNS
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                                "insert_sampler");
     TRY_STATUS(stmt);
     stmt->bind_text(1, row.sampler_id).bind_text(2, row.tenant).bind_text(3, row.session_id);
     stmt->bind_text(4, row.base_model).bind_text(5, row.model_path).bind_text(6, row.run_id);
-    stmt->bind_double(7, row.created_at);
+    stmt->bind_double(7, row.created_at).bind_text(8, row.dir).bind_int(9, row.size_bytes);
+    stmt->bind_optional_double(10, row.expires_at);
     TRY_STATUS(stmt->run());
     return {};
 }
@@ -197,6 +202,50 @@ Result<std::vector<SamplerRow>> Database::samplers_of_session(const std::string 
     TRY_STATUS(stmt);
     stmt->bind_text(1, session_id);
     return collect<SamplerRow>(stmt.value(), read_sampler);
+}
+
+Result<void> Database::delete_sampler(const std::string & sampler_id) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare("DELETE FROM samplers WHERE sampler_id = ?1", "delete_sampler");
+    TRY_STATUS(stmt);
+    return expect_changed(stmt->bind_text(1, sampler_id).run(), "sampler", sampler_id);
+}
+
+Result<int64_t> Database::snapshot_bytes() {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare("SELECT COALESCE(SUM(size_bytes), 0) FROM samplers WHERE dir != ''", "snapshot_bytes");
+    TRY_STATUS(stmt);
+    return count_of(stmt.value());
+}
+
+Result<std::vector<SamplerRow>> Database::snapshot_samplers() {
+    Lock lock(impl_->mutex);
+    auto stmt =
+        impl_->prepare("SELECT " TINKERD_SAMPLER_COLUMNS " FROM samplers WHERE dir != '' ORDER BY created_at, rowid",
+                       "snapshot_samplers");
+    TRY_STATUS(stmt);
+    return collect<SamplerRow>(stmt.value(), read_sampler);
+}
+
+Result<std::vector<SamplerRow>> Database::expired_snapshots(double now) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare("SELECT " TINKERD_SAMPLER_COLUMNS
+                               " FROM samplers WHERE expires_at IS NOT NULL AND expires_at <= ?1 AND dir != ''"
+                               " ORDER BY expires_at, rowid",
+                               "expired_snapshots");
+    TRY_STATUS(stmt);
+    stmt->bind_double(1, now);
+    return collect<SamplerRow>(stmt.value(), read_sampler);
+}
+
+Result<int64_t> Database::schedule_snapshot_expiry(double expires_at) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare(
+        "UPDATE samplers SET expires_at = ?1 WHERE dir != '' AND expires_at IS NULL"
+        " AND session_id IN (SELECT session_id FROM sessions WHERE expired = 1)",
+        "schedule_snapshot_expiry");
+    TRY_STATUS(stmt);
+    return stmt->bind_double(1, expires_at).run();
 }
 
 // ---- Futures ----

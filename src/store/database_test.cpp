@@ -71,12 +71,12 @@ class DatabaseTest : public testing::Test {
 };
 
 TEST_F(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
-    EXPECT_EQ(db_->schema_version(), 1);
+    EXPECT_EQ(db_->schema_version(), 2);
     add_session("s1", "t1", 1.0);
     db_.reset();
     db_ = open_db();  // second open: no migration re-runs (CREATE TABLE would fail if it did)
     ASSERT_NE(db_, nullptr);
-    EXPECT_EQ(db_->schema_version(), 1);
+    EXPECT_EQ(db_->schema_version(), 2);
     auto session = db_->get_session("s1");
     ASSERT_TRUE(session.ok());
     EXPECT_TRUE(session->has_value());
@@ -87,8 +87,8 @@ TEST_F(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
     ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT COUNT(*), MAX(version) FROM schema_version", -1, &stmt, nullptr),
               SQLITE_OK);
     ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(stmt, 0), 1);
-    EXPECT_EQ(sqlite3_column_int(stmt, 1), 1);
+    EXPECT_EQ(sqlite3_column_int(stmt, 0), 2);
+    EXPECT_EQ(sqlite3_column_int(stmt, 1), 2);
     sqlite3_finalize(stmt);
     ASSERT_EQ(sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
     ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
@@ -100,7 +100,7 @@ TEST_F(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
 TEST_F(DatabaseTest, InMemoryDatabaseWorks) {
     auto db = Database::open(":memory:");
     ASSERT_TRUE(db.ok()) << db.error().message;
-    EXPECT_EQ(db.value()->schema_version(), 1);
+    EXPECT_EQ(db.value()->schema_version(), 2);
     auto n = db.value()->next_counter("x");
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(n.value(), 1);
@@ -359,6 +359,80 @@ TEST_F(DatabaseTest, SamplersRoundTrip) {
     ASSERT_EQ(all->size(), 2u);
     EXPECT_EQ((*all)[1].sampler_id, "s1:sample:1");
     EXPECT_EQ((*all)[1].model_path, "");
+}
+
+// Unnamed sampler snapshots: dir, size and expiry round-trip; the budget sums only snapshots; expiry is
+// scheduled only for snapshots of expired sessions, once; expired ones are listed, then deleted.
+TEST_F(DatabaseTest, SnapshotSamplersBudgetExpiryAndDelete) {
+    add_session("s1", "t1", 1.0);
+    add_session("s2", "t1", 1.0);
+    // A snapshot of s1 and one of s2 (with files), and a base-model sampler of s1 (none, not counted).
+    auto sampler = [](const std::string & id, const std::string & session, const std::string & dir, int64_t size) {
+        SamplerRow row;
+        row.sampler_id = id;
+        row.tenant = "t1";
+        row.session_id = session;
+        row.base_model = "tiny";
+        row.run_id = dir.empty() ? "" : session + ":train:0";
+        row.created_at = 2.0;
+        row.dir = dir;
+        row.size_bytes = size;
+        return row;
+    };
+    const SamplerRow snap = sampler("s1:sample:0", "s1", "/data/snapshots/s1:sample:0", 1000);
+    ASSERT_TRUE(db_->insert_sampler(snap).ok());
+    ASSERT_TRUE(db_->insert_sampler(sampler("s2:sample:0", "s2", "/data/snapshots/s2:sample:0", 500)).ok());
+    ASSERT_TRUE(db_->insert_sampler(sampler("s1:sample:1", "s1", "", 7)).ok());
+
+    auto got = db_->get_sampler("s1:sample:0");
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ((*got)->dir, snap.dir);
+    EXPECT_EQ((*got)->size_bytes, 1000);
+    EXPECT_FALSE((*got)->expires_at.has_value());
+    EXPECT_EQ(db_->snapshot_bytes().value(), 1500);
+    auto all = db_->snapshot_samplers();
+    ASSERT_TRUE(all.ok());
+    ASSERT_EQ(all->size(), 2u);
+    EXPECT_EQ((*all)[0].sampler_id, "s1:sample:0");
+
+    EXPECT_EQ(db_->schedule_snapshot_expiry(100.0).value(), 0);  // no session has ended
+    ASSERT_TRUE(db_->mark_session_expired("s1").ok());
+    EXPECT_EQ(db_->schedule_snapshot_expiry(100.0).value(), 1);  // s1's snapshot only, not its base sampler
+    EXPECT_EQ(db_->schedule_snapshot_expiry(200.0).value(), 0);  // already scheduled: kept at 100
+    EXPECT_DOUBLE_EQ(db_->get_sampler("s1:sample:0")->value().expires_at.value(), 100.0);
+    EXPECT_FALSE(db_->get_sampler("s1:sample:1")->value().expires_at.has_value());
+    EXPECT_TRUE(db_->expired_snapshots(99.0)->empty());
+    auto expired = db_->expired_snapshots(100.0);
+    ASSERT_TRUE(expired.ok());
+    ASSERT_EQ(expired->size(), 1u);
+    EXPECT_EQ((*expired)[0].dir, snap.dir);
+
+    ASSERT_TRUE(db_->delete_sampler("s1:sample:0").ok());
+    EXPECT_FALSE(db_->get_sampler("s1:sample:0")->has_value());
+    EXPECT_EQ(db_->delete_sampler("s1:sample:0").error().kind, ErrorKind::NOT_FOUND);
+    EXPECT_EQ(db_->snapshot_bytes().value(), 500);
+}
+
+// A sampler row written before migration 2 (no dir, size or expiry) reads with the defaults.
+TEST_F(DatabaseTest, SamplerRowsFromVersion1ReadWithDefaults) {
+    add_session("s1", "t1", 1.0);
+    db_.reset();
+    sqlite3 * raw = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_ / "tinkerd.db").c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "INSERT INTO samplers (sampler_id, tenant, session_id, base_model, model_path, run_id,"
+                           " created_at) VALUES ('s1:sample:0', 't1', 's1', 'tiny', '', 's1:train:0', 2.0)",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+    db_ = open_db();
+    ASSERT_NE(db_, nullptr);
+    auto got = db_->get_sampler("s1:sample:0");
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ((*got)->dir, "");
+    EXPECT_EQ((*got)->size_bytes, 0);
+    EXPECT_FALSE((*got)->expires_at.has_value());
+    EXPECT_EQ(db_->snapshot_bytes().value(), 0);
 }
 
 TEST_F(DatabaseTest, FuturesKeepBinaryResultsAndRecover) {

@@ -93,8 +93,17 @@ CREATE TABLE counters (
 );
 )sql";
 
+// Version 2: unnamed sampler snapshots on disk. A snapshot's row records its directory (DATA_DIR/snapshots/
+// <sampler_id>), its size (the --snapshot-disk-mib budget) and, once its session has ended, when it is deleted.
+constexpr const char * MIGRATION_2 = R"sql(
+ALTER TABLE samplers ADD COLUMN dir TEXT NOT NULL DEFAULT '';
+ALTER TABLE samplers ADD COLUMN size_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE samplers ADD COLUMN expires_at REAL;
+CREATE INDEX samplers_by_expiry ON samplers (expires_at) WHERE expires_at IS NOT NULL;
+)sql";
+
 // Index i holds the script of version i + 1. Append new versions; never edit a released one.
-constexpr const char * MIGRATIONS[] = {MIGRATION_1};
+constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2};
 
 Result<int> current_version(sqlite3 * db) {
     auto stmt = Statement::prepare(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");

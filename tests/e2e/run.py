@@ -19,7 +19,8 @@ import harness  # noqa: E402
 import wire_codec  # noqa: E402
 
 WIRE_SCENARIOS = ["codec", "protocol", "crash", "load", "hostile"]
-SDK_SCENARIOS = ["sdk_sft", "sdk_resume", "sdk_sample", "sdk_rl", "sdk_tenants", "sdk_dpo", "sdk_rest"]
+SDK_SCENARIOS = ["sdk_sft", "sdk_resume", "sdk_sample", "sdk_rl", "sdk_tenants", "sdk_dpo", "sdk_rest",
+                 "sdk_snapshots"]
 SCENARIOS = WIRE_SCENARIOS + SDK_SCENARIOS + ["openai"]
 SCENARIO_TIMEOUT = 280  # seconds; the SDK retries some failures for minutes: fail before ctest kills us
 
