@@ -41,6 +41,7 @@ struct Flags {
     long long kv_cache_mib = 4096;
     long long max_sampler_adapters = 8;
     double seq_gap_timeout_seconds = 330;
+    long long disk_reserve_mib = 64;
     double snapshot_ttl_seconds = 3600;
     long long snapshot_disk_mib = 10240;
 };
@@ -52,6 +53,7 @@ const char * USAGE =
     "               [--io-threads N]\n"
     "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
     "               [--kv-cache-mib N] [--max-sampler-adapters N] [--seq-gap-timeout-seconds S]\n"
+    "               [--disk-reserve-mib N]\n"
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
     "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
@@ -81,6 +83,8 @@ const char * USAGE =
     "                     wait (its request was refused unread, or its client died) gives it up and runs\n"
     "                     the later ops; the missing one then gets 400 if it comes (default 330: longer\n"
     "                     than the SDK's 300 s of retries)\n"
+    "  --disk-reserve-mib a file of this size in the data dir, deleted when the disk fills so that the\n"
+    "                     database stays writable (deleting checkpoints frees space), re-made later (64)\n"
     "  --header-timeout-seconds  a connection that sends no complete request header this long after it\n"
     "                     opens or after its last response is closed (default 10; held polls and\n"
     "                     streams are not affected)\n"
@@ -128,6 +132,8 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.kv_cache_mib = std::atoll(value.c_str());
     } else if (flag == "--max-sampler-adapters") {
         flags.max_sampler_adapters = std::atoll(value.c_str());
+    } else if (flag == "--disk-reserve-mib") {
+        flags.disk_reserve_mib = std::atoll(value.c_str());
     } else if (flag == "--seq-gap-timeout-seconds") {
         flags.seq_gap_timeout_seconds = std::atof(value.c_str());
     } else if (flag == "--header-timeout-seconds") {
@@ -164,11 +170,12 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
     if (flags.port < 0 || flags.port > 65535 || flags.session_timeout_seconds <= 0 || flags.poll_timeout_seconds <= 0 ||
         flags.seq_gap_timeout_seconds <= 0 || flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 ||
         flags.max_sampler_adapters < 1 || flags.header_timeout_seconds < 1 || flags.body_timeout_seconds < 1 ||
-        flags.max_connections < 1 || flags.snapshot_ttl_seconds < 0 || flags.snapshot_disk_mib < 0) {
+        flags.max_connections < 1 || flags.snapshot_ttl_seconds < 0 || flags.snapshot_disk_mib < 0 ||
+        flags.disk_reserve_mib < 0) {
         std::fprintf(stderr,
                      "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
                      "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1, "
-                     "--snapshot-ttl-seconds and --snapshot-disk-mib >= 0\n");
+                     "--snapshot-ttl-seconds, --snapshot-disk-mib and --disk-reserve-mib >= 0\n");
         return false;
     }
     return true;
@@ -290,6 +297,7 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
     app_options.session_timeout_seconds = flags.session_timeout_seconds;
     app_options.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
     app_options.max_cached_sampler_adapters = static_cast<size_t>(flags.max_sampler_adapters);
+    app_options.disk_reserve_bytes = static_cast<uint64_t>(flags.disk_reserve_mib) << 20;
     app_options.seq_gap_timeout =
         std::chrono::milliseconds(static_cast<long long>(flags.seq_gap_timeout_seconds * 1000));
     app_options.snapshot_ttl_seconds = flags.snapshot_ttl_seconds;

@@ -7,6 +7,8 @@
 
 #include "api/openai_generation.h"
 #include "common/log.h"
+#include "common/redact.h"
+#include "store/disk_reserve.h"
 
 namespace tinkerd::api {
 
@@ -53,22 +55,10 @@ scheduler::FutureTableOptions future_table_options(store::Database * db) {
     return options;
 }
 
-// Opens tinkerd.db and recovers from the previous process: nothing is in memory after a start, so its
-// pending futures can never finish and its runs are not loaded.
 Result<std::unique_ptr<store::Database>> open_database(const std::string & data_dir) {
     std::error_code ec;
     std::filesystem::create_directories(data_dir, ec);
-    auto db = store::Database::open(data_dir + "/tinkerd.db");
-    if (!db.ok()) {
-        return db.error();
-    }
-    auto failed = (*db)->fail_pending_futures("server restarted before this request finished", now_seconds());
-    if (failed.ok() && *failed > 0) {
-        LOG_WRN("api", "%lld request(s) pending at the last shutdown are now failed (server restarted)",
-                static_cast<long long>(*failed));
-    }
-    TRY_STATUS((*db)->mark_all_runs_unloaded());
-    return db;
+    return store::Database::open(data_dir + "/tinkerd.db");
 }
 
 }  // namespace
@@ -77,12 +67,17 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     std::unique_ptr<App> app(new App());
     app->options_ = std::move(options);
     app->auth_ = std::move(auth);
+    set_redacted_data_dir(app->options_.data_dir);
+    app->prepare_data_dir();
     auto db = open_database(app->options_.data_dir);
+    if (!db.ok() && app->disk_reserve_->release()) {  // a full disk: the reserve's bytes let SQLite start
+        db = open_database(app->options_.data_dir);
+    }
     if (!db.ok()) {
         return db.error();
     }
     app->db_ = std::move(db).value();
-    TRY_STATUS(app->recover_snapshots());
+    TRY_STATUS(app->recover_from_last_process());
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
     for (const auto & spec : models) {
         auto served = std::make_unique<ServedModel>();
@@ -97,6 +92,54 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     }
     app->register_routes();
     return app;
+}
+
+// Before the database opens: the disk reserve (released first when the disk is full, so that SQLite can
+// write), the SQLITE_FULL hook, the free space in the log, and interrupted checkpoint writes removed.
+void App::prepare_data_dir() {
+    const std::string & dir = options_.data_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    disk_reserve_ = std::make_unique<store::DiskReserve>(dir + "/.disk-reserve", options_.disk_reserve_bytes);
+    store::set_disk_full_handler([reserve = disk_reserve_.get()] { return reserve->release(); });
+    const uint64_t free_bytes = store::free_disk_bytes(dir);
+    if (free_bytes < options_.disk_reserve_bytes + (16u << 20)) {
+        LOG_WRN("api",
+                "disk almost full: %.1f MiB free in the data dir; training and checkpoints may fail until "
+                "checkpoints or runs are deleted (deleting works)",
+                free_bytes / 1048576.0);
+        disk_reserve_->release();
+    } else if (disk_reserve_->restore_if_room()) {
+        LOG_INF("api", "%.0f MiB free in the data dir (%llu MiB held in reserve for a full disk)",
+                free_bytes / 1048576.0, static_cast<unsigned long long>(options_.disk_reserve_bytes >> 20));
+    }
+    if (const int removed = store::remove_interrupted_writes(dir); removed > 0) {
+        LOG_WRN("api", "removed %d interrupted checkpoint write(s) (.tmp-/.old- directories) under runs/", removed);
+    }
+}
+
+// Nothing is in memory after a start, so the last process's pending futures can never finish and its runs
+// are not loaded; snapshots get their expiry. On a full disk these writes wait for the sweeper to retry
+// them (the server starts and serves reads and deletes meanwhile); other failures stop the start.
+Result<void> App::recover_from_last_process() {
+    auto failed = db_->fail_pending_futures("server restarted before this request finished", now_seconds());
+    Result<void> recovered = failed.ok() ? db_->mark_all_runs_unloaded() : Result<void>(failed.error());
+    if (recovered.ok()) {
+        recovered = recover_snapshots();
+    }
+    if (!recovered.ok() && store::is_disk_full(recovered.error())) {
+        LOG_ERR("api",
+                "disk full: the restart's bookkeeping (failing pending requests, unloading runs) waits "
+                "until there is room; delete checkpoints to free space");
+        recovery_pending_ = true;
+        return {};
+    }
+    if (failed.ok() && *failed > 0) {
+        LOG_WRN("api", "%lld request(s) pending at the last shutdown are now failed (server restarted)",
+                static_cast<long long>(*failed));
+    }
+    recovery_pending_ = false;
+    return recovered;
 }
 
 App::~App() {

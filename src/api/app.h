@@ -27,6 +27,7 @@
 #include "scheduler/worker.h"
 #include "store/checkpoint_files.h"
 #include "store/database.h"
+#include "store/disk_reserve.h"
 #include "tokenizer/tokenizer.h"
 #include "wire/forward_backward_codec.h"
 #include "wire/sample_codec.h"
@@ -45,6 +46,7 @@ struct AppOptions {
     size_t max_cached_sampler_adapters = 8;      // per base model: samplers whose weights stay loaded
     double archive_url_ttl_seconds = 900;
     std::chrono::milliseconds seq_gap_timeout{330000};  // a run's missing seq_id is given up after this long
+    uint64_t disk_reserve_bytes = 64u << 20;            // --disk-reserve-mib: freed for SQLite when the disk fills
     double snapshot_ttl_seconds = 3600;                 // unnamed sampler snapshots outlive their session this long
     int64_t snapshot_disk_bytes = 10240LL << 20;        // budget of DATA_DIR/snapshots (--snapshot-disk-mib)
 };
@@ -319,8 +321,12 @@ class App {
     void expire_checkpoints(double now);
 
     AppOptions options_;
+    void prepare_data_dir();
+    Result<void> recover_from_last_process();
+    std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
     Auth auth_;
     std::unique_ptr<store::Database> db_;
+    std::unique_ptr<store::DiskReserve> disk_reserve_;  // DATA_DIR/.disk-reserve: released on SQLITE_FULL
     std::unique_ptr<scheduler::FutureTable> futures_;
     std::vector<std::unique_ptr<ServedModel>> models_;
     Router<Route> router_;

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/json_depth.h"
+#include "common/redact.h"
 
 namespace tinkerd::api {
 
@@ -165,7 +166,7 @@ static const char * error_code(ErrorKind kind) {
 }
 
 http::Response error_response(const Error & error) {
-    json body = {{"detail", error.message}, {"code", error_code(error.kind)}};
+    json body = {{"detail", redact_paths(error.message)}, {"code", error_code(error.kind)}};
     http::Response response = json_response(body, http_status(error.kind));
     if (error.kind == ErrorKind::UNAVAILABLE) {
         response.headers.emplace_back("Retry-After", "1");
@@ -174,7 +175,7 @@ http::Response error_response(const Error & error) {
 }
 
 http::Response error_response(int status, const std::string & message) {
-    return json_response(json{{"detail", message}}, status);
+    return json_response(json{{"detail", redact_paths(message)}}, status);
 }
 
 http::Response json_response(const json & body, int status) {

@@ -4,6 +4,8 @@
 
 #include <ctime>
 
+#include "common/redact.h"
+
 namespace tinkerd::api {
 
 openai::ApiError openai_error(const Error & error, const std::string & param) {
@@ -35,7 +37,9 @@ openai::ApiError openai_error(const Error & error, const std::string & param) {
 }
 
 http::Response openai_error_response(const openai::ApiError & error) {
-    http::Response response = http::Response::json(error.status, openai::error_body(error));
+    openai::ApiError shown = error;
+    shown.message = redact_paths(error.message);  // never the server's own paths
+    http::Response response = http::Response::json(error.status, openai::error_body(shown));
     if (error.status == 429) {
         response.headers.emplace_back("Retry-After", "1");
     }

@@ -156,7 +156,14 @@ Result<json> App::delete_checkpoint(Call & call) {
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
-    TRY_STATUS(db_->delete_checkpoint(path->run_id, path->checkpoint_id()));  // row first, then files
+    auto deleted = db_->delete_checkpoint(path->run_id, path->checkpoint_id());  // row first, then files
+    if (!deleted.ok() && store::is_disk_full(deleted.error())) {
+        // A full disk (reserve spent): the files go first, which frees the room the row's delete needs.
+        LOG_WRN("api", "disk full: removing %s's files before its database row", path->str().c_str());
+        TRY_STATUS(store::remove_checkpoint(checkpoint->dir));
+        deleted = db_->delete_checkpoint(path->run_id, path->checkpoint_id());
+    }
+    TRY_STATUS(deleted);
     TRY_STATUS(store::remove_checkpoint(checkpoint->dir));
     LOG_INF("api", "deleted checkpoint %s", path->str().c_str());
     return json::object();

@@ -23,6 +23,10 @@ void App::sweeper_loop() {
         expire_checkpoints(now);
         expire_snapshots(now);
         (void)db_->prune_futures(now - FUTURE_RETENTION_SECONDS);
+        if (recovery_pending_ && !recover_from_last_process().ok()) {
+            LOG_ERR("api", "start-up recovery failed after the disk had room again");
+        }
+        disk_reserve_->restore_if_room();  // after a full disk was freed
         {
             std::lock_guard<std::mutex> guard(mutex_);
             for (auto it = archive_tokens_.begin(); it != archive_tokens_.end();) {

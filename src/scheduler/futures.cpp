@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/redact.h"
 
 namespace tinkerd::scheduler {
 
@@ -279,7 +280,7 @@ void FutureTable::complete(const std::string & request_id, std::string json, std
 void FutureTable::fail(const std::string & request_id, std::string error, std::string category) {
     FutureOutcome outcome;
     outcome.state = FutureOutcome::State::FAILED;
-    outcome.error = std::move(error);
+    outcome.error = redact_paths(std::move(error));
     outcome.category = std::move(category);
     impl_->finish(request_id, std::move(outcome));
 }

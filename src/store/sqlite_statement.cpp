@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "store/disk_reserve.h"
+
 namespace tinkerd::store {
 
 Error sqlite_error(sqlite3 * db, const std::string & what) {
@@ -13,7 +15,13 @@ Error sqlite_error(sqlite3 * db, const std::string & what) {
 
 Result<void> exec_sql(sqlite3 * db, const char * sql, const std::string & what) {
     char * message = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    int rc = sqlite3_exec(db, sql, nullptr, nullptr, &message);
+    if (rc == SQLITE_FULL && handle_disk_full()) {  // space freed (the disk reserve): one more try
+        sqlite3_free(message);
+        message = nullptr;
+        rc = sqlite3_exec(db, sql, nullptr, nullptr, &message);
+    }
+    if (rc != SQLITE_OK) {
         std::string text = message != nullptr ? message : sqlite3_errmsg(db);
         sqlite3_free(message);
         return internal_error("sqlite: " + what + ": " + text);
@@ -83,7 +91,11 @@ Result<bool> Statement::step() {
     if (bind_error_ != SQLITE_OK) {
         return internal_error("sqlite: bind " + what_ + ": " + sqlite3_errstr(bind_error_));
     }
-    const int rc = sqlite3_step(stmt_);
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_FULL && handle_disk_full()) {  // space freed (the disk reserve): one more try
+        sqlite3_reset(stmt_);
+        rc = sqlite3_step(stmt_);
+    }
     if (rc == SQLITE_ROW) {
         return true;
     }

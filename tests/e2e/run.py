@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import wire_codec  # noqa: E402
 
-WIRE_SCENARIOS = ["codec", "protocol", "crash", "load", "hostile"]
+WIRE_SCENARIOS = ["codec", "protocol", "crash", "load", "hostile", "disk_full"]
 SDK_SCENARIOS = ["sdk_sft", "sdk_resume", "sdk_sample", "sdk_rl", "sdk_tenants", "sdk_dpo", "sdk_rest",
                  "sdk_snapshots"]
 SCENARIOS = WIRE_SCENARIOS + SDK_SCENARIOS + ["openai"]
