@@ -142,6 +142,21 @@ Result<void> App::recover_from_last_process() {
     return recovered;
 }
 
+// Checkpoint files never eat the bytes a released reserve left for SQLite: while the reserve is gone, a
+// write needs at least its size free (a user error: deleting checkpoints is what helps, not retrying).
+Result<void> App::check_disk_room() const {
+    if (disk_reserve_->bytes() == 0 || disk_reserve_->held()) {
+        return {};
+    }
+    const uint64_t free_bytes = store::free_disk_bytes(options_.data_dir);
+    if (free_bytes >= disk_reserve_->bytes()) {
+        return {};
+    }
+    return invalid_argument("disk full: " + std::to_string(free_bytes >> 20) +
+                            " MiB free in the data dir, the rest kept for the database; delete checkpoints "
+                            "to free space");
+}
+
 App::~App() {
     stop();
 }

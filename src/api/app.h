@@ -323,6 +323,7 @@ class App {
     AppOptions options_;
     void prepare_data_dir();
     Result<void> recover_from_last_process();
+    Result<void> check_disk_room() const;
     std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
     Auth auth_;
     std::unique_ptr<store::Database> db_;

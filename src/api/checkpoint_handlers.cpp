@@ -60,6 +60,10 @@ void App::store_checkpoint(const RunState & run, const std::string & tenant, con
                     invalid_argument("checkpoint " + path.str() + " already exists (save with overwrite=true)"));
         return;
     }
+    if (auto room = check_disk_room(); !room.ok()) {
+        fail_future(request_id, room.error());
+        return;
+    }
     // A directory without a row is what a crash between writing and recording leaves: replace it.
     auto size = store::write_checkpoint(row.dir, adapter_config(run), tensors, true);
     if (!size.ok()) {

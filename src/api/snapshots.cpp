@@ -91,6 +91,10 @@ void App::snapshot_writer_loop() {
 // removes; a row always has its files.
 void App::write_snapshot(SnapshotWrite & write) {
     const auto started = std::chrono::steady_clock::now();
+    if (auto room = check_disk_room(); !room.ok()) {
+        fail_future(write.request_id, room.error());
+        return;
+    }
     auto size = store::write_checkpoint(write.row.dir, write.config, write.snapshot->tensors, true);
     if (!size.ok()) {
         LOG_ERR("api", "cannot write snapshot %s: %s", write.row.sampler_id.c_str(), size.error().message.c_str());
