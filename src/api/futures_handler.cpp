@@ -100,6 +100,11 @@ Result<json> App::submit_ordered(Call & call, const RunPtr & run, int64_t seq_id
                                 " is older than the operations already run (or was given up after "
                                 "--seq-gap-timeout-seconds of waiting for it)");
     }
+    if (admission->kind == Kind::QUEUE_FULL) {
+        return unavailable("model " + run->row.run_id +
+                           " already has its maximum of queued operations waiting; "
+                           "retry when earlier ones have finished");
+    }
     if (admission->kind == Kind::TOO_FAR) {
         return invalid_argument("seq_id " + std::to_string(seq_id) + " of model " + run->row.run_id + " is more than " +
                                 std::to_string(scheduler::RunQueue::kMaxAhead) + " ahead of the run's next operation");

@@ -113,7 +113,7 @@ Result<json> App::create_model(Call & call) {
     store::TrainingRunRow row = new_run_row(call.tenant, run_id, *session_id, *base_model, *spec, *metadata);
     TRY_STATUS(db_->insert_run(row));
     RunPtr run = register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
-    model->worker->open_run(run_id, 1);
+    model->worker->open_run(run_id, 1, call.tenant);
     note_session_activity(*session_id);
     start_adapter_creation(run);
     return json{{"request_id", run->create_request_id}, {"model_id", run_id}};

@@ -18,6 +18,9 @@ Admission RunQueue::admit(int64_t seq_id, const std::string & body_hash, const s
     if (seq_id - next_seq_ > kMaxAhead) {
         return {Admission::Kind::TOO_FAR, ""};
     }
+    if (queue_.size() >= max_queued_ && seq_id != next_seq_) {  // the op everything waits for always fits
+        return {Admission::Kind::QUEUE_FULL, ""};
+    }
     history_.emplace(seq_id, Admitted{body_hash, request_id});
     queue_.emplace(seq_id, QueuedOp{seq_id, request_id, std::move(op)});
     return {Admission::Kind::ACCEPTED, request_id};

@@ -31,7 +31,8 @@ class RunQueue {
     // requests in flight; without a bound one request could park an op, or a skip, forever).
     static constexpr int64_t kMaxAhead = 10000;
 
-    explicit RunQueue(int64_t next_seq) : next_seq_(next_seq) {}
+    // `max_queued`: ops waiting at once (beyond it: QUEUE_FULL, the client retries later).
+    explicit RunQueue(int64_t next_seq, size_t max_queued = 1024) : next_seq_(next_seq), max_queued_(max_queued) {}
 
     // Queues `op` when seq_id is new; else says why not (the op is then left untouched).
     Admission admit(int64_t seq_id, const std::string & body_hash, const std::string & request_id, Op & op);
@@ -66,6 +67,7 @@ class RunQueue {
     void advance();
 
     int64_t next_seq_;
+    size_t max_queued_;
     std::map<int64_t, QueuedOp> queue_;            // waiting ops by seq_id
     std::map<int64_t, Admitted> history_;          // every admitted seq_id (recent ones below next_seq)
     std::set<int64_t> skipped_;                    // skipped seq_ids above next_seq

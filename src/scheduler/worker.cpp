@@ -83,7 +83,9 @@ struct EngineWorker::Impl {
     mutable std::mutex mu;
     std::condition_variable cv;
     std::map<std::string, RunQueue> runs;
-    std::string rr_last;  // the run served first by the previous pick; the next pick starts after it
+    std::map<std::string, std::string> tenant_of;  // run id -> tenant
+    std::string rr_tenant;                         // the tenant served first by the previous pick
+    std::map<std::string, std::string> rr_run_of;  // tenant -> its run served first most recently
     std::deque<Task> tasks;
     bool last_was_task = false;
     bool started = false;
@@ -100,18 +102,36 @@ struct EngineWorker::Impl {
         return std::any_of(runs.begin(), runs.end(), [](const auto & kv) { return kv.second.ready(); });
     }
 
-    // The runs whose next op is queued, in round-robin order (starting after rr_last).
+    // Rotates `items` (sorted by key) so that it starts after `last`.
+    template <typename T, typename Key>
+    static void rotate_after(std::vector<T> & items, const std::string & last, Key key) {
+        auto first = std::find_if(items.begin(), items.end(), [&](const T & item) { return key(item) > last; });
+        std::rotate(items.begin(), first, items.end());
+    }
+
+    // The runs whose next op is queued: tenants in round-robin order (starting after rr_tenant), each
+    // tenant's runs in round-robin order (after rr_run_of[tenant]), interleaved one run per tenant a round.
     std::vector<std::pair<const std::string, RunQueue> *> ready_runs_locked() {
-        std::vector<std::pair<const std::string, RunQueue> *> order;
-        auto start = runs.upper_bound(rr_last);
-        for (auto it = start; it != runs.end(); ++it) {
-            if (it->second.ready()) {
-                order.push_back(&*it);
+        using Entry = std::pair<const std::string, RunQueue> *;
+        std::map<std::string, std::vector<Entry>> by_tenant;
+        for (auto & entry : runs) {
+            if (entry.second.ready()) {
+                by_tenant[tenant_of[entry.first]].push_back(&entry);
             }
         }
-        for (auto it = runs.begin(); it != start; ++it) {
-            if (it->second.ready()) {
-                order.push_back(&*it);
+        std::vector<std::pair<std::string, std::vector<Entry>>> tenants(by_tenant.begin(), by_tenant.end());
+        rotate_after(tenants, rr_tenant, [](const auto & t) { return t.first; });
+        size_t most = 0;
+        for (auto & [tenant, list] : tenants) {
+            rotate_after(list, rr_run_of[tenant], [](Entry e) { return e->first; });
+            most = std::max(most, list.size());
+        }
+        std::vector<Entry> order;
+        for (size_t round = 0; round < most; ++round) {
+            for (auto & [tenant, list] : tenants) {
+                if (round < list.size()) {
+                    order.push_back(list[round]);
+                }
             }
         }
         return order;
@@ -130,7 +150,8 @@ struct EngineWorker::Impl {
         last_was_task = false;
         auto order = ready_runs_locked();
         auto & [first_id, first_run] = *order.front();
-        rr_last = first_id;
+        rr_tenant = tenant_of[first_id];
+        rr_run_of[rr_tenant] = first_id;
         if (first_run.head().op.kind == Op::Kind::GENERIC) {
             work.ops.push_back({first_id, first_run.pop_head()});
             return work;
@@ -335,9 +356,10 @@ void EngineWorker::stop() {
     }
 }
 
-void EngineWorker::open_run(const std::string & run_id, int64_t next_seq_id) {
+void EngineWorker::open_run(const std::string & run_id, int64_t next_seq_id, const std::string & tenant) {
     std::lock_guard lock(impl_->mu);
-    impl_->runs.try_emplace(run_id, next_seq_id);  // an open run keeps its state
+    impl_->runs.try_emplace(run_id, next_seq_id, impl_->options.max_queued_ops_per_run);  // an open run keeps its state
+    impl_->tenant_of.try_emplace(run_id, tenant);
 }
 
 bool EngineWorker::has_run(const std::string & run_id) const {
@@ -355,6 +377,7 @@ void EngineWorker::close_run(const std::string & run_id, const std::string & rea
         }
         cancelled = it->second.drain();
         impl_->runs.erase(it);
+        impl_->tenant_of.erase(run_id);
     }
     for (auto & queued : cancelled) {
         cancel_op(queued.op, reason);

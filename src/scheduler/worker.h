@@ -2,6 +2,13 @@
 // run, releases each run's operations strictly in seq_id order (early arrivals wait; identical resends
 // are answered once; a different body under a used seq_id is refused), and batches ready
 // forward_backward operations of several runs into one engine call. One run's gap never blocks another.
+// Policy: (1) a run's ops run in seq_id order only; (2) the first op of each pick goes to the next TENANT
+// in round-robin order, and within a tenant to its next run in round-robin order, so a tenant with ten
+// runs gets the same share of picks as a tenant with one; (3) a batch then gathers ready forward_backward
+// ops of every tenant's runs in that order up to max_batch_tokens; (4) posted tasks (sampling steps,
+// adapter creation) alternate with training picks, so neither starves the other; (5) each run holds at
+// most max_queued_ops_per_run waiting ops (QUEUE_FULL beyond, a 429 the SDK retries); (6) a missing
+// seq_id is given up after seq_gap_timeout.
 #pragma once
 
 #include <chrono>
@@ -31,11 +38,12 @@ struct Op {
 
 struct Admission {
     enum class Kind {
-        ACCEPTED,   // queued under the given request id
-        DUPLICATE,  // same (run, seq_id, body_hash) seen before: request_id is the original's
-        CONFLICT,   // seq_id already used with a different body (a user error)
-        STALE,      // seq_id below the run's next expected one and unknown (a user error)
-        TOO_FAR,    // seq_id more than RunQueue::kMaxAhead above the run's next expected one (a user error)
+        ACCEPTED,    // queued under the given request id
+        DUPLICATE,   // same (run, seq_id, body_hash) seen before: request_id is the original's
+        CONFLICT,    // seq_id already used with a different body (a user error)
+        STALE,       // seq_id below the run's next expected one and unknown (a user error)
+        TOO_FAR,     // seq_id more than RunQueue::kMaxAhead above the run's next expected one (a user error)
+        QUEUE_FULL,  // the run already has max_queued_ops_per_run waiting (backpressure: retry later)
     };
     Kind kind = Kind::ACCEPTED;
     std::string request_id;
@@ -46,6 +54,7 @@ struct WorkerOptions {
     // A run's missing seq_id (refused unread, or its client died) is given up after this long, so the ops
     // queued behind it run (--seq-gap-timeout-seconds; the SDK's own retries give up after 300 s).
     std::chrono::milliseconds seq_gap_timeout{330000};
+    size_t max_queued_ops_per_run = 1024;  // a run's waiting ops at most (the SDK pipelines a few dozen)
 };
 
 class EngineWorker {
@@ -59,8 +68,9 @@ class EngineWorker {
     // Cancels every queued op (on_cancel("server shutting down")), finishes the running one, joins.
     void stop();
 
-    // Registers a run whose next expected seq_id is `next_seq_id` (1 after create_model).
-    void open_run(const std::string & run_id, int64_t next_seq_id);
+    // Registers a run whose next expected seq_id is `next_seq_id` (1 after create_model), owned by `tenant`
+    // (the unit of fairness, see the policy above).
+    void open_run(const std::string & run_id, int64_t next_seq_id, const std::string & tenant = "");
     bool has_run(const std::string & run_id) const;
     // Cancels the run's queued ops (on_cancel(reason)) and forgets the run. Ops already running finish.
     void close_run(const std::string & run_id, const std::string & reason);
