@@ -101,6 +101,7 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
 
 App::~App() {
     stop();
+    output_stage_->stop();  // its sinks use futures_ and db_, which outlive it
 }
 
 void App::start() {
@@ -131,7 +132,8 @@ void App::stop() {
     for (auto & model : models_) {
         model->worker->stop();
     }
-    {  // after the workers: the snapshots they queued are written before we return
+    output_stage_->stop();  // after the workers: every event they emitted is answered
+    {                       // after the workers: the snapshots they queued are written before we return
         std::lock_guard<std::mutex> lock(snapshot_mutex_);
         snapshot_writer_stopping_ = true;
     }
