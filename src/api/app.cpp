@@ -159,6 +159,7 @@ Result<void> App::check_disk_room() const {
 
 App::~App() {
     stop();
+    output_stage_->stop();  // its sinks use futures_ and db_, which outlive it
 }
 
 void App::start() {
@@ -189,7 +190,8 @@ void App::stop() {
     for (auto & model : models_) {
         model->worker->stop();
     }
-    {  // after the workers: the snapshots they queued are written before we return
+    output_stage_->stop();  // after the workers: every event they emitted is answered
+    {                       // after the workers: the snapshots they queued are written before we return
         std::lock_guard<std::mutex> lock(snapshot_mutex_);
         snapshot_writer_stopping_ = true;
     }

@@ -19,6 +19,7 @@
 
 #include "api/auth.h"
 #include "api/json_util.h"
+#include "api/output_stage.h"
 #include "api/router.h"
 #include "chat_template/model_template.h"
 #include "engine/engine.h"
@@ -60,16 +61,19 @@ struct ServedModelSpec {
 };
 
 // One sample request (Tinker asample or an OpenAI completion) from its submission until it finishes.
-// It ends through its future (request_id) or, when on_done is set, through that callback; both run on
-// the engine thread.
+// The engine thread only emits its events to the App's OutputStage: the tokens of each step (when
+// `tokens` is set, the request's on_token appends to it and the pump moves them out after the step) and
+// the outcome. They reach `sink` on the output thread: an asample's future (request_id, encoding; the
+// default sink made by enqueue_sample) or an OpenAI generation.
 struct PendingSample {
     store::SamplerRow sampler;                      // the weights: base model, snapshot or checkpoint
     std::optional<engine::AdapterId> live_adapter;  // instead: a training run's live adapter
     engine::SampleRequest request;
     wire::SampleEncoding encoding;
     std::string request_id;
-    std::function<void(Result<engine::SampleOutput>)> on_done;
-    std::shared_ptr<std::atomic<bool>> cancelled;  // set by the caller when nobody waits any more
+    std::shared_ptr<SampleSink> sink;                     // none: enqueue_sample makes the future's sink
+    std::shared_ptr<std::vector<GeneratedToken>> tokens;  // this step's tokens (engine thread only)
+    std::shared_ptr<std::atomic<bool>> cancelled;         // set by the caller when nobody waits any more
 };
 
 struct ServedModel {
@@ -232,6 +236,7 @@ class App {
     void pump_samples(engine::Engine & engine, ServedModel & model);
     void admit_queued_samples(engine::Engine & engine, ServedModel & model);
     void finish_sample(PendingSample & pending, Result<engine::SampleOutput> output);
+    void emit_tokens(PendingSample & pending);  // this step's tokens to the output stage
     void trim_sampler_adapters(engine::Engine & engine, ServedModel & model);
     std::set<engine::AdapterId> adapters_in_use(const ServedModel & model) const;
     Result<engine::AdapterId> sampler_adapter(engine::Engine & engine, ServedModel & model,
@@ -330,6 +335,9 @@ class App {
     std::unique_ptr<store::DiskReserve> disk_reserve_;  // DATA_DIR/.disk-reserve: released on SQLITE_FULL
     std::unique_ptr<scheduler::FutureTable> futures_;
     std::vector<std::unique_ptr<ServedModel>> models_;
+    // Formats and answers sampling events off the engine threads (stopped after the workers; declared
+    // after futures_ and db_ so it is gone before them).
+    std::unique_ptr<OutputStage> output_stage_ = std::make_unique<OutputStage>();
     Router<Route> router_;
 
     std::mutex mutex_;  // guards the maps below

@@ -140,6 +140,29 @@ void App::openai_generate(Call & call, http::Respond respond, bool chat) {
     respond(std::move(response));
 }
 
+namespace {
+
+// Prompt `prompt`'s events, on the output thread: tokens become text and SSE chunks, the outcome the
+// choices' finish and, after the last prompt, the final chunks or body.
+class GenerationSink : public SampleSink {
+  public:
+    GenerationSink(std::shared_ptr<OpenAiGeneration> generation, size_t prompt)
+        : generation_(std::move(generation)), prompt_(prompt) {}
+    void on_tokens(std::vector<GeneratedToken> tokens) override {
+        for (const GeneratedToken & t : tokens) {
+            generation_->on_token(prompt_, t.index, t.token, t.logprob, t.top);
+        }
+    }
+    void on_done(Result<engine::SampleOutput> output) override { generation_->on_done(prompt_, std::move(output)); }
+    bool cancelled() const override { return generation_->cancelled()->load(); }
+
+  private:
+    std::shared_ptr<OpenAiGeneration> generation_;
+    size_t prompt_;
+};
+
+}  // namespace
+
 // One engine request per prompt, each with the request's n samples; tokens and outcomes go to the
 // generation, and a client that went away cancels them (the pump checks the flag every step).
 void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const OpenAiTarget & target) {
@@ -170,10 +193,13 @@ void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation
         s.prompt_logprobs = r.echo && r.logprobs;
         s.topk_prompt_logprobs = r.echo && r.logprobs ? r.top_logprobs : 0;
         s.stop_check = stop_check;
-        s.on_token = [generation, p](int64_t index, int64_t token, float logprob, const engine::TopLogprobs & top) {
-            generation->on_token(p, index, token, logprob, top);
+        // Engine thread: only collects the step's tokens; the output stage hands them to the generation.
+        pending.tokens = std::make_shared<std::vector<GeneratedToken>>();
+        s.on_token = [tokens = pending.tokens](int64_t index, int64_t token, float logprob,
+                                               const engine::TopLogprobs & top) {
+            tokens->push_back(GeneratedToken{index, token, logprob, top});
         };
-        pending.on_done = [generation, p](Result<engine::SampleOutput> out) { generation->on_done(p, std::move(out)); };
+        pending.sink = std::make_shared<GenerationSink>(generation, p);
         pending.cancelled = generation->cancelled();
         enqueue_sample(*target.model, std::move(pending));
     }

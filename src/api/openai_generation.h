@@ -1,6 +1,7 @@
 // OpenAiGeneration: one /v1/completions or /v1/chat/completions request in flight. Its prompts' engine
-// requests report to it (on the engine thread); it turns tokens into each choice's text (special tokens
-// skipped, stop strings cut out and never streamed in part), then streams SSE chunks or builds the body.
+// requests report to it on the output stage's thread (never the engine's); it turns tokens into each
+// choice's text (special tokens skipped, stop strings cut out and never streamed in part), then streams
+// SSE chunks or builds the body.
 #pragma once
 
 #include <atomic>
@@ -41,7 +42,7 @@ class OpenAiGeneration {
     // Set when the client went away: the pump cancels the engine requests.
     std::shared_ptr<std::atomic<bool>> cancelled() const { return cancelled_; }
 
-    // Engine thread: a token of sample `index` of prompt `prompt`; then the prompt's outcome.
+    // Output thread: a token of sample `index` of prompt `prompt`; then the prompt's outcome.
     void on_token(size_t prompt, int64_t index, int64_t token, float logprob, const engine::TopLogprobs & top);
     void on_done(size_t prompt, Result<engine::SampleOutput> output);
 

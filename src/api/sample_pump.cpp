@@ -2,6 +2,8 @@
 // moves queued requests into the engine's continuous batch (resolving their sampler adapters), runs ONE
 // engine sample_step, finishes what finished, and posts itself again while work remains. The worker
 // alternates posted tasks with training operations, so sampling and training interleave step by step.
+// The engine thread only computes: each step's tokens and each outcome go to the OutputStage as native
+// events (moved vectors); decoding, stop-string cuts, SSE, encodings and futures happen on its thread.
 #include <utility>
 
 #include "api/app.h"
@@ -19,6 +21,17 @@ Result<void> App::check_sample_capacity() const {
 }
 
 void App::enqueue_sample(ServedModel & model, PendingSample pending) {
+    if (!pending.sink) {  // an asample: its future gets the encoded result (on the output thread)
+        pending.sink = std::make_shared<FunctionSink>(
+            [this, id = pending.request_id, encoding = pending.encoding](Result<engine::SampleOutput> output) {
+                if (!output.ok()) {
+                    fail_future(id, output.error());
+                    return;
+                }
+                futures_->complete(id, wire::encode_sample_response_json(*output, encoding).dump(),
+                                   wire::encode_sample_response_proto(*output, encoding));
+            });
+    }
     ++in_flight_samples_;
     bool post = false;
     {
@@ -51,12 +64,16 @@ void App::pump_samples(engine::Engine & engine, ServedModel & model) {
             }
             model.running_samples.clear();
         } else {
-            for (engine::FinishedSample & f : *finished) {
+            for (engine::FinishedSample & f : *finished) {  // their last tokens first, then the outcome
                 auto it = model.running_samples.find(f.handle);
                 if (it != model.running_samples.end()) {
+                    emit_tokens(it->second);
                     finish_sample(it->second, std::move(f.output));
                     model.running_samples.erase(it);
                 }
+            }
+            for (auto & [handle, pending] : model.running_samples) {
+                emit_tokens(pending);
             }
         }
     }
@@ -98,19 +115,18 @@ void App::admit_queued_samples(engine::Engine & engine, ServedModel & model) {
     }
 }
 
-// Answers a finished request: its callback, or its future (protobuf and JSON encodings).
+// A finished request's outcome goes to the output stage, which answers its sink (a future or a generation).
 void App::finish_sample(PendingSample & pending, Result<engine::SampleOutput> output) {
     --in_flight_samples_;
-    if (pending.on_done) {
-        pending.on_done(std::move(output));
-        return;
+    output_stage_->push_done(std::move(pending.sink), std::move(output));
+}
+
+void App::emit_tokens(PendingSample & pending) {
+    if (pending.tokens && !pending.tokens->empty()) {
+        std::vector<GeneratedToken> step;
+        step.swap(*pending.tokens);
+        output_stage_->push_tokens(pending.sink, std::move(step));
     }
-    if (!output.ok()) {
-        fail_future(pending.request_id, output.error());
-        return;
-    }
-    futures_->complete(pending.request_id, wire::encode_sample_response_json(*output, pending.encoding).dump(),
-                       wire::encode_sample_response_proto(*output, pending.encoding));
 }
 
 std::set<engine::AdapterId> App::adapters_in_use(const ServedModel & model) const {
