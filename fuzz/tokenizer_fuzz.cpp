@@ -58,7 +58,9 @@ void round_trip(const Tokenizer & tok, std::string_view text) {
 // The input's bytes as little-endian int32 ids (any value: unknown ids must be skipped).
 void decode_ids(const Tokenizer & tok, std::string_view bytes) {
     std::vector<int32_t> ids(bytes.size() / 4);
-    std::memcpy(ids.data(), bytes.data(), ids.size() * 4);
+    if (!ids.empty()) {
+        std::memcpy(ids.data(), bytes.data(), ids.size() * 4);
+    }
     (void)tok.decode(ids, false);
     IncrementalDecoder stream(tok, false);
     for (int32_t id : ids) {

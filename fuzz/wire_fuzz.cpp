@@ -54,6 +54,12 @@ void decode_results(std::string_view body) {
 
 }  // namespace
 
+// libprotobuf's own complaints (invalid UTF-8, ...) go to tinkerd's debug log, as in the server.
+extern "C" int LLVMFuzzerInitialize(int *, char ***) {
+    tinkerd::wire::route_protobuf_logs_to_debug();
+    return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     const std::string_view body = tinkerd::fuzz::as_view(data, size);
     decode_request(body);
