@@ -4,6 +4,11 @@ JOBS ?= 2
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
+FUZZ_BUILD ?= build-fuzz
+# Seconds per fuzz target: `make fuzz-test` (in `make test`) runs each briefly; `make fuzz` longer by hand.
+FUZZ_SECONDS ?= 15
+FUZZ_OUT ?= $(FUZZ_BUILD)/corpus-new
+FUZZ_TARGETS ?=
 # The project's virtual environment (scripts/install-deps.sh): torch 2.15 for the C++ build and the
 # references, transformers/peft/gguf, the official tinker and openai clients.
 VENV = $(CURDIR)/.venv
@@ -12,7 +17,7 @@ VENV_STAMP = $(VENV)/.tinkerd-stamp
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build build-cuda cuda-check default-model serve test unit-test reference-test e2e-test asan-test format format-check tidy bench fixtures clean
+.PHONY: all deps build build-cuda cuda-check default-model serve test unit-test reference-test e2e-test asan-test fuzz-build fuzz-test fuzz format format-check tidy bench fixtures clean
 
 all: build
 
@@ -57,13 +62,14 @@ fixtures: build
 	$(PYTHON) tests/reference/make_hf_fixtures.py $(BUILD)/fixtures
 
 # Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
-# then the sanitizer build of the torch-free unit tests.
+# then the sanitizer build of the torch-free unit tests and a short run of every fuzz target.
 test: deps format-check build fixtures default-model
 	$(MAKE) cuda-check
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -L reference
 	cd $(BUILD) && ctest --output-on-failure -L e2e
 	$(MAKE) asan-test
+	$(MAKE) fuzz-test
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
@@ -81,6 +87,20 @@ asan-test:
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 
+# libFuzzer targets (fuzz/, clang-14, torch-free, ASan+UBSan) over the seed corpus in fuzz/corpus/. New
+# inputs go to FUZZ_OUT (scratch); `make fuzz FUZZ_OUT=fuzz/corpus` grows the repo's corpus instead.
+fuzz-build:
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DTINKERD_WITH_TORCH=OFF -DTINKERD_BUILD_TESTS=OFF -DTINKERD_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_all
+
+fuzz-test: fuzz-build
+	./scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_OUT) $(FUZZ_TARGETS)
+
+fuzz: FUZZ_SECONDS = 600
+fuzz: fuzz-build
+	./scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_OUT) $(FUZZ_TARGETS)
+
 format:
 	./scripts/format.sh
 
@@ -94,4 +114,4 @@ bench: deps build
 	./bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(FUZZ_BUILD)

@@ -14,6 +14,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsqlite3-dev libboost-dev libprotobuf-dev protobuf-compiler libzstd-dev libpcre2-dev libicu-dev
   clang-format-14 clang-tidy-14
+  # the fuzz tier (make fuzz-test): clang 14 and its libFuzzer / sanitizer runtimes
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -19,7 +19,8 @@ std::vector<Value> bind_args(const std::string & what, const Args & args, const 
         bound[i] = args.positional[i];
     }
     for (const auto & [key, value] : args.named) {
-        const auto it = std::find_if(params.begin(), params.end(), [&](const Param & p) { return key == p.name; });
+        const auto it =
+            std::find_if(params.begin(), params.end(), [&key = key](const Param & p) { return key == p.name; });
         if (it == params.end()) {
             fail(what + "() got an unexpected keyword argument '" + key + "'");
         }

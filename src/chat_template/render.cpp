@@ -220,8 +220,8 @@ Value Interpreter::call_macro(const Stmt & macro, Args & args, const Scope & clo
         local.vars[macro.params[i].first] = args.positional[i];
     }
     for (const auto & [key, value] : args.named) {
-        const auto it =
-            std::find_if(macro.params.begin(), macro.params.end(), [&](const auto & p) { return p.first == key; });
+        const auto it = std::find_if(macro.params.begin(), macro.params.end(),
+                                     [&key = key](const auto & p) { return p.first == key; });  // clang 14
         if (it == macro.params.end()) {
             fail("macro '" + macro.name + "' has no argument named '" + key + "'");
         }

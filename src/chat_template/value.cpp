@@ -12,6 +12,10 @@ void fail(std::string message) {
     throw TemplateError{std::move(message), false};
 }
 
+size_t Dict::size() const {
+    return entries_.size();
+}
+
 const Value * Dict::find(const std::string & key) const {
     const auto it = index_.find(key);
     return it == index_.end() ? nullptr : &entries_[it->second].second;

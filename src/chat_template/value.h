@@ -44,7 +44,7 @@ class Dict {
   public:
     const Value * find(const std::string & key) const;
     void set(const std::string & key, Value value);
-    size_t size() const { return entries_.size(); }
+    size_t size() const;  // out of line: clang instantiates vector<pair<..., Value>>::size eagerly
     const std::vector<std::pair<std::string, Value>> & entries() const { return entries_; }
 
   private:

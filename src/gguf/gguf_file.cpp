@@ -2,6 +2,7 @@
 // header, the metadata and the tensor infos; the tensors' data are checked to lie inside the file.
 #include "gguf/gguf_file.h"
 
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <limits>
@@ -136,13 +137,25 @@ class Parser {
         return fail(std::string("unknown value type ") + std::to_string(static_cast<uint32_t>(type)) + " in " + what);
     }
 
+    // A float metadata value's integer view: truncated, clamped to int64 (NaN is 0); a plain cast of an
+    // out-of-range float is undefined behaviour.
+    static int64_t saturating_int64(double x) {
+        if (std::isnan(x)) {
+            return 0;
+        }
+        if (x >= 0x1p63) {
+            return INT64_MAX;
+        }
+        return x <= -0x1p63 ? INT64_MIN : static_cast<int64_t>(x);
+    }
+
     template <typename T>
     Result<void> number(Value & v, const char * what) {
         auto x = read<T>(what);
         TRY_STATUS(x);
         v.f = static_cast<double>(*x);
         if constexpr (std::is_floating_point_v<T>) {
-            v.i = static_cast<int64_t>(*x);
+            v.i = saturating_int64(static_cast<double>(*x));
         } else if constexpr (std::is_same_v<T, uint64_t>) {
             v.i = *x > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(*x);
         } else {

@@ -2,6 +2,7 @@
 // file gives an error naming what is wrong; unsupported types, architectures and tokenizers are named.
 #include "gguf/gguf_file.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -91,6 +92,26 @@ Builder small_file() {
 std::string parse_error(const std::vector<uint8_t> & bytes) {
     auto file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
     return file.ok() ? "" : file.error().message;
+}
+
+// Found by gguf_fuzz: a FLOAT32 value outside int64's range made the integer view a UB cast.
+TEST(GgufFile, FloatMetadataOutsideInt64SaturatesItsIntegerView) {
+    Builder b = small_file();
+    const std::pair<const char *, float> values[] = {{"big", 4.8e21f}, {"small", -4.8e21f}, {"nan", NAN}, {"x", -2.5f}};
+    for (const auto & [key, value] : values) {
+        Builder::put_str(b.head, key);
+        Builder::put<uint32_t>(b.head, 6);  // FLOAT32
+        Builder::put<float>(b.head, value);
+        ++b.n_kv;
+    }
+    const auto bytes = b.bytes();
+    auto file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    EXPECT_EQ((*file)->find("big")->i, INT64_MAX);
+    EXPECT_EQ((*file)->find("small")->i, INT64_MIN);
+    EXPECT_EQ((*file)->find("nan")->i, 0);
+    EXPECT_EQ((*file)->find("x")->i, -2);
+    EXPECT_EQ((*file)->get_float("big").value(), static_cast<double>(4.8e21f));
 }
 
 TEST(GgufFile, ReadsMetadataAndTensors) {

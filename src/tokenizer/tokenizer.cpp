@@ -113,6 +113,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(const std::string &
 }
 
 Result<void> Tokenizer::init(const std::string & tokenizer_json, const std::string & config_json) {
+    try {
+        return init_fields(tokenizer_json, config_json);
+    } catch (const json::exception & e) {  // e.g. {"model": {"type": 4}}: value("type", "BPE") throws
+        return invalid_argument(std::string("a field has the wrong JSON type: ") + e.what());
+    }
+}
+
+Result<void> Tokenizer::init_fields(const std::string & tokenizer_json, const std::string & config_json) {
     auto tj = parse_json(tokenizer_json, "tokenizer.json");
     if (!tj.ok()) {
         return tj.error();

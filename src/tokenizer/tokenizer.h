@@ -51,7 +51,9 @@ class Tokenizer {
   private:
     friend class IncrementalDecoder;
     Tokenizer();
+    // init_fields, with nlohmann's exceptions (a field of the wrong type) as INVALID_ARGUMENT.
     Result<void> init(const std::string & tokenizer_json, const std::string & config_json);
+    Result<void> init_fields(const std::string & tokenizer_json, const std::string & config_json);
     Result<void> load_added_tokens(const nlohmann::json & tokenizer, const nlohmann::json & config);
     Result<void> load_post_processor(const nlohmann::json & post_processor, const nlohmann::json & config);
     void load_special_ids(const nlohmann::json & config);

@@ -288,6 +288,16 @@ TEST(Errors, UnsupportedAndMalformedFilesAreNamed) {
     ASSERT_FALSE(bad_merge.ok());
     EXPECT_EQ(bad_merge.error().kind, ErrorKind::INVALID_ARGUMENT);
 
+    // Found by tokenizer_fuzz: a field of the wrong JSON type threw nlohmann's type_error out of the loader.
+    for (const char * wrong : {R"({"model": {"type": 4444}})", R"({"model": {"type": "BPE", "unk_token": 1}})",
+                               R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "added_tokens": [{"id": 0,
+                                  "content": 5}]})"}) {
+        auto typed = Tokenizer::from_json_text(wrong, "", "typed.json");
+        ASSERT_FALSE(typed.ok()) << wrong;
+        EXPECT_EQ(typed.error().kind, ErrorKind::INVALID_ARGUMENT);
+        EXPECT_NE(typed.error().message.find("typed.json"), std::string::npos) << typed.error().message;
+    }
+
     auto missing = Tokenizer::load("/nonexistent/model/dir");
     ASSERT_FALSE(missing.ok());
     EXPECT_EQ(missing.error().kind, ErrorKind::NOT_FOUND);

@@ -29,7 +29,9 @@ std::string le_bytes(const std::vector<U> & values) {
 template <typename T>
 std::vector<T> from_le_bytes(const std::string & bytes) {
     std::vector<T> out(bytes.size() / sizeof(T));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+    if (!out.empty()) {  // an empty vector's data() may be null, and memcpy's arguments must not be
+        std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+    }
     return out;
 }
 

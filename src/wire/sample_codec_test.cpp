@@ -65,6 +65,28 @@ TEST(SampleCodec, RoundTripThroughProtobuf) {
     EXPECT_FALSE(decode_sample_response_proto("\xff\xff\xff").ok());
 }
 
+// Found by wire_fuzz: an empty (or shorter than one element) byte field was memcpy'd from into a null
+// pointer (UB; the sanitizer tier aborts), e.g. the sequence of a max_tokens 0 request.
+TEST(SampleCodec, EmptyAndShortByteFieldsDecodeToEmptyArrays) {
+    engine::SampleOutput empty;
+    empty.sequences.push_back({{}, {}, false});
+    empty.prompt_logprobs = {std::numeric_limits<float>::quiet_NaN()};
+    auto back = decode_sample_response_proto(encode_sample_response_proto(empty, {true, 0}));
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    ASSERT_EQ(back->sequences.size(), 1u);
+    EXPECT_TRUE(back->sequences[0].tokens.empty());
+    EXPECT_TRUE(back->sequences[0].logprobs.empty());
+
+    tinker_public::SampleResponse msg;
+    auto * seq = msg.add_sequences();
+    seq->set_tokens(std::string("\x01\x02\x03", 3));  // 3 bytes: no whole int32
+    msg.set_prompt_logprobs(std::string());
+    back = decode_sample_response_proto(msg.SerializeAsString());
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_TRUE(back->sequences[0].tokens.empty());
+    EXPECT_TRUE(back->prompt_logprobs.empty());
+}
+
 TEST(SampleCodec, LegacyJsonUsesNulls) {
     const auto j = encode_sample_response_json(make_output(), {true, 2});
     EXPECT_EQ(j["type"], "sample");
