@@ -17,8 +17,6 @@ namespace {
 using nlohmann::ordered_json;
 using tinkerd::chat_template::ChatTemplate;
 
-constexpr size_t MAX_DEPTH = 64;  // deeper JSON is the server's known nesting crash (see fuzz_util.h)
-
 const ChatTemplate & qwen3() {
     static const ChatTemplate compiled = [] {
         auto t = ChatTemplate::compile(tinkerd::fuzz::read_data_file("qwen3_chat_template.jinja"));
@@ -31,7 +29,7 @@ const ChatTemplate & qwen3() {
 }
 
 ordered_json parse(std::string_view text) {
-    if (tinkerd::fuzz::json_depth(text) > MAX_DEPTH) {
+    if (tinkerd::fuzz::too_deep(text)) {
         return ordered_json::array();
     }
     ordered_json value = ordered_json::parse(text, nullptr, false);

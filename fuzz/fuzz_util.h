@@ -1,5 +1,5 @@
 // Helpers shared by the fuzz targets: the input as a string, splitting it on a NUL byte, a bound on
-// JSON nesting (deep nesting is a known crash handled in the server's body parsing, see ARCHITECTURE.md),
+// the JSON nesting bound the server applies before parsing (common/json_depth.h),
 // and the data folder (fuzz/data: small real inputs the targets load once at start-up).
 #pragma once
 
@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "common/json_depth.h"
 
 namespace tinkerd::fuzz {
 
@@ -26,30 +28,10 @@ inline std::pair<std::string_view, std::string_view> split_nul(std::string_view 
     return {input.substr(0, nul), input.substr(nul + 1)};
 }
 
-// The deepest [ / { nesting of JSON text, ignoring brackets inside strings.
-inline size_t json_depth(std::string_view text) {
-    size_t depth = 0, deepest = 0;
-    bool in_string = false, escaped = false;
-    for (char c : text) {
-        if (in_string) {
-            if (escaped) {
-                escaped = false;
-            } else if (c == '\\') {
-                escaped = true;
-            } else if (c == '"') {
-                in_string = false;
-            }
-            continue;
-        }
-        if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            deepest = ++depth > deepest ? depth : deepest;
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return deepest;
+// The server refuses JSON nested deeper than MAX_JSON_DEPTH before any parser sees it (common/json_depth.h);
+// targets that call a parser directly mirror that order.
+inline bool too_deep(std::string_view text) {
+    return json_nesting_depth(text) > MAX_JSON_DEPTH;
 }
 
 // A file of fuzz/data ("" when it cannot be read; the target then aborts at start-up).

@@ -18,8 +18,6 @@ namespace {
 using tinkerd::tokenizer::IncrementalDecoder;
 using tinkerd::tokenizer::Tokenizer;
 
-constexpr size_t MAX_DEPTH = 64;  // deeper JSON is the known nesting crash (see fuzz_util.h)
-
 std::unique_ptr<Tokenizer> load(const char * file) {
     auto tok = Tokenizer::from_json_text(tinkerd::fuzz::read_data_file(file), "", file);
     if (!tok.ok()) {
@@ -83,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         }
         return 0;
     }
-    if (tinkerd::fuzz::json_depth(tokenizer_json) > MAX_DEPTH) {
+    if (tinkerd::fuzz::too_deep(tokenizer_json)) {
         return 0;
     }
     auto tok = Tokenizer::from_json_text(std::string(tokenizer_json), "", "fuzz.json");
