@@ -56,6 +56,11 @@ class FakeEngine : public engine::Engine {
   public:
     static constexpr AdapterId kThrowingAdapter = 666;
 
+    explicit FakeEngine(int64_t vocab_size = 512) {
+        config_.vocab_size = vocab_size;
+        config_.max_position_embeddings = 4096;
+    }
+
     const model::ModelConfig & config() const override { return config_; }
     std::string compute_dtype_name() const override { return "fp32"; }
     Result<AdapterId> create_adapter(const engine::LoraSpec &) override { return next_adapter_++; }
