@@ -55,12 +55,6 @@ scheduler::FutureTableOptions future_table_options(store::Database * db) {
     return options;
 }
 
-Result<std::unique_ptr<store::Database>> open_database(const std::string & data_dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(data_dir, ec);
-    return store::Database::open(data_dir + "/tinkerd.db");
-}
-
 }  // namespace
 
 Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vector<ServedModelSpec> models) {
@@ -69,9 +63,9 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     app->auth_ = std::move(auth);
     set_redacted_data_dir(app->options_.data_dir);
     app->prepare_data_dir();
-    auto db = open_database(app->options_.data_dir);
+    auto db = store::Database::open(app->options_.data_dir + "/tinkerd.db");
     if (!db.ok() && app->disk_reserve_->release()) {  // a full disk: the reserve's bytes let SQLite start
-        db = open_database(app->options_.data_dir);
+        db = store::Database::open(app->options_.data_dir + "/tinkerd.db");
     }
     if (!db.ok()) {
         return db.error();
@@ -159,7 +153,8 @@ Result<void> App::check_disk_room() const {
 
 App::~App() {
     stop();
-    output_stage_->stop();  // its sinks use futures_ and db_, which outlive it
+    output_stage_->stop();                  // its sinks use futures_ and db_, which outlive it
+    store::set_disk_full_handler(nullptr);  // it points at disk_reserve_, about to go
 }
 
 void App::start() {

@@ -51,9 +51,6 @@ Result<App::OrderedTarget> App::ordered_target(Call & call) {
     if (!seq_id.ok()) {
         return seq_id.error();
     }
-    if (*seq_id < 0) {
-        return invalid_argument("seq_id: must be >= 0 (got " + std::to_string(*seq_id) + ")");
-    }
     return OrderedTarget{*run, *seq_id};
 }
 
@@ -65,6 +62,9 @@ void App::skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id) {
 
 Result<json> App::submit_ordered(Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
                                  const std::function<scheduler::Op(const std::string & request_id)> & make_op) {
+    if (seq_id < 0) {  // every ordered op passes here, whichever body format carried its seq_id
+        return invalid_argument("seq_id: must be >= 0 (got " + std::to_string(seq_id) + ")");
+    }
     const std::string request_id = futures_->create(call.tenant, request_type);
     scheduler::Op op = make_op(request_id);
     op.on_cancel = [this, request_id](const std::string & reason) {  // unload, expiry (user) or shutdown (server)

@@ -248,9 +248,6 @@ Result<json> App::forward_backward(Call & call) {
     if (!run.ok()) {
         return run.error();
     }
-    if (decoded->seq_id < 0) {
-        return invalid_argument("seq_id: must be >= 0 (got " + std::to_string(decoded->seq_id) + ")");
-    }
     call.body = json{{"model_id", decoded->model_id}};
     auto request = std::make_shared<wire::ForwardBackwardRequest>(std::move(decoded).value());
     const std::string type = request->forward_only ? "Forward" : "ForwardBackward";
