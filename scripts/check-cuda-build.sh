@@ -8,13 +8,19 @@ data=$(mktemp -d)
 log=$(mktemp)
 trap 'rm -rf "$data" "$log"' EXIT
 
-if ! ldd "$bin" | grep -q libtorch_cuda; then
+# ldd's output is read whole first: `ldd | grep -q` under pipefail fails at random when grep exits at its
+# first match while ldd is still writing (SIGPIPE), which once reported a correctly linked binary as not.
+if ! libs=$(ldd "$bin" 2>&1); then
+  echo "cuda-check: FAIL: ldd $bin failed: $libs" >&2
+  exit 1
+fi
+if ! grep -q libtorch_cuda <<<"$libs"; then
   echo "cuda-check: FAIL: $bin is not linked against libtorch_cuda" >&2
   exit 1
 fi
-if ldd "$bin" | grep -q "not found"; then
+if grep -q "not found" <<<"$libs"; then
   echo "cuda-check: FAIL: unresolved libraries:" >&2
-  ldd "$bin" | grep "not found" >&2
+  grep "not found" <<<"$libs" >&2
   exit 1
 fi
 timeout 120 "$bin" --device cuda --port 0 --data-dir "$data" >"$log" 2>&1 &
