@@ -1,6 +1,7 @@
 // Finite-difference checks in float64 of the LoRA gradients the engine computes for every loss
 // (cross_entropy 1-D / 2-D, importance_sampling, ppo with clipped and unclipped tokens, cispo with its
-// stop-gradient weight, dro), on tiny random llama and qwen3 models with random nonzero A and B.
+// stop-gradient weight, dro), on tiny random llama and qwen3 models with random nonzero A and B, and of
+// every expert LoRA tensor (shared-outer factors) of a tiny Qwen3-MoE.
 // Central differences (eps 1e-6) of "loss:sum" must agree with export_gradients to 1e-6 relative.
 #include <algorithm>
 #include <cmath>
@@ -132,10 +133,16 @@ class GradCheck {
     // the comparison. Returns the finite differences it computed.
     std::vector<double> check(const ForwardBackwardInput & train_input, const ForwardBackwardInput & fd_input,
                               double max_rel = 1e-6) {
-        const Weights g = gradients(train_input);
         const std::vector<std::string> keys = {
             layer_key(0, "q_proj", "A"),    layer_key(1, "gate_proj", "A"), head_key("A"), layer_key(1, "v_proj", "A"),
             layer_key(0, "down_proj", "B"), layer_key(1, "o_proj", "B"),    head_key("B"), layer_key(0, "k_proj", "B")};
+        return check_keys(train_input, fd_input, keys, max_rel);
+    }
+
+    // check() at one large-gradient entry of each of the given tensors.
+    std::vector<double> check_keys(const ForwardBackwardInput & train_input, const ForwardBackwardInput & fd_input,
+                                   const std::vector<std::string> & keys, double max_rel = 1e-6) {
+        const Weights g = gradients(train_input);
         std::mt19937 pick(42);
         std::vector<double> fds;
         for (const std::string & key : keys) {
@@ -316,6 +323,29 @@ TEST(GradCheck, DroWithBeta) {
             rl_input(gc, "dro", uniform(gc.rng(), 12, 0.5, 2.0), uniform(gc.rng(), 12, -1.0, 1.0), {{"beta", 0.3}});
         gc.check(in, in);
     }
+}
+
+TEST(GradCheck, MoeExpertLoraTensorsAndTheRoutingWeights) {
+    // Layer 0 is sparse: its six expert factors (A [1,R,C] and B [E,F,R] of gate/up, A [E,R,F] and B [1,C,R]
+    // of down) and its attention (whose gradient also flows through the routing weights); layer 1 is dense.
+    GradCheck gc(TinyFamily::QWEN3_MOE);
+    std::vector<std::string> keys;
+    for (const char * module : {"experts.w1", "experts.w3", "experts.w2"}) {
+        for (const char * ab : {"A", "B"}) {
+            keys.push_back(std::string("base_model.model.model.layers.0.mlp.") + module + ".lora_" + ab + ".weight");
+        }
+    }
+    keys.insert(keys.end(), {layer_key(0, "q_proj", "A"), layer_key(0, "v_proj", "B"), layer_key(1, "down_proj", "A"),
+                             head_key("B")});
+    ForwardBackwardInput in{gc.id(), {}, "cross_entropy", {}};
+    for (int64_t n : {9, 6}) {
+        in.datums.push_back({gc.random_tokens(n),
+                             {{"target_tokens", engine::make_host_tensor_i64({n}, gc.random_tokens(n))},
+                              {"weights", f64_tensor({n}, uniform(gc.rng(), n, -0.5, 1.5))}}});
+    }
+    gc.check_keys(in, in, keys);
+    const auto ppo = rl_input(gc, "ppo", {1.05, 1.6, 0.5, 0.9}, {1.3, 0.7, -0.9, -1.1});
+    gc.check_keys(ppo, ppo, keys);
 }
 
 }  // namespace

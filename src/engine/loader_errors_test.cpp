@@ -73,7 +73,8 @@ class LoaderErrorsTest : public ::testing::Test {
 TEST_F(LoaderErrorsTest, EveryTinyFamilyLoadsInF32AndBf16) {
     const std::pair<TinyFamily, const char *> families[] = {{TinyFamily::LLAMA, "LlamaForCausalLM"},
                                                             {TinyFamily::QWEN3, "Qwen3ForCausalLM"},
-                                                            {TinyFamily::QWEN2, "Qwen2ForCausalLM"}};
+                                                            {TinyFamily::QWEN2, "Qwen2ForCausalLM"},
+                                                            {TinyFamily::QWEN3_MOE, "Qwen3MoeForCausalLM"}};
     for (const auto & [family, arch] : families) {
         for (model::DType dtype : {model::DType::F32, model::DType::BF16}) {
             ScopedTempDir dir("loader_ok");

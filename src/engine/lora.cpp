@@ -10,115 +10,57 @@
 
 namespace tinkerd::engine {
 
-const char * lora_target_name(LoraTarget target) {
-    static const char * names[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
-                                   "gate_proj", "up_proj", "down_proj", "lm_head"};
-    return names[static_cast<int>(target)];
-}
-
-ProjectionShape projection_shape(const model::ModelConfig & c, LoraTarget target) {
-    const int64_t q_dim = c.n_heads * c.head_dim;
-    const int64_t kv_dim = c.n_kv_heads * c.head_dim;
-    switch (target) {
-        case LoraTarget::Q:
-            return {c.hidden_size, q_dim};
-        case LoraTarget::K:
-        case LoraTarget::V:
-            return {c.hidden_size, kv_dim};
-        case LoraTarget::O:
-            return {q_dim, c.hidden_size};
-        case LoraTarget::GATE:
-        case LoraTarget::UP:
-            return {c.hidden_size, c.intermediate_size};
-        case LoraTarget::DOWN:
-            return {c.intermediate_size, c.hidden_size};
-        case LoraTarget::LM_HEAD:
-            return {c.hidden_size, c.vocab_size};
-    }
-    return {};
-}
-
-std::string peft_key(int64_t layer, LoraTarget target, bool is_b) {
-    const char * suffix = is_b ? ".lora_B.weight" : ".lora_A.weight";
-    if (target == LoraTarget::LM_HEAD) {
-        return std::string("base_model.model.lm_head") + suffix;
-    }
-    const bool is_mlp = target == LoraTarget::GATE || target == LoraTarget::UP || target == LoraTarget::DOWN;
-    return "base_model.model.model.layers." + std::to_string(layer) + (is_mlp ? ".mlp." : ".self_attn.") +
-           lora_target_name(target) + suffix;
-}
-
-static bool is_targeted(const LoraSpec & spec, LoraTarget target) {
-    switch (target) {
-        case LoraTarget::Q:
-        case LoraTarget::K:
-        case LoraTarget::V:
-        case LoraTarget::O:
-            return spec.train_attn;
-        case LoraTarget::GATE:
-        case LoraTarget::UP:
-        case LoraTarget::DOWN:
-            return spec.train_mlp;
-        case LoraTarget::LM_HEAD:
-            return spec.train_unembed;
-    }
-    return false;
-}
-
-// Where one projection's A/B pair goes: its shape and the offset of A in the flat buffers (B follows A).
-struct PairPlan {
-    int64_t layer;
-    LoraTarget target;
-    ProjectionShape shape;
-    int64_t offset;
-};
-
-// Plans every targeted pair in parameter order (layers, then the lm_head) and sets the index fields.
-static std::vector<PairPlan> plan_pairs(Adapter & a, const model::ModelConfig & config) {
-    std::vector<PairPlan> plans;
+// Plans every targeted pair in parameter order (model::lora_pairs) and sets the index fields; returns the
+// offset of each pair's A in the flat buffers (B follows A).
+static std::vector<int64_t> plan_pairs(Adapter & a, const std::vector<model::LoraPair> & pairs,
+                                       const model::ModelConfig & config) {
+    std::vector<int64_t> offsets;
     int64_t offset = 0;
-    auto add = [&](int64_t layer, LoraTarget target) {
-        const ProjectionShape shape = projection_shape(config, target);
-        plans.push_back({layer, target, shape, offset});
-        offset += a.spec.rank * (shape.in + shape.out);
-        return static_cast<int>(2 * plans.size() - 2);
-    };
     a.layer_index.assign(config.n_layers, {});
-    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-        for (int t = 0; t < N_LAYER_TARGETS; ++t) {
-            const auto target = static_cast<LoraTarget>(t);
-            a.layer_index[layer][t] = is_targeted(a.spec, target) ? add(layer, target) : -1;
+    for (auto & targets : a.layer_index) {
+        targets.fill(-1);
+    }
+    for (const model::LoraPair & pair : pairs) {
+        const int index = static_cast<int>(2 * offsets.size());
+        if (pair.target == LoraTarget::LM_HEAD) {
+            a.lm_head_index = index;
+        } else {
+            a.layer_index[pair.layer][static_cast<int>(pair.target)] = index;
         }
+        offsets.push_back(offset);
+        offset += pair.size();
     }
-    if (is_targeted(a.spec, LoraTarget::LM_HEAD)) {
-        a.lm_head_index = add(-1, LoraTarget::LM_HEAD);
-    }
-    return plans;
+    return offsets;
 }
 
-// The [rows, cols] view at offset of a flat buffer.
-static torch::Tensor view_of(const torch::Tensor & flat, int64_t offset, int64_t rows, int64_t cols) {
-    return flat.narrow(0, offset, rows * cols).view({rows, cols});
+static int64_t numel_of(const std::vector<int64_t> & shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+        n *= d;
+    }
+    return n;
+}
+
+// The view of the given shape at offset of a flat buffer.
+static torch::Tensor view_of(const torch::Tensor & flat, int64_t offset, const std::vector<int64_t> & shape) {
+    return flat.narrow(0, offset, numel_of(shape)).view(shape);
 }
 
 // Adds the A/B views of one planned pair to every list; A is drawn from gen, B stays zero.
-static void add_pair(Adapter & a, const PairPlan & plan, at::Generator & gen) {
-    const int64_t R = a.spec.rank;
-    const double bound = 1.0 / std::sqrt(static_cast<double>(plan.shape.in));
-    const std::pair<int64_t, int64_t> shapes[] = {{R, plan.shape.in}, {plan.shape.out, R}};
-    int64_t offset = plan.offset;
+static void add_pair(Adapter & a, const model::LoraPair & pair, int64_t offset, at::Generator & gen) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(pair.fan_in));
     for (int is_b = 0; is_b < 2; ++is_b) {
-        auto [rows, cols] = shapes[is_b];
-        a.names.push_back(peft_key(plan.layer, plan.target, is_b == 1));
-        a.grads.push_back(view_of(a.flat_grads, offset, rows, cols));
-        a.exp_avg.push_back(view_of(a.flat_exp_avg, offset, rows, cols));
-        a.exp_avg_sq.push_back(view_of(a.flat_exp_avg_sq, offset, rows, cols));
-        torch::Tensor p = view_of(a.flat_params, offset, rows, cols);
+        const std::vector<int64_t> & shape = is_b ? pair.b_shape : pair.a_shape;
+        a.names.push_back(peft_key(pair.layer, pair.target, is_b == 1));
+        a.grads.push_back(view_of(a.flat_grads, offset, shape));
+        a.exp_avg.push_back(view_of(a.flat_exp_avg, offset, shape));
+        a.exp_avg_sq.push_back(view_of(a.flat_exp_avg_sq, offset, shape));
+        torch::Tensor p = view_of(a.flat_params, offset, shape);
         if (is_b == 0) {
-            p.copy_(torch::rand({rows, cols}, gen, torch::kFloat64) * (2 * bound) - bound);
+            p.copy_(torch::rand(shape, gen, torch::kFloat64) * (2 * bound) - bound);
         }
         a.params.push_back(p.set_requires_grad(true));  // a leaf: flat_params itself never requires grad
-        offset += rows * cols;
+        offset += numel_of(shape);
     }
 }
 
@@ -128,18 +70,17 @@ Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConf
     a.id = id;
     a.spec = spec;
     a.scale = spec.alpha / static_cast<double>(spec.rank);
-    const std::vector<PairPlan> plans = plan_pairs(a, config);
-    int64_t total = 0;  // [N] parameters in all
-    for (const PairPlan & plan : plans) {
-        total += spec.rank * (plan.shape.in + plan.shape.out);
-    }
+    const model::LoraSelection selection{spec.train_attn, spec.train_mlp, spec.train_unembed};
+    const std::vector<model::LoraPair> pairs = model::lora_pairs(config, selection, spec.rank);
+    const std::vector<int64_t> offsets = plan_pairs(a, pairs, config);
+    const int64_t total = model::lora_parameter_count(config, selection, spec.rank);  // [N] parameters in all
     auto options = torch::TensorOptions().dtype(dtype).device(device);
     for (torch::Tensor * flat : {&a.flat_params, &a.flat_grads, &a.flat_exp_avg, &a.flat_exp_avg_sq}) {
         *flat = torch::zeros({total}, options);  // [N]
     }
     auto gen = at::detail::createCPUGenerator(seed);
-    for (const PairPlan & plan : plans) {
-        add_pair(a, plan, gen);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+        add_pair(a, pairs[i], offsets[i], gen);
     }
     return a;
 }

@@ -10,20 +10,16 @@
 #include <torch/torch.h>
 
 #include "engine/engine.h"
+#include "model/lora_layout.h"
 
 namespace tinkerd::engine {
 
-enum class LoraTarget { Q = 0, K, V, O, GATE, UP, DOWN, LM_HEAD };
-inline constexpr int N_LAYER_TARGETS = 7;  // Q..DOWN; LM_HEAD is model-level
-
-const char * lora_target_name(LoraTarget target);  // "q_proj", ..., "lm_head"
-
-// The (in, out) features of a target's base projection.
-struct ProjectionShape {
-    int64_t in = 0;
-    int64_t out = 0;
-};
-ProjectionShape projection_shape(const model::ModelConfig & config, LoraTarget target);
+using model::lora_target_name;  // "q_proj", ..., "lm_head"
+using model::LoraTarget;
+using model::N_LAYER_TARGETS;
+using model::peft_key;  // PEFT key of a target's A or B (model/lora_layout.h)
+using model::projection_shape;
+using model::ProjectionShape;
 
 struct Adapter {
     AdapterId id = BASE_MODEL;
@@ -32,7 +28,8 @@ struct Adapter {
     std::vector<std::string> names;  // PEFT keys, one per parameter, A then B per projection
     // params[i], grads[i], exp_avg[i], exp_avg_sq[i] are views into the flat buffers below (same offsets):
     // write them in place (copy_, add_, zero_); assigning a new tensor to a slot detaches it from its buffer.
-    std::vector<torch::Tensor> params;               // leaves with requires_grad; A [R, in], B [out, R]
+    // leaves with requires_grad; A [R, in], B [out, R]; experts as in model::LoraPair (3-D per-expert factors)
+    std::vector<torch::Tensor> params;
     std::vector<torch::Tensor> grads;                // accumulated gradients, same shapes
     std::vector<torch::Tensor> exp_avg, exp_avg_sq;  // AdamW moments
     torch::Tensor flat_params, flat_grads;           // [N] every parameter / gradient back to back
@@ -50,9 +47,6 @@ struct Adapter {
 // per-parameter tensor a view into its flat buffer.
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
                      torch::Device device, uint64_t seed);
-
-// PEFT key of a projection's A or B matrix, e.g. "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
-std::string peft_key(int64_t layer, LoraTarget target, bool is_b);
 
 // Contiguous rows of the packed batch that share one adapter (nullptr = bare base model).
 struct RowSegment {

@@ -1,4 +1,4 @@
-// Engine::sample on tiny random llama / qwen3 models and the real stories260K: KV-cache decoding equals
+// Engine::sample on tiny random llama / qwen3 / qwen3_moe models and the real stories260K: KV-cache decoding equals
 // full forwards (sampled-token and prompt logprobs), temperature scaling of logprobs, top-k/top-p,
 // seeds independent of the batch, stop tokens / stop_check / max_tokens, mixed-adapter batches, the
 // validation of every field, and stories260K greedy decoding against expected.json (plus decode speed).
@@ -164,7 +164,8 @@ TEST_P(SamplerTest, PromptLogprobsEqualFullForward) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, SamplerTest, ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3));
+INSTANTIATE_TEST_SUITE_P(Families, SamplerTest,
+                         ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3, TinyFamily::QWEN3_MOE));
 
 using SamplerLlamaTest = SamplerTest;
 
@@ -395,6 +396,8 @@ TEST_P(SamplerLlamaTest, InvalidRequestsNameTheFieldAndOthersStillRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Llama, SamplerLlamaTest, ::testing::Values(TinyFamily::LLAMA));
+// The same seeds, stops and mixed-adapter batches on a model with routed experts (and expert LoRA).
+INSTANTIATE_TEST_SUITE_P(Moe, SamplerLlamaTest, ::testing::Values(TinyFamily::QWEN3_MOE));
 
 // stories260K ($TINKERD_SOURCE_DIR/../shared/models), skipped when absent.
 std::string stories_dir() {

@@ -36,6 +36,7 @@ struct Dims {
     const char * architecture;
     int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim;
     bool explicit_head_dim, tied, bias, qk_norm;
+    int64_t experts = 0, top_k = 0, moe_inter = 0;  // layer 0 sparse when experts > 0
 };
 
 Dims dims_of(TinyFamily family) {
@@ -46,6 +47,8 @@ Dims dims_of(TinyFamily family) {
             return {"Qwen3ForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, true, false, true};
         case TinyFamily::QWEN2:
             return {"Qwen2ForCausalLM", 47, 12, 20, 2, 3, 1, 4, false, false, true, false};
+        case TinyFamily::QWEN3_MOE:
+            return {"Qwen3MoeForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, false, false, true, 4, 2, 12};
     }
     throw std::runtime_error("unknown tiny family");
 }
@@ -98,6 +101,14 @@ std::string tiny_config_json(TinyFamily family) {
     if (d.explicit_head_dim) {
         c["head_dim"] = d.head_dim;
     }
+    if (d.experts > 0) {
+        c["num_experts"] = d.experts;
+        c["num_experts_per_tok"] = d.top_k;
+        c["moe_intermediate_size"] = d.moe_inter;
+        c["norm_topk_prob"] = true;
+        c["decoder_sparse_step"] = 1;
+        c["mlp_only_layers"] = {1};
+    }
     return c.dump(2);
 }
 
@@ -135,6 +146,16 @@ std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, 
         if (d.qk_norm) {
             add(p + "self_attn.q_norm.weight", {d.head_dim}, 0.1, 1.0);
             add(p + "self_attn.k_norm.weight", {d.head_dim}, 0.1, 1.0);
+        }
+        if (d.experts > 0 && l == 0) {
+            add(p + "mlp.gate.weight", {d.experts, d.hidden}, 1.0, 0.0);  // spread-out routing probabilities
+            for (int64_t e = 0; e < d.experts; ++e) {
+                const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+                add(q + "gate_proj.weight", {d.moe_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+                add(q + "up_proj.weight", {d.moe_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+                add(q + "down_proj.weight", {d.hidden, d.moe_inter}, inv_sqrt(d.moe_inter), 0.0);
+            }
+            continue;
         }
         add(p + "mlp.gate_proj.weight", {d.inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
         add(p + "mlp.up_proj.weight", {d.inter, d.hidden}, inv_sqrt(d.hidden), 0.0);

@@ -1,5 +1,5 @@
 // Test-only helpers: tiny randomly initialised Hugging Face model directories (config.json +
-// model.safetensors) for the llama, qwen3 and qwen2 families, written by the tests themselves, and a
+// model.safetensors) for the llama, qwen3, qwen2 and qwen3_moe families, written by the tests themselves, and a
 // self-removing temporary directory. Torch-free; failures throw std::runtime_error.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 namespace tinkerd::testing {
 
-enum class TinyFamily { LLAMA, QWEN3, QWEN2 };
+enum class TinyFamily { LLAMA, QWEN3, QWEN2, QWEN3_MOE };
 
 // A unique directory under the system temp dir, removed (with its contents) on destruction.
 class ScopedTempDir {
@@ -29,7 +29,8 @@ class ScopedTempDir {
 
 // config.json text of the family's tiny model. llama: vocab 61, hidden 16, 2 layers, 4 heads / 2 kv
 // heads, untied; qwen3: vocab 53, head_dim 8 != hidden / heads, tied embeddings, q/k norms;
-// qwen2: vocab 47, hidden 12, 3 heads / 1 kv head, q/k/v biases, untied.
+// qwen2: vocab 47, hidden 12, 3 heads / 1 kv head, q/k/v biases, untied; qwen3_moe: qwen3's attention,
+// untied, layer 0 sparse (4 experts of F 12, top 2, norm_topk_prob) and layer 1 dense (mlp_only_layers).
 std::string tiny_config_json(TinyFamily family);
 
 // Every checkpoint tensor of the family's tiny model, random from a seeded std::mt19937, stored in

@@ -105,7 +105,7 @@ torch::Tensor Transformer::layer_output(int64_t layer, const torch::Tensor & x, 
                                         const std::vector<RowSegment> & seg) const {
     const LayerWeights & w = weights_.layers[layer];
     torch::Tensor x2 = x + lora_linear(attn, w.wo, {}, seg, layer, LoraTarget::O);
-    return x2 + family_->mlp(w, rms_norm(x2, w.post_norm, config_.rms_norm_eps), seg, layer);
+    return x2 + family_->mlp(w, config_, rms_norm(x2, w.post_norm, config_.rms_norm_eps), seg, layer);
 }
 
 torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,

@@ -42,6 +42,10 @@ Result<torch::Tensor> WeightLoader::matrix(const std::string & name, std::vector
     return fetch(name, shape, compute_);
 }
 
+Result<torch::Tensor> WeightLoader::act_matrix(const std::string & name, std::vector<int64_t> shape) const {
+    return fetch(name, shape, act_);
+}
+
 Result<torch::Tensor> WeightLoader::vector(const std::string & name, int64_t size) const {
     return fetch(name, {size}, act_);
 }
@@ -51,8 +55,13 @@ void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file) {
     if (w.bq.defined()) {
         w.b_qkv = torch::cat({w.bq, w.bk, w.bv}, 0);
     }
-    w.w_gate_up = torch::cat({w.w_gate, w.w_up}, 0);
+    if (w.w_gate.defined()) {  // a sparse layer has experts instead
+        w.w_gate_up = torch::cat({w.w_gate, w.w_up}, 0);
+    }
     for (const torch::Tensor * part : {&w.wq, &w.wk, &w.wv, &w.w_gate, &w.w_up}) {
+        if (!part->defined()) {
+            continue;
+        }
         file.release_pages(part->data_ptr(), part->nbytes());  // no-op unless it aliases the mapping
     }
     w.wq = w.wk = w.wv = w.bq = w.bk = w.bv = w.w_gate = w.w_up = torch::Tensor();

@@ -16,7 +16,7 @@ namespace tinkerd::engine {
 
 // Dimension letters used in shape comments across the engine:
 // T tokens in the packed batch, C hidden, F intermediate, H query heads, KV key/value heads,
-// D head dim, V vocab, R LoRA rank, N a datum's tokens, K top-K targets.
+// D head dim, V vocab, R LoRA rank, N a datum's tokens, K top-K targets, E experts.
 
 struct LayerWeights {
     torch::Tensor input_norm;  // [C], act dtype
@@ -31,6 +31,10 @@ struct LayerWeights {
     torch::Tensor w_gate;      // [F, C]
     torch::Tensor w_up;        // [F, C]
     torch::Tensor w_down;      // [C, F]
+    // A sparse (MoE) layer instead of w_gate/w_up/w_down (arch/moe_block.h):
+    torch::Tensor router;           // [E, C] act dtype (routing is computed in fp32)
+    torch::Tensor experts_gate_up;  // [E, 2F, C] compute dtype: each expert's cat(gate, up)
+    torch::Tensor experts_down;     // [E, C, F] compute dtype
     // Fused copies made after loading (one GEMM instead of three / two); the parts are then released.
     torch::Tensor w_qkv;      // [H*D + 2*KV*D, C] = cat(wq, wk, wv)
     torch::Tensor b_qkv;      // [H*D + 2*KV*D] or undefined
@@ -57,9 +61,13 @@ class WeightLoader {
 
     // A matrix used in matmuls, in the compute dtype (aliasing the mapping when dtypes match on CPU).
     Result<torch::Tensor> matrix(const std::string & name, std::vector<int64_t> shape) const;
+    // A matrix kept in the activation dtype (the MoE router: routing decisions in fp32).
+    Result<torch::Tensor> act_matrix(const std::string & name, std::vector<int64_t> shape) const;
     // A small vector (norm weights, biases) in the activation dtype.
     Result<torch::Tensor> vector(const std::string & name, int64_t size) const;
     bool contains(const std::string & name) const { return file_->contains(name); }
+    // Lets the kernel drop the mapped pages of a tensor that was copied elsewhere (no-op unless t aliases them).
+    void release(const torch::Tensor & t) const { file_->release_pages(t.data_ptr(), t.nbytes()); }
 
   private:
     Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape,

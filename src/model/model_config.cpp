@@ -1,5 +1,5 @@
 // Parsing of Hugging Face config.json into ModelConfig. Reads the fields the supported architectures
-// (Llama, Qwen2, Qwen3) need, applies the transformers defaults, and rejects what tinkerd cannot run
+// (Llama, Qwen2, Qwen3, Qwen3-MoE) need, applies the transformers defaults, and rejects what tinkerd cannot run
 // with an error naming the field or the unsupported value.
 #include "model/model_config.h"
 
@@ -95,13 +95,14 @@ Result<void> parse_architecture(const json & obj, ModelConfig & config) {
     } else if (config.architecture == "Qwen2ForCausalLM") {
         config.family = ArchFamily::QWEN2;
         config.attention_bias = true;
-    } else if (config.architecture == "Qwen3ForCausalLM") {
-        config.family = ArchFamily::QWEN3;
+    } else if (config.architecture == "Qwen3ForCausalLM" || config.architecture == "Qwen3MoeForCausalLM") {
+        config.family = config.architecture == "Qwen3ForCausalLM" ? ArchFamily::QWEN3 : ArchFamily::QWEN3_MOE;
         config.attention_bias = attention_bias.value();
         config.qk_norm = true;
     } else {
         return unsupported(CONFIG_PREFIX + ("unsupported architecture '" + config.architecture +
-                                            "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"));
+                                            "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                                            "Qwen3MoeForCausalLM)"));
     }
     return {};
 }
@@ -290,6 +291,59 @@ Result<void> parse_misc(const json & obj, ModelConfig & config) {
     return {};
 }
 
+// The expert fields of a Qwen3-MoE config, with transformers' defaults, and which layers are sparse.
+Result<void> parse_moe(const json & obj, ModelConfig & config) {
+    if (config.family != ArchFamily::QWEN3_MOE) {
+        return {};
+    }
+    const char * experts_key = is_present(obj, "num_experts") ? "num_experts" : "num_local_experts";
+    struct Field {
+        const char * key;
+        int64_t fallback;
+        int64_t * target;
+    };
+    int64_t sparse_step = 1;
+    const Field fields[] = {{experts_key, 128, &config.n_experts},
+                            {"num_experts_per_tok", 8, &config.n_experts_per_token},
+                            {"moe_intermediate_size", 768, &config.moe_intermediate_size},
+                            {"decoder_sparse_step", 1, &sparse_step}};
+    for (const Field & field : fields) {
+        auto value = optional_int(obj, field.key, field.fallback);
+        TRY_STATUS(value);
+        *field.target = value.value();
+        if (*field.target <= 0) {
+            return invalid_argument(CONFIG_PREFIX + (std::string("field '") + field.key + "' must be positive, got " +
+                                                     std::to_string(*field.target)));
+        }
+    }
+    if (config.n_experts_per_token > config.n_experts) {
+        return invalid_argument(CONFIG_PREFIX +
+                                ("num_experts_per_tok (" + std::to_string(config.n_experts_per_token) +
+                                 ") exceeds the number of experts (" + std::to_string(config.n_experts) + ")"));
+    }
+    auto norm = optional_bool(obj, "norm_topk_prob", false);
+    TRY_STATUS(norm);
+    config.norm_topk_prob = norm.value();
+    config.sparse_layers.assign(config.n_layers, false);
+    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+        config.sparse_layers[layer] = (layer + 1) % sparse_step == 0;
+    }
+    if (is_present(obj, "mlp_only_layers")) {
+        const json & dense = obj.at("mlp_only_layers");
+        if (!dense.is_array()) {
+            return invalid_argument(CONFIG_PREFIX + ("field 'mlp_only_layers' must be a list, got " + dense.dump()));
+        }
+        for (const json & item : dense) {
+            auto layer = as_int(item, "mlp_only_layers");
+            TRY_STATUS(layer);
+            if (layer.value() >= 0 && layer.value() < config.n_layers) {
+                config.sparse_layers[layer.value()] = false;
+            }
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_model_config(const std::string & json_text) {
@@ -309,6 +363,7 @@ Result<ModelConfig> parse_model_config(const std::string & json_text) {
     TRY_STATUS(parse_attention_sizes(obj, config));
     TRY_STATUS(parse_rope(obj, config));
     TRY_STATUS(parse_misc(obj, config));
+    TRY_STATUS(parse_moe(obj, config));
     return config;
 }
 

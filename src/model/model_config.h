@@ -4,13 +4,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace tinkerd::model {
 
 // Which family's code runs the model (one file per family in src/engine/arch/).
-enum class ArchFamily { LLAMA, QWEN2, QWEN3 };
+enum class ArchFamily { LLAMA, QWEN2, QWEN3, QWEN3_MOE };
 
 struct RopeScaling {
     std::string type;  // "" (none) or "llama3"
@@ -40,6 +41,18 @@ struct ModelConfig {
     std::string torch_dtype;      // as declared: "float32", "bfloat16", "float16" or ""
     int64_t bos_token_id = -1;
     int64_t eos_token_id = -1;
+    // Mixture of experts (Qwen3-MoE); n_experts == 0 for dense models. A sparse layer's MLP routes each
+    // token to its top n_experts_per_token experts (softmax over the router logits, renormalised over the
+    // chosen ones when norm_topk_prob); every other layer keeps the dense SwiGLU of intermediate_size.
+    int64_t n_experts = 0;              // E ("num_experts", or transformers 5's "num_local_experts")
+    int64_t n_experts_per_token = 0;    // top-k ("num_experts_per_tok")
+    int64_t moe_intermediate_size = 0;  // one expert's F
+    bool norm_topk_prob = false;
+    std::vector<bool> sparse_layers;  // [n_layers]: not in mlp_only_layers and (l + 1) % decoder_sparse_step == 0
+
+    bool is_sparse_layer(int64_t layer) const {
+        return layer >= 0 && layer < static_cast<int64_t>(sparse_layers.size()) && sparse_layers[layer];
+    }
 };
 
 // Parses config.json text. Errors: malformed JSON, missing or invalid fields, unsupported architecture

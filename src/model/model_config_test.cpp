@@ -165,6 +165,44 @@ TEST(ModelConfig, ParsesQwen3WithExplicitHeadDim) {
     EXPECT_TRUE(parse_model_config(j.dump())->attention_bias);
 }
 
+TEST(ModelConfig, Qwen3MoeExpertsAndWhichLayersAreSparse) {
+    json j = base_config();
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["num_hidden_layers"] = 6;
+    j["num_local_experts"] = 16;  // transformers 5 writes this name; the Hub's configs say num_experts
+    j["num_experts_per_tok"] = 4;
+    j["moe_intermediate_size"] = 48;
+    j["norm_topk_prob"] = true;
+    j["decoder_sparse_step"] = 2;
+    j["mlp_only_layers"] = {3};
+    auto config = parse_model_config(j.dump());
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_EQ(config->family, ArchFamily::QWEN3_MOE);
+    EXPECT_TRUE(config->qk_norm);
+    EXPECT_EQ(config->n_experts, 16);
+    EXPECT_EQ(config->n_experts_per_token, 4);
+    EXPECT_EQ(config->moe_intermediate_size, 48);
+    EXPECT_TRUE(config->norm_topk_prob);
+    // (l + 1) % 2 == 0 and l not in mlp_only_layers: layers 1 and 5 (3 is forced dense).
+    EXPECT_EQ(config->sparse_layers, (std::vector<bool>{false, true, false, false, false, true}));
+
+    j["num_experts"] = 8;  // the Hub's name wins when both are present
+    j["num_experts_per_tok"] = 9;
+    auto too_many = parse_model_config(j.dump());
+    ASSERT_FALSE(too_many.ok());
+    EXPECT_NE(too_many.error().message.find("num_experts_per_tok (9) exceeds the number of experts (8)"),
+              std::string::npos)
+        << too_many.error().message;
+    j["num_experts_per_tok"] = 2;
+    j["mlp_only_layers"] = "all";
+    auto bad = parse_model_config(j.dump());
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("mlp_only_layers"), std::string::npos) << bad.error().message;
+    j.erase("mlp_only_layers");
+    j.erase("decoder_sparse_step");
+    EXPECT_EQ(parse_model_config(j.dump())->sparse_layers, std::vector<bool>(6, true)) << "defaults: every layer";
+}
+
 TEST(ModelConfig, EosTokenIdForms) {
     json j = base_config();
     j["eos_token_id"] = {7, 9};
@@ -182,7 +220,7 @@ TEST(ModelConfig, RejectsUnsupportedArchitecture) {
     EXPECT_EQ(error.kind, ErrorKind::UNSUPPORTED);
     EXPECT_EQ(error.message,
               "config.json: unsupported architecture 'MistralForCausalLM' (supported: LlamaForCausalLM, "
-              "Qwen2ForCausalLM, Qwen3ForCausalLM)");
+              "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
 }
 
 TEST(ModelConfig, NamesMissingField) {

@@ -158,6 +158,7 @@ class Context:
         self.failures = []
         self.known = {}  # case name -> the server bug that makes it fail (see case())
         self.known_hits = []
+        self.scratch = []
 
     def start_server(self, extra=(), name=None, data_dir=None):
         s = Server(self.build_dir, extra, data_dir, name or "tinkerd-%d" % len(self.servers))
@@ -197,9 +198,17 @@ class Context:
         if self.failures:
             raise CheckFailed("%d case(s) failed:\n    " % len(self.failures) + "\n    ".join(self.failures))
 
+    def scratch_dir(self):
+        """A temporary directory for the scenario's own files (model dirs), removed by cleanup()."""
+        path = tempfile.mkdtemp(prefix="tinkerd-e2e-scratch-")
+        self.scratch.append(path)
+        return path
+
     def cleanup(self):
         for s in self.servers:
             s.cleanup()
+        for path in self.scratch:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- checks

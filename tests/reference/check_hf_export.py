@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models as hm  # noqa: E402
 
-CASES = ["hf_llama_tiny", "hf_qwen2_tiny", "hf_qwen3_tiny", "hf_stories260K"]
+CASES = ["hf_llama_tiny", "hf_qwen2_tiny", "hf_qwen3_tiny", "hf_qwen3_moe_tiny", "hf_stories260K"]
 TOL = 1e-5  # absolute, plus RTOL x |reference| (fp32 rounding of logits near 20 alone is 1e-6 each)
 RTOL = 1e-6
 # stories260K is a real model with logits near 20: the plain-PyTorch reference re-run in fp32 differs from

@@ -2,9 +2,12 @@
 // step in the engine (fp32), writes it as a sampler checkpoint (store::write_checkpoint: PEFT
 // adapter_model.safetensors + adapter_config.json) to <case>/export/, and our outputs on the probe sequence
 // (full log-softmax [N, V], last-position logits [V]) to <case>/export_ours.safetensors for
-// check_hf_export.py, which loads the adapter with PeftModel.from_pretrained. Exit 1 on any failure.
+// check_hf_export.py, which loads the adapter with PeftModel.from_pretrained. For the Qwen3-MoE case it also
+// writes an adapter with expert LoRA (random non-zero factors) to <case>/export_experts/ and our outputs to
+// export_experts_ours.safetensors for check_moe_merge.py (tinker-cookbook's merge). Exit 1 on any failure.
 #include <cstdio>
 #include <numeric>
+#include <random>
 
 #include "hf_case.h"
 #include "store/checkpoint_files.h"
@@ -46,6 +49,48 @@ void check(Result<void> r, const std::string & what) {
     }
 }
 
+// Our outputs on the probe with adapter id: the full log-softmax [N, V] (every vocabulary id as a 2-D target
+// at every position) and the last position's logits [V].
+void write_outputs(engine::Engine & eng, engine::AdapterId id, const HfCase & c, const std::string & path) {
+    const int64_t n = static_cast<int64_t>(c.probe.size()), vocab = eng.config().vocab_size;
+    std::vector<int64_t> all(static_cast<size_t>(n * vocab));
+    for (int64_t i = 0; i < n; ++i) {
+        std::iota(all.begin() + i * vocab, all.begin() + (i + 1) * vocab, int64_t{0});
+    }
+    engine::Datum probe{c.probe, {{"target_tokens", engine::make_host_tensor_i64({n, vocab}, all)}}};
+    auto fwd = check(std::move(eng.forward_backward({{id, {probe}, "cross_entropy", {}}}, false)[0]), "forward");
+    auto last = check(eng.last_logits(id, c.probe), "last_logits");
+    std::map<std::string, model::OwnedTensor> ours;
+    ours["logprobs"] = fwd.logprobs[0];
+    ours["last_logits"] = engine::make_host_tensor_f32({vocab}, last);
+    ours["probe"] = engine::make_host_tensor_i64({n}, c.probe);
+    check(model::write_safetensors(path, ours), "write " + path);
+}
+
+// An adapter training every part (experts included) with seeded random factors, B non-zero.
+void export_experts(engine::Engine & eng, const HfCase & c) {
+    engine::LoraSpec spec = c.spec;
+    spec.train_attn = spec.train_mlp = spec.train_unembed = true;
+    const engine::AdapterId id = check(eng.create_adapter(spec), "create_adapter (experts)");
+    auto weights = check(eng.export_adapter(id, false), "export_adapter");
+    std::mt19937 rng(77);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (auto & [key, t] : weights) {
+        std::vector<float> v(engine::host_tensor_values(t).size());
+        for (float & x : v) {
+            x = static_cast<float>((key.find("lora_B") != std::string::npos ? 0.05 : 0.2) * normal(rng));
+        }
+        t = engine::make_host_tensor_f32(t.shape, v);
+    }
+    check(eng.import_adapter(id, weights, false), "import_adapter (experts)");
+    store::AdapterConfig config = checkpoint_config(c);
+    config.train_mlp = config.train_attn = config.train_unembed = true;
+    check(store::write_checkpoint(c.dir + "/export_experts", config, weights, true), "write_checkpoint (experts)");
+    write_outputs(eng, id, c, c.dir + "/export_experts_ours.safetensors");
+    std::printf("[%s] exported %zu LoRA tensors with expert factors to %s/export_experts\n", c.name.c_str(),
+                weights.size(), c.dir.c_str());
+}
+
 void export_case(const std::string & name) {
     const HfCase c = load_hf_case(name);
     auto eng = check(engine::Engine::load(c.compat_dir, {engine::ComputeDType::FP32, 2}), c.compat_dir);
@@ -62,21 +107,11 @@ void export_case(const std::string & name) {
     auto weights = check(eng->export_adapter(id, false), "export_adapter");
     check(store::write_checkpoint(c.dir + "/export", checkpoint_config(c), weights, true), "write_checkpoint");
 
-    // Every vocabulary id as a 2-D target at every probe position gives the full log-softmax.
-    const int64_t n = static_cast<int64_t>(c.probe.size()), vocab = eng->config().vocab_size;
-    std::vector<int64_t> all(static_cast<size_t>(n * vocab));
-    for (int64_t i = 0; i < n; ++i) {
-        std::iota(all.begin() + i * vocab, all.begin() + (i + 1) * vocab, int64_t{0});
-    }
-    engine::Datum probe{c.probe, {{"target_tokens", engine::make_host_tensor_i64({n, vocab}, all)}}};
-    auto fwd = check(std::move(eng->forward_backward({{id, {probe}, "cross_entropy", {}}}, false)[0]), "forward");
-    auto last = check(eng->last_logits(id, c.probe), "last_logits");
-    std::map<std::string, model::OwnedTensor> ours;
-    ours["logprobs"] = fwd.logprobs[0];
-    ours["last_logits"] = engine::make_host_tensor_f32({vocab}, last);
-    ours["probe"] = engine::make_host_tensor_i64({n}, c.probe);
-    check(model::write_safetensors(c.dir + "/export_ours.safetensors", ours), "write export_ours.safetensors");
+    write_outputs(*eng, id, c, c.dir + "/export_ours.safetensors");
     std::printf("[%s] exported %zu LoRA tensors to %s/export\n", name.c_str(), weights.size(), c.dir.c_str());
+    if (eng->config().n_experts > 0) {
+        export_experts(*eng, c);
+    }
 }
 
 }  // namespace

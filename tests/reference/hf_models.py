@@ -1,4 +1,4 @@
-# Hugging Face second reference, model side: seeded tiny random Llama / Qwen2 / Qwen3 built by
+# Hugging Face second reference, model side: seeded tiny random Llama / Qwen2 / Qwen3 / Qwen3-MoE built by
 # `transformers` from configs (save_pretrained, fp32), stories260K, PEFT LoRA adapters with seeded non-zero
 # weights, and the cross-entropy-sum forward/backward through transformers + peft (float64 by default).
 import json
@@ -8,7 +8,8 @@ import warnings
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _COMMON = dict(num_hidden_layers=2, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1,
@@ -29,8 +30,33 @@ CASES = {
         vocab_size=97, hidden_size=32, intermediate_size=40, num_attention_heads=4, head_dim=16,
         rms_norm_eps=1e-6, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), 4, ALL_TARGETS + ["lm_head"]),
+    # Layer 0 sparse (4 experts, top 2, renormalised), layer 1 dense. PEFT has no shared-outer expert LoRA,
+    # so the adapter is attention + lm_head here (expert LoRA: finite differences in gradcheck_test).
+    "hf_qwen3_moe_tiny": (1505, Qwen3MoeConfig, Qwen3MoeForCausalLM, dict(
+        vocab_size=97, hidden_size=32, intermediate_size=40, moe_intermediate_size=24, num_experts=4,
+        num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+        num_attention_heads=4, head_dim=16, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), 4,
+        ["q_proj", "k_proj", "v_proj", "o_proj", "lm_head"]),
     "hf_stories260K": (1404, None, None, None, 8, ALL_TARGETS + ["lm_head"]),
 }
+
+
+def use_eager_experts(model):
+    """transformers 5 runs MoE experts with torch's grouped_mm, which has no float64: the references use
+    the eager per-expert loop (the same math; routing and weighting are shared code)."""
+    if getattr(model.config, "num_experts", None):
+        model.config._experts_implementation = "eager"
+    return model
+
+
+def tie_router_rows(model):
+    """Experts 1 and 2 of every sparse layer get the same router row, so their probabilities tie exactly
+    for every token, and often at the top-k boundary: the engine must pick the expert transformers picks."""
+    for layer in model.model.layers:
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is not None and hasattr(gate, "top_k"):
+            gate.weight[2].copy_(gate.weight[1])
 
 
 def legacy_rope_config(config: dict) -> dict:
@@ -48,7 +74,7 @@ def build_tiny_model(case: str, out_dir: str):
     seed, config_cls, model_cls, kwargs, _, _ = CASES[case]
     config = config_cls(**kwargs, **_COMMON)
     torch.manual_seed(seed)
-    model = model_cls(config).float().eval()
+    model = use_eager_experts(model_cls(config).float().eval())
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():  # HF's N(0, 0.02) init gives near-uniform outputs; make every part matter
         for name, p in model.named_parameters():
@@ -58,6 +84,8 @@ def build_tiny_model(case: str, out_dir: str):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+        if case == "hf_qwen3_moe_tiny":
+            tie_router_rows(model)
     model_dir = os.path.join(out_dir, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
     compat = os.path.join(out_dir, "model_compat")
@@ -76,7 +104,7 @@ def build_tiny_model(case: str, out_dir: str):
 def load_model(model_dir: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        return use_eager_experts(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval())
 
 
 def peft_key(param_name: str) -> str:

@@ -1,6 +1,6 @@
 // DecoderFamily: what differs between model families (tensor names, q/k normalisation, the MLP).
-// One file per family: llama.cpp (the base behaviour), qwen2.cpp, qwen3.cpp. A new family (e.g.
-// Qwen3-MoE) subclasses and overrides only what differs, then registers itself in registry.cpp.
+// One file per family: llama.cpp (the base behaviour), qwen2.cpp, qwen3.cpp, qwen3_moe.cpp. A new family
+// subclasses and overrides only what differs, then registers itself in registry.cpp.
 #pragma once
 
 #include <memory>
@@ -19,14 +19,18 @@ class DecoderFamily {
     virtual ~DecoderFamily() = default;
     virtual const char * name() const = 0;
 
-    // Loads one decoder layer's tensors by their Hugging Face names, shape-checked.
+    // Loads one decoder layer's tensors by their Hugging Face names, shape-checked: attention, norms,
+    // then load_mlp.
     virtual Result<LayerWeights> load_layer(const WeightLoader & loader, const model::ModelConfig & config,
                                             int64_t layer) const;
+    // The feed-forward tensors of one layer. Default: the dense SwiGLU's gate/up/down.
+    virtual Result<void> load_mlp(const WeightLoader & loader, const model::ModelConfig & config, int64_t layer,
+                                  LayerWeights & out) const;
     // Per-head transform of q [T, H, D] and k [T, KV, D] before RoPE. Default: none.
     virtual void prepare_qk(const LayerWeights & weights, const model::ModelConfig & config, torch::Tensor & q,
                             torch::Tensor & k) const {}
     // The feed-forward block on x [T, C] -> [T, C]. Default: SwiGLU down(silu(gate(x)) * up(x)).
-    virtual torch::Tensor mlp(const LayerWeights & weights, const torch::Tensor & x,
+    virtual torch::Tensor mlp(const LayerWeights & weights, const model::ModelConfig & config, const torch::Tensor & x,
                               const std::vector<RowSegment> & segments, int64_t layer) const;
 
   protected:
@@ -38,6 +42,7 @@ class DecoderFamily {
 std::unique_ptr<DecoderFamily> make_llama_family();
 std::unique_ptr<DecoderFamily> make_qwen2_family();
 std::unique_ptr<DecoderFamily> make_qwen3_family();
+std::unique_ptr<DecoderFamily> make_qwen3_moe_family();
 // The family for a parsed config.
 std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family);
 

@@ -39,16 +39,27 @@ Result<LayerWeights> DecoderFamily::load_layer(const WeightLoader & loader, cons
     LayerWeights w;
     TRY_STATUS(load_attention(loader, c, layer, c.attention_bias, w));
     const std::string p = "model.layers." + std::to_string(layer) + ".";
+    auto input_norm = loader.vector(p + "input_layernorm.weight", c.hidden_size);
+    TRY_STATUS(input_norm);
+    auto post_norm = loader.vector(p + "post_attention_layernorm.weight", c.hidden_size);
+    TRY_STATUS(post_norm);
+    w.input_norm = std::move(input_norm).value();
+    w.post_norm = std::move(post_norm).value();
+    TRY_STATUS(load_mlp(loader, c, layer, w));
+    return w;
+}
+
+Result<void> DecoderFamily::load_mlp(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
+                                     LayerWeights & w) const {
+    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
     struct Item {
         torch::Tensor * dst;
         Result<torch::Tensor> src;
     };
     Item items[] = {
-        {&w.input_norm, loader.vector(p + "input_layernorm.weight", c.hidden_size)},
-        {&w.post_norm, loader.vector(p + "post_attention_layernorm.weight", c.hidden_size)},
-        {&w.w_gate, loader.matrix(p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size})},
-        {&w.w_up, loader.matrix(p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size})},
-        {&w.w_down, loader.matrix(p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size})},
+        {&w.w_gate, loader.matrix(p + "gate_proj.weight", {c.intermediate_size, c.hidden_size})},
+        {&w.w_up, loader.matrix(p + "up_proj.weight", {c.intermediate_size, c.hidden_size})},
+        {&w.w_down, loader.matrix(p + "down_proj.weight", {c.hidden_size, c.intermediate_size})},
     };
     for (Item & item : items) {
         if (!item.src.ok()) {
@@ -56,10 +67,10 @@ Result<LayerWeights> DecoderFamily::load_layer(const WeightLoader & loader, cons
         }
         *item.dst = std::move(item.src).value();
     }
-    return w;
+    return {};
 }
 
-torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const torch::Tensor & x,
+torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const model::ModelConfig &, const torch::Tensor & x,
                                  const std::vector<RowSegment> & segments, int64_t layer) const {
     const int64_t F = w.w_gate_up.size(0) / 2;
     torch::Tensor gate_up = kernels::base_linear(x, w.w_gate_up);  // [T, 2F]

@@ -11,6 +11,8 @@ std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family) {
             return make_qwen2_family();
         case model::ArchFamily::QWEN3:
             return make_qwen3_family();
+        case model::ArchFamily::QWEN3_MOE:
+            return make_qwen3_moe_family();
     }
     return make_llama_family();
 }
