@@ -3,6 +3,7 @@
 // as I64 or F8, a missing tensor, a mis-shaped tensor, an unsupported architecture, a missing
 // config.json or safetensors file.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,6 +174,19 @@ TEST_F(LoaderErrorsTest, UnsupportedArchitectureIsNamed) {
     const std::string msg = load_error(dir_.path());
     EXPECT_TRUE(contains(msg, "GPT2LMHeadModel")) << msg;
     EXPECT_TRUE(contains(msg, "architecture")) << msg;
+}
+
+// The real Qwen3.5-4B config.json parses (LoRA layout, counts) but the model cannot run yet: a clear refusal.
+TEST_F(LoaderErrorsTest, Qwen35IsRefusedByNameNotMisread) {
+    const char * source_dir = std::getenv("TINKERD_SOURCE_DIR");
+    ASSERT_NE(source_dir, nullptr) << "ctest sets TINKERD_SOURCE_DIR";
+    std::ifstream in(std::string(source_dir) + "/tests/data/model_configs/Qwen3.5-4B.json");
+    ASSERT_TRUE(in.good());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    write_model_dir(dir_.path(), text, tensors());
+    const std::string msg = load_error(dir_.path());
+    EXPECT_TRUE(contains(msg, "Qwen3_5ForConditionalGeneration")) << msg;
+    EXPECT_TRUE(contains(msg, "not supported yet")) << msg;
 }
 
 TEST_F(LoaderErrorsTest, MissingConfigJsonNamesThePath) {

@@ -22,6 +22,12 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model
     if (!config.ok()) {
         return config.error();
     }
+    auto family = make_family(config->family);
+    if (!family) {
+        return unsupported("config.json: architecture '" + config->architecture +
+                           "' (Qwen3.5: Gated DeltaNet linear attention) is not supported yet; supported: "
+                           "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM");
+    }
     auto file = model::SafetensorsFile::open_model_dir(model_dir);
     if (!file.ok()) {
         return file.error();
@@ -34,7 +40,6 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model
     const torch::ScalarType compute =
         requested ? *requested : (embed->dtype == model::DType::BF16 ? torch::kBFloat16 : torch::kFloat32);
     const torch::ScalarType act = compute == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-    auto family = make_family(config->family);
     std::unique_ptr<Transformer> t(new Transformer(*config, std::move(family), compute, act, device));
     TRY_STATUS(t->load_weights(*file));
     return t;

@@ -6,17 +6,38 @@ namespace tinkerd::model {
 const char * lora_target_name(LoraTarget target) {
     // Experts as in Tinker's own adapter files (tinker-cookbook's weights/ merge reads them): w1 gate, w3 up,
     // w2 down.
-    static const char * names[] = {"q_proj",    "k_proj",     "v_proj",     "o_proj",     "gate_proj", "up_proj",
-                                   "down_proj", "experts.w1", "experts.w3", "experts.w2", "lm_head"};
+    static const char * names[] = {"q_proj",
+                                   "k_proj",
+                                   "v_proj",
+                                   "o_proj",
+                                   "gate_proj",
+                                   "up_proj",
+                                   "down_proj",
+                                   "experts.w1",
+                                   "experts.w3",
+                                   "experts.w2",
+                                   "shared_expert.gate_proj",
+                                   "shared_expert.up_proj",
+                                   "shared_expert.down_proj",
+                                   "in_proj_q",
+                                   "in_proj_k",
+                                   "in_proj_v",
+                                   "in_proj_z",
+                                   "out_proj",
+                                   "lm_head"};
+    static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(LoraTarget::LM_HEAD) + 1,
+                  "one name per LoraTarget");
     return names[static_cast<int>(target)];
 }
 
 ProjectionShape projection_shape(const ModelConfig & c, LoraTarget target) {
     const int64_t q_dim = c.n_heads * c.head_dim;
     const int64_t kv_dim = c.n_kv_heads * c.head_dim;
+    const int64_t key_dim = c.linear_k_heads * c.linear_k_head_dim;    // Kd
+    const int64_t value_dim = c.linear_v_heads * c.linear_v_head_dim;  // Vd
     switch (target) {
-        case LoraTarget::Q:
-            return {c.hidden_size, q_dim};
+        case LoraTarget::Q:  // with an output gate, q_proj emits [query_h ‖ gate_h] per head
+            return {c.hidden_size, c.attn_output_gate ? 2 * q_dim : q_dim};
         case LoraTarget::K:
         case LoraTarget::V:
             return {c.hidden_size, kv_dim};
@@ -32,6 +53,19 @@ ProjectionShape projection_shape(const ModelConfig & c, LoraTarget target) {
             return {c.hidden_size, c.moe_intermediate_size};
         case LoraTarget::EXPERT_DOWN:
             return {c.moe_intermediate_size, c.hidden_size};
+        case LoraTarget::SHARED_GATE:
+        case LoraTarget::SHARED_UP:
+            return {c.hidden_size, c.shared_expert_intermediate_size};
+        case LoraTarget::SHARED_DOWN:
+            return {c.shared_expert_intermediate_size, c.hidden_size};
+        case LoraTarget::LINEAR_Q:
+        case LoraTarget::LINEAR_K:
+            return {c.hidden_size, key_dim};
+        case LoraTarget::LINEAR_V:
+        case LoraTarget::LINEAR_Z:
+            return {c.hidden_size, value_dim};
+        case LoraTarget::LINEAR_OUT:
+            return {value_dim, c.hidden_size};
         case LoraTarget::LM_HEAD:
             return {c.hidden_size, c.vocab_size};
     }
@@ -51,24 +85,41 @@ int64_t LoraPair::size() const {
 
 namespace {
 
-bool is_expert(LoraTarget target) {
-    return target == LoraTarget::EXPERT_GATE || target == LoraTarget::EXPERT_UP || target == LoraTarget::EXPERT_DOWN;
+bool in_range(LoraTarget target, LoraTarget first, LoraTarget last) {
+    return static_cast<int>(target) >= static_cast<int>(first) && static_cast<int>(target) <= static_cast<int>(last);
 }
 
-// Whether the layer has this projection at all: a sparse layer has experts instead of the dense MLP.
+bool is_attention(LoraTarget target) {
+    return in_range(target, LoraTarget::Q, LoraTarget::O);
+}
+
+bool is_linear_attention(LoraTarget target) {
+    return in_range(target, LoraTarget::LINEAR_Q, LoraTarget::LINEAR_OUT);
+}
+
+// Whether the layer has this projection at all: a sparse layer has experts (and maybe a shared expert)
+// instead of the dense MLP; a linear-attention layer has the Gated DeltaNet projections instead of q/k/v/o.
 bool exists_in_layer(const ModelConfig & c, int64_t layer, LoraTarget target) {
-    const bool dense_mlp = target == LoraTarget::GATE || target == LoraTarget::UP || target == LoraTarget::DOWN;
-    if (dense_mlp) {
+    if (is_attention(target)) {
+        return !c.is_linear_attention_layer(layer);
+    }
+    if (is_linear_attention(target)) {
+        return c.is_linear_attention_layer(layer);
+    }
+    if (in_range(target, LoraTarget::GATE, LoraTarget::DOWN)) {
         return !c.is_sparse_layer(layer);
     }
-    return !is_expert(target) || c.is_sparse_layer(layer);
+    if (in_range(target, LoraTarget::SHARED_GATE, LoraTarget::SHARED_DOWN)) {
+        return c.is_sparse_layer(layer) && c.shared_expert_intermediate_size > 0;
+    }
+    return c.is_sparse_layer(layer);  // the experts
 }
 
 bool is_selected(const LoraSelection & s, LoraTarget target) {
     if (target == LoraTarget::LM_HEAD) {
         return s.unembed;
     }
-    return static_cast<int>(target) <= static_cast<int>(LoraTarget::O) ? s.attn : s.mlp;
+    return is_attention(target) || is_linear_attention(target) ? s.attn : s.mlp;
 }
 
 LoraPair make_pair(const ModelConfig & c, int64_t layer, LoraTarget target, int64_t rank) {
@@ -116,9 +167,10 @@ std::string peft_key(int64_t layer, LoraTarget target, bool is_b) {
     if (target == LoraTarget::LM_HEAD) {
         return std::string("base_model.model.lm_head") + suffix;
     }
-    const bool is_attn = static_cast<int>(target) <= static_cast<int>(LoraTarget::O);
-    return "base_model.model.model.layers." + std::to_string(layer) + (is_attn ? ".self_attn." : ".mlp.") +
-           lora_target_name(target) + suffix;
+    const char * module = is_attention(target)          ? ".self_attn."
+                          : is_linear_attention(target) ? ".linear_attn."
+                                                        : ".mlp.";
+    return "base_model.model.model.layers." + std::to_string(layer) + module + lora_target_name(target) + suffix;
 }
 
 }  // namespace tinkerd::model

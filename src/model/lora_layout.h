@@ -11,9 +11,31 @@
 
 namespace tinkerd::model {
 
-// Dense projections, the experts of a sparse (MoE) layer, and the model-level lm_head.
-enum class LoraTarget { Q = 0, K, V, O, GATE, UP, DOWN, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, LM_HEAD };
-inline constexpr int N_LAYER_TARGETS = 10;  // Q..EXPERT_DOWN; LM_HEAD is model-level
+// Dense projections, the experts of a sparse (MoE) layer and its shared expert (Qwen3.5-MoE), the Gated
+// DeltaNet projections of a linear-attention layer (Qwen3.5: the fused in_proj_qkv is trained as three
+// LoRAs, as Tinker does), and the model-level lm_head.
+enum class LoraTarget {
+    Q = 0,
+    K,
+    V,
+    O,
+    GATE,
+    UP,
+    DOWN,
+    EXPERT_GATE,
+    EXPERT_UP,
+    EXPERT_DOWN,
+    SHARED_GATE,
+    SHARED_UP,
+    SHARED_DOWN,
+    LINEAR_Q,
+    LINEAR_K,
+    LINEAR_V,
+    LINEAR_Z,
+    LINEAR_OUT,
+    LM_HEAD
+};
+inline constexpr int N_LAYER_TARGETS = 18;  // Q..LINEAR_OUT; LM_HEAD is model-level
 
 const char * lora_target_name(LoraTarget target);  // "q_proj", ..., "experts.w1" (gate), "lm_head"
 

@@ -1,8 +1,10 @@
 // LoRA layout: the parameter count per rank of each Tinker component (mlp / attn / unembed) equals
 // tinker-cookbook's _LORA_PARAMS_PER_RANK_BY_COMPONENT table (tinker-cookbook 0.5.8, hyperparam_utils.py)
-// for the real config.json files in tests/data/model_configs/, and the expert factors have Tinker's shapes.
+// for the real config.json files in tests/data/model_configs/ (Qwen3, Qwen3-MoE, Qwen3.5 dense and MoE), and
+// the expert and Gated DeltaNet factors have Tinker's shapes and names.
 #include "model/lora_layout.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -49,8 +51,9 @@ struct CookbookRow {
 
 TEST(LoraLayout, PerRankCountsEqualTheCookbookTable) {
     const CookbookRow rows[] = {
-        {"Qwen3-8B", 1'769'472, 958'464, 156'032},
-        {"Qwen3-30B-A3B", 14'450'688, 835'584, 153'984},
+        {"Qwen3-8B", 1'769'472, 958'464, 156'032},           {"Qwen3-30B-A3B", 14'450'688, 835'584, 153'984},
+        {"Qwen3.5-4B", 1'130'496, 897'024, 250'880},         {"Qwen3.5-27B", 4'325'376, 2'965'504, 253'440},
+        {"Qwen3.5-35B-A3B", 16'281'600, 1'013'760, 250'368},
     };
     for (const CookbookRow & row : rows) {
         SCOPED_TRACE(row.model);
@@ -98,13 +101,41 @@ TEST(LoraLayout, DenseLayersOfAnMoeModelKeepTheDenseMlp) {
     EXPECT_EQ(pairs[6].target, LoraTarget::EXPERT_GATE);
 }
 
-// Qwen3.5 (Gated DeltaNet hybrid) is not loadable yet: its configs are refused by name, not misread.
-TEST(LoraLayout, Qwen35ConfigsAreRefusedByName) {
-    auto config = parse_model_config(config_text("Qwen3.5-4B"));
-    ASSERT_FALSE(config.ok());
-    EXPECT_NE(config.error().message.find("unsupported architecture 'Qwen3_5ForConditionalGeneration'"),
-              std::string::npos)
-        << config.error().message;
+TEST(LoraLayout, Qwen35TrainsTheDeltaNetProjectionsAndTheGatedQuery) {
+    const ModelConfig c = real_config("Qwen3.5-4B");
+    ASSERT_EQ(c.family, ArchFamily::QWEN3_5);
+    ASSERT_TRUE(c.is_linear_attention_layer(0));
+    ASSERT_FALSE(c.is_linear_attention_layer(3));
+    const auto pairs = lora_pairs(c, {true, false, false}, 1);
+    // Layer 0 (linear attention): in_proj_q, in_proj_k, in_proj_v (three LoRAs over the fused in_proj_qkv),
+    // in_proj_z, out_proj; layer 3 (full attention): q_proj over query and gate, k, v, o.
+    ASSERT_GE(pairs.size(), 5u);
+    EXPECT_EQ(pairs[0].target, LoraTarget::LINEAR_Q);
+    EXPECT_EQ(pairs[0].b_shape, (std::vector<int64_t>{2048, 1}));
+    EXPECT_EQ(pairs[2].target, LoraTarget::LINEAR_V);
+    EXPECT_EQ(pairs[2].b_shape, (std::vector<int64_t>{4096, 1}));
+    EXPECT_EQ(pairs[4].target, LoraTarget::LINEAR_OUT);
+    EXPECT_EQ(peft_key(0, LoraTarget::LINEAR_Q, false),
+              "base_model.model.model.layers.0.linear_attn.in_proj_q.lora_A.weight");
+    const auto full = std::find_if(pairs.begin(), pairs.end(), [](const LoraPair & p) { return p.layer == 3; });
+    ASSERT_NE(full, pairs.end());
+    EXPECT_EQ(full->target, LoraTarget::Q);
+    EXPECT_EQ(full->b_shape, (std::vector<int64_t>{2 * 16 * 256, 1})) << "query and gate";
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_EQ(lora_parameter_count(c, {false, false, true}, 1), 2560 + 248'320) << "unembed LoRA even when tied";
+}
+
+TEST(LoraLayout, Qwen35MoeHasASharedExpertBesideTheRoutedOnes) {
+    const ModelConfig c = real_config("Qwen3.5-35B-A3B");
+    ASSERT_EQ(c.family, ArchFamily::QWEN3_5_MOE);
+    EXPECT_EQ(c.n_experts, 256);
+    EXPECT_EQ(c.shared_expert_intermediate_size, 512);
+    EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.25);
+    const auto pairs = lora_pairs(c, {false, true, false}, 1);
+    ASSERT_EQ(pairs.size(), static_cast<size_t>(6 * c.n_layers));
+    EXPECT_EQ(pairs[3].target, LoraTarget::SHARED_GATE);
+    EXPECT_EQ(peft_key(0, LoraTarget::SHARED_DOWN, true),
+              "base_model.model.model.layers.0.mlp.shared_expert.down_proj.lora_B.weight");
 }
 
 }  // namespace

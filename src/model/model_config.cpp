@@ -80,6 +80,11 @@ Result<std::string> optional_string(const json & obj, const std::string & key) {
     return obj.at(key).get<std::string>();
 }
 
+bool is_qwen3_5(const std::string & architecture) {
+    return architecture == "Qwen3_5ForConditionalGeneration" || architecture == "Qwen3_5ForCausalLM" ||
+           architecture == "Qwen3_5MoeForConditionalGeneration" || architecture == "Qwen3_5MoeForCausalLM";
+}
+
 // Sets architecture, family and the family-specific flags (attention_bias, qk_norm).
 Result<void> parse_architecture(const json & obj, ModelConfig & config) {
     if (!is_present(obj, "architectures") || !obj.at("architectures").is_array() || obj.at("architectures").empty() ||
@@ -98,6 +103,10 @@ Result<void> parse_architecture(const json & obj, ModelConfig & config) {
     } else if (config.architecture == "Qwen3ForCausalLM" || config.architecture == "Qwen3MoeForCausalLM") {
         config.family = config.architecture == "Qwen3ForCausalLM" ? ArchFamily::QWEN3 : ArchFamily::QWEN3_MOE;
         config.attention_bias = attention_bias.value();
+        config.qk_norm = true;
+    } else if (is_qwen3_5(config.architecture)) {
+        const bool moe = config.architecture.rfind("Qwen3_5Moe", 0) == 0;
+        config.family = moe ? ArchFamily::QWEN3_5_MOE : ArchFamily::QWEN3_5;
         config.qk_norm = true;
     } else {
         return unsupported(CONFIG_PREFIX + ("unsupported architecture '" + config.architecture +
@@ -119,6 +128,11 @@ Result<void> parse_required_sizes(const json & obj, ModelConfig & config) {
                               {"num_hidden_layers", &config.n_layers},
                               {"num_attention_heads", &config.n_heads}};
     for (const Field & field : required) {
+        if (config.family == ArchFamily::QWEN3_5_MOE && std::string(field.key) == "intermediate_size" &&
+            !is_present(obj, field.key)) {
+            config.intermediate_size = 1;  // every layer is sparse: no dense MLP
+            continue;
+        }
         auto value = required_int(obj, field.key);
         TRY_STATUS(value);
         *field.target = value.value();
@@ -293,7 +307,7 @@ Result<void> parse_misc(const json & obj, ModelConfig & config) {
 
 // The expert fields of a Qwen3-MoE config, with transformers' defaults, and which layers are sparse.
 Result<void> parse_moe(const json & obj, ModelConfig & config) {
-    if (config.family != ArchFamily::QWEN3_MOE) {
+    if (config.family != ArchFamily::QWEN3_MOE && config.family != ArchFamily::QWEN3_5_MOE) {
         return {};
     }
     const char * experts_key = is_present(obj, "num_experts") ? "num_experts" : "num_local_experts";
@@ -328,6 +342,13 @@ Result<void> parse_moe(const json & obj, ModelConfig & config) {
     for (int64_t layer = 0; layer < config.n_layers; ++layer) {
         config.sparse_layers[layer] = (layer + 1) % sparse_step == 0;
     }
+    if (config.family == ArchFamily::QWEN3_5_MOE) {  // every layer sparse, plus a shared expert
+        config.sparse_layers.assign(config.n_layers, true);
+        auto shared = optional_int(obj, "shared_expert_intermediate_size", 0);
+        TRY_STATUS(shared);
+        config.shared_expert_intermediate_size = shared.value();
+        return {};
+    }
     if (is_present(obj, "mlp_only_layers")) {
         const json & dense = obj.at("mlp_only_layers");
         if (!dense.is_array()) {
@@ -341,6 +362,76 @@ Result<void> parse_moe(const json & obj, ModelConfig & config) {
             }
         }
     }
+    return {};
+}
+
+// Which layers are Gated DeltaNet: "layer_types", else every layer but each full_attention_interval-th.
+Result<void> parse_layer_types(const json & obj, ModelConfig & config) {
+    config.linear_attention_layers.assign(config.n_layers, false);
+    if (is_present(obj, "layer_types")) {
+        const json & types = obj.at("layer_types");
+        if (!types.is_array() || static_cast<int64_t>(types.size()) != config.n_layers) {
+            return invalid_argument(CONFIG_PREFIX + std::string("field 'layer_types' must be a list of "
+                                                                "num_hidden_layers strings"));
+        }
+        for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+            const json & t = types[layer];
+            if (!t.is_string() || (t != "linear_attention" && t != "full_attention")) {
+                return unsupported(CONFIG_PREFIX + ("layer_types[" + std::to_string(layer) + "] = " + t.dump() +
+                                                    " (supported: linear_attention, full_attention)"));
+            }
+            config.linear_attention_layers[layer] = t == "linear_attention";
+        }
+        return {};
+    }
+    auto interval = optional_int(obj, "full_attention_interval", 4);
+    TRY_STATUS(interval);
+    if (interval.value() <= 0) {
+        return invalid_argument(CONFIG_PREFIX + std::string("field 'full_attention_interval' must be positive"));
+    }
+    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+        config.linear_attention_layers[layer] = (layer + 1) % interval.value() != 0;
+    }
+    return {};
+}
+
+// The Gated DeltaNet sizes, the output gate and the partial rotary factor of a Qwen3.5 text config.
+Result<void> parse_hybrid(const json & obj, ModelConfig & config) {
+    if (config.family != ArchFamily::QWEN3_5 && config.family != ArchFamily::QWEN3_5_MOE) {
+        return {};
+    }
+    TRY_STATUS(parse_layer_types(obj, config));
+    struct Field {
+        const char * key;
+        int64_t fallback;
+        int64_t * target;
+    };
+    const Field fields[] = {{"linear_num_key_heads", 16, &config.linear_k_heads},
+                            {"linear_num_value_heads", 32, &config.linear_v_heads},
+                            {"linear_key_head_dim", 128, &config.linear_k_head_dim},
+                            {"linear_value_head_dim", 128, &config.linear_v_head_dim},
+                            {"linear_conv_kernel_dim", 4, &config.linear_conv_kernel}};
+    for (const Field & field : fields) {
+        auto value = optional_int(obj, field.key, field.fallback);
+        TRY_STATUS(value);
+        *field.target = value.value();
+        if (*field.target <= 0) {
+            return invalid_argument(CONFIG_PREFIX + (std::string("field '") + field.key + "' must be positive"));
+        }
+    }
+    if (config.linear_v_heads % config.linear_k_heads != 0) {
+        return invalid_argument(CONFIG_PREFIX + std::string("linear_num_key_heads must divide linear_num_value_heads"));
+    }
+    auto gate = optional_bool(obj, "attn_output_gate", true);
+    TRY_STATUS(gate);
+    config.attn_output_gate = gate.value();
+    const json & rope = is_present(obj, "rope_parameters") ? obj.at("rope_parameters") : obj;
+    auto partial = optional_double(rope, "partial_rotary_factor", 0.25);
+    TRY_STATUS(partial);
+    if (!(partial.value() > 0.0 && partial.value() <= 1.0)) {
+        return invalid_argument(CONFIG_PREFIX + std::string("partial_rotary_factor must be in (0, 1]"));
+    }
+    config.partial_rotary_factor = partial.value();
     return {};
 }
 
@@ -359,11 +450,21 @@ Result<ModelConfig> parse_model_config(const std::string & json_text) {
     }
     ModelConfig config;
     TRY_STATUS(parse_architecture(obj, config));
-    TRY_STATUS(parse_required_sizes(obj, config));
-    TRY_STATUS(parse_attention_sizes(obj, config));
-    TRY_STATUS(parse_rope(obj, config));
-    TRY_STATUS(parse_misc(obj, config));
-    TRY_STATUS(parse_moe(obj, config));
+    // Qwen3.5 checkpoints (image-text-to-text) describe their text model under "text_config".
+    const bool nested = is_qwen3_5(config.architecture) && is_present(obj, "text_config");
+    if (nested && !obj.at("text_config").is_object()) {
+        return invalid_argument(CONFIG_PREFIX + std::string("field 'text_config' must be an object"));
+    }
+    json body = nested ? obj.at("text_config") : obj;
+    if (nested && !is_present(body, "tie_word_embeddings") && is_present(obj, "tie_word_embeddings")) {
+        body["tie_word_embeddings"] = obj.at("tie_word_embeddings");
+    }
+    TRY_STATUS(parse_required_sizes(body, config));
+    TRY_STATUS(parse_attention_sizes(body, config));
+    TRY_STATUS(parse_rope(body, config));
+    TRY_STATUS(parse_misc(body, config));
+    TRY_STATUS(parse_moe(body, config));
+    TRY_STATUS(parse_hybrid(body, config));
     return config;
 }
 

@@ -11,7 +11,7 @@
 namespace tinkerd::model {
 
 // Which family's code runs the model (one file per family in src/engine/arch/).
-enum class ArchFamily { LLAMA, QWEN2, QWEN3, QWEN3_MOE };
+enum class ArchFamily { LLAMA, QWEN2, QWEN3, QWEN3_MOE, QWEN3_5, QWEN3_5_MOE };
 
 struct RopeScaling {
     std::string type;  // "" (none) or "llama3"
@@ -49,9 +49,24 @@ struct ModelConfig {
     int64_t moe_intermediate_size = 0;  // one expert's F
     bool norm_topk_prob = false;
     std::vector<bool> sparse_layers;  // [n_layers]: not in mlp_only_layers and (l + 1) % decoder_sparse_step == 0
+    int64_t shared_expert_intermediate_size = 0;  // Qwen3.5-MoE: a dense shared expert beside the routed ones
+
+    // Qwen3.5 hybrids (the text model, "text_config" of the checkpoints): Gated DeltaNet linear-attention
+    // layers where layer_types says "linear_attention", gated full attention (q_proj emits query and gate)
+    // elsewhere, rotary embeddings on the first partial_rotary_factor of each head.
+    std::vector<bool> linear_attention_layers;  // [n_layers]
+    int64_t linear_k_heads = 0, linear_v_heads = 0;
+    int64_t linear_k_head_dim = 0, linear_v_head_dim = 0;
+    int64_t linear_conv_kernel = 0;
+    bool attn_output_gate = false;
+    double partial_rotary_factor = 1.0;
 
     bool is_sparse_layer(int64_t layer) const {
         return layer >= 0 && layer < static_cast<int64_t>(sparse_layers.size()) && sparse_layers[layer];
+    }
+    bool is_linear_attention_layer(int64_t layer) const {
+        return layer >= 0 && layer < static_cast<int64_t>(linear_attention_layers.size()) &&
+               linear_attention_layers[layer];
     }
 };
 

@@ -203,6 +203,39 @@ TEST(ModelConfig, Qwen3MoeExpertsAndWhichLayersAreSparse) {
     EXPECT_EQ(parse_model_config(j.dump())->sparse_layers, std::vector<bool>(6, true)) << "defaults: every layer";
 }
 
+TEST(ModelConfig, Qwen35TextConfigIsReadFromTheNestedTextConfig) {
+    json text = base_config();
+    text.erase("architectures");
+    text["num_hidden_layers"] = 4;
+    text["head_dim"] = 64;
+    text["linear_num_key_heads"] = 2;
+    text["linear_num_value_heads"] = 4;
+    text["linear_key_head_dim"] = 16;
+    text["linear_value_head_dim"] = 8;
+    text["rope_parameters"] = {{"rope_type", "default"},
+                               {"rope_theta", 1e7},
+                               {"partial_rotary_factor", 0.25},
+                               {"mrope_section", {11, 11, 10}}};
+    json j = {
+        {"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"text_config", text}, {"tie_word_embeddings", true}};
+    auto config = parse_model_config(j.dump());
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_EQ(config->family, ArchFamily::QWEN3_5);
+    EXPECT_EQ(config->hidden_size, 256);
+    EXPECT_TRUE(config->tie_word_embeddings) << "from the top level when text_config has none";
+    EXPECT_EQ(config->linear_attention_layers, (std::vector<bool>{true, true, true, false})) << "interval 4";
+    EXPECT_DOUBLE_EQ(config->partial_rotary_factor, 0.25);
+    EXPECT_TRUE(config->attn_output_gate);
+    EXPECT_DOUBLE_EQ(config->rope_theta, 1e7);
+
+    j["text_config"]["layer_types"] = {"full_attention", "linear_attention", "full_attention", "sliding_attention"};
+    auto bad = parse_model_config(j.dump());
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("layer_types[3]"), std::string::npos) << bad.error().message;
+    j["text_config"]["layer_types"][3] = "linear_attention";
+    EXPECT_EQ(parse_model_config(j.dump())->linear_attention_layers, (std::vector<bool>{false, true, false, true}));
+}
+
 TEST(ModelConfig, EosTokenIdForms) {
     json j = base_config();
     j["eos_token_id"] = {7, 9};

@@ -43,7 +43,7 @@ std::unique_ptr<DecoderFamily> make_llama_family();
 std::unique_ptr<DecoderFamily> make_qwen2_family();
 std::unique_ptr<DecoderFamily> make_qwen3_family();
 std::unique_ptr<DecoderFamily> make_qwen3_moe_family();
-// The family for a parsed config.
+// The family for a parsed config; nullptr for a family tinkerd parses but cannot run yet (Qwen3.5).
 std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family);
 
 // x * rsqrt(mean(x², last dim) + eps) * weight, computed in x's dtype.

@@ -13,8 +13,11 @@ std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family) {
             return make_qwen3_family();
         case model::ArchFamily::QWEN3_MOE:
             return make_qwen3_moe_family();
+        case model::ArchFamily::QWEN3_5:
+        case model::ArchFamily::QWEN3_5_MOE:
+            return nullptr;  // Gated DeltaNet hybrids: parsed (LoRA layout, counts), not run yet
     }
-    return make_llama_family();
+    return nullptr;
 }
 
 }  // namespace tinkerd::engine
