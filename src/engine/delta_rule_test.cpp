@@ -1,6 +1,7 @@
 // The Gated DeltaNet blocks (arch/delta_rule.h) against a naive per-token recurrence written here, in fp64:
 // chunked outputs and final states, prompt + decode steps (conv and recurrent state) vs one full pass,
-// autograd gradients vs central finite differences, and packing independence (exact).
+// autograd gradients vs central finite differences (the rule, the conv, and the whole mixer in its inputs and
+// weights), and packing independence.
 #include "engine/arch/delta_rule.h"
 
 #include <cmath>
@@ -245,6 +246,23 @@ TEST(DeltaRule, GradientsMatchFiniteDifferences) {
     auto conv_loss = [&] { return (engine::causal_conv1d_silu(cx, cw, layout) * r_conv).sum(); };
     expect_gradient("conv x", cx, conv_loss);
     expect_gradient("conv weight", cw, conv_loss);
+}
+
+TEST(DeltaRule, MixerGradientsMatchFiniteDifferences) {
+    torch::manual_seed(6);
+    Mixer m;
+    const SequenceLayout layout = packed({2, 66});
+    engine::DeltaNetInputs in = m.inputs(68);
+    for (torch::Tensor * x : {&in.qkv, &in.z, &in.b, &in.a, &m.w.conv1d, &m.w.dt_bias, &m.w.A_log, &m.w.norm}) {
+        x->requires_grad_(true);
+    }
+    const torch::Tensor r = torch::randn({68, m.dims.value_dim()}, kF64);
+    auto loss = [&] { return (engine::deltanet_mix(m.w, m.dims, in, layout) * r).sum(); };
+    const char * names[] = {"qkv", "z", "b", "a", "conv1d", "dt_bias", "A_log", "norm"};
+    int i = 0;
+    for (torch::Tensor * x : {&in.qkv, &in.z, &in.b, &in.a, &m.w.conv1d, &m.w.dt_bias, &m.w.A_log, &m.w.norm}) {
+        expect_gradient(std::string("mixer ") + names[i++], *x, loss);
+    }
 }
 
 }  // namespace
