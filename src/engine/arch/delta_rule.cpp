@@ -1,0 +1,271 @@
+// Gated DeltaNet building blocks (see delta_rule.h). Packed sequences are gathered into a zero-padded batch
+// [S, H, chunks, 64, D] (padding rows have k = v = g = beta = 0, so they leave the state unchanged), the
+// within-chunk terms are computed for all chunks at once and only the state is carried chunk to chunk.
+#include "engine/arch/delta_rule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tinkerd::engine {
+namespace {
+
+constexpr int64_t kChunk = 64;
+constexpr double kL2Eps = 1e-6;
+
+// fp64 stays fp64; everything else is computed in fp32.
+torch::ScalarType compute_dtype(const torch::Tensor & x) {
+    return x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+torch::Tensor index_tensor(const std::vector<int64_t> & rows, const torch::Device & device) {
+    return torch::tensor(rows, torch::TensorOptions().dtype(torch::kInt64)).to(device);
+}
+
+// x [N, ...] with one zero row appended at index N (the row that padding slots read).
+torch::Tensor with_zero_row(const torch::Tensor & x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] = 1;
+    return torch::cat({x, x.new_zeros(shape)}, 0);
+}
+
+// x * rsqrt(Σx² + eps) over the last dim, in x's dtype (as the FLA kernels and transformers do).
+torch::Tensor l2_normalize(const torch::Tensor & x) {
+    return x * torch::rsqrt((x * x).sum(-1, /*keepdim=*/true) + kL2Eps);
+}
+
+// Packed row read by each packed row at `lag` rows back within its sequence (T, the zero row, before it).
+torch::Tensor lag_index(const SequenceLayout & layout, int64_t n_rows, int64_t lag, const torch::Device & device) {
+    std::vector<int64_t> rows(static_cast<size_t>(n_rows), n_rows);
+    for (size_t s = 0; s < layout.lengths.size(); ++s) {
+        for (int64_t i = lag; i < layout.lengths[s]; ++i) {
+            rows[static_cast<size_t>(layout.offsets[s] + i)] = layout.offsets[s] + i - lag;
+        }
+    }
+    return index_tensor(rows, device);
+}
+
+// How packed rows map onto the padded batch: S sequences, each padded to `padded` rows (a multiple of 64).
+struct ChunkPlan {
+    int64_t seqs = 0, padded = 0;
+    torch::Tensor gather;   // [S·padded] packed row of each padded slot (T: the zero row)
+    torch::Tensor scatter;  // [T] padded slot of each packed row (S·padded: the zero row)
+};
+
+ChunkPlan plan_chunks(const SequenceLayout & layout, int64_t n_rows, const torch::Device & device) {
+    ChunkPlan plan;
+    plan.seqs = static_cast<int64_t>(layout.lengths.size());
+    int64_t longest = 1;
+    for (int64_t len : layout.lengths) {
+        longest = std::max(longest, len);
+    }
+    plan.padded = (longest + kChunk - 1) / kChunk * kChunk;
+    std::vector<int64_t> gather(static_cast<size_t>(plan.seqs * plan.padded), n_rows);
+    std::vector<int64_t> scatter(static_cast<size_t>(n_rows), plan.seqs * plan.padded);
+    for (int64_t s = 0; s < plan.seqs; ++s) {
+        for (int64_t i = 0; i < layout.lengths[s]; ++i) {
+            gather[static_cast<size_t>(s * plan.padded + i)] = layout.offsets[s] + i;
+            scatter[static_cast<size_t>(layout.offsets[s] + i)] = s * plan.padded + i;
+        }
+    }
+    plan.gather = index_tensor(gather, device);
+    plan.scatter = index_tensor(scatter, device);
+    return plan;
+}
+
+// [T, H, D...] -> [S, H, chunks, 64, D...] (zero-padded).
+torch::Tensor to_chunks(const torch::Tensor & x, const ChunkPlan & plan) {
+    const torch::Tensor rows = with_zero_row(x).index_select(0, plan.gather);  // [S·Lp, H, D...]
+    std::vector<int64_t> padded = {plan.seqs, plan.padded},
+                         chunked = {plan.seqs, x.size(1), plan.padded / kChunk, kChunk};
+    for (int64_t d = 1; d < x.dim(); ++d) {
+        padded.push_back(x.size(d));
+        if (d > 1) {
+            chunked.push_back(x.size(d));
+        }
+    }
+    return rows.view(padded).transpose(1, 2).reshape(chunked);
+}
+
+// [S, H, chunks, 64, D] -> [T, H, D] (the packed rows back in place).
+torch::Tensor from_chunks(const torch::Tensor & y, const ChunkPlan & plan) {
+    const int64_t H = y.size(1), D = y.size(4);
+    const torch::Tensor rows =
+        y.reshape({plan.seqs, H, plan.padded, D}).transpose(1, 2).reshape({plan.seqs * plan.padded, H, D});
+    return with_zero_row(rows).index_select(0, plan.scatter);
+}
+
+// Within-chunk terms of the chunked rule (all chunks at once), shapes [S, H, N, 64, ...].
+struct ChunkTerms {
+    torch::Tensor w_v;    // [.., 64, Dv] (I + M)⁻¹ (beta·v): the new values before the state's correction
+    torch::Tensor w_k;    // [.., 64, Dk] (I + M)⁻¹ (beta·k·exp(G)): what the incoming state subtracts
+    torch::Tensor attn;   // [.., 64, 64] (q kᵀ)·decay, lower triangle with the diagonal
+    torch::Tensor q_dec;  // [.., 64, Dk] q·exp(G): reads the incoming state
+    torch::Tensor k_dec;  // [.., 64, Dk] k·exp(G_last - G): writes the outgoing state
+    torch::Tensor g_end;  // [S, H, N] G_last: the whole chunk's log-decay
+};
+
+ChunkTerms chunk_terms(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                       const torch::Tensor & g, const torch::Tensor & beta) {
+    const torch::Tensor G = g.cumsum(-1);                                           // [S, H, N, 64]
+    const torch::Tensor diff = G.unsqueeze(-1) - G.unsqueeze(-2);                   // [.., i, j] = G_i - G_j
+    const torch::Tensor decay = diff.tril().exp().tril();                           // masked before exp: no inf above
+    const torch::Tensor k_beta = k * beta.unsqueeze(-1);                            // [.., 64, Dk]
+    const torch::Tensor M = (k_beta.matmul(k.transpose(-1, -2)) * decay).tril(-1);  // strictly lower
+    const torch::Tensor unit = M + torch::eye(kChunk, M.options());
+    const torch::Tensor rhs = torch::cat({v * beta.unsqueeze(-1), k_beta * G.exp().unsqueeze(-1)}, -1);
+    const torch::Tensor sol = torch::linalg_solve_triangular(unit, rhs, /*upper=*/false, /*left=*/true,
+                                                             /*unitriangular=*/true);
+    ChunkTerms t;
+    const int64_t Dv = v.size(-1), Dk = k.size(-1);
+    t.w_v = sol.narrow(-1, 0, Dv);
+    t.w_k = sol.narrow(-1, Dv, Dk);
+    t.attn = q.matmul(k.transpose(-1, -2)) * decay;
+    t.q_dec = q * G.exp().unsqueeze(-1);
+    t.g_end = G.select(-1, kChunk - 1);
+    t.k_dec = k * (t.g_end.unsqueeze(-1) - G).exp().unsqueeze(-1);
+    return t;
+}
+
+}  // namespace
+
+torch::Tensor causal_conv1d_silu(const torch::Tensor & x, const torch::Tensor & weight, const SequenceLayout & layout) {
+    const int64_t T = x.size(0), K = weight.size(1);
+    const torch::Tensor padded = with_zero_row(x);  // [T+1, Cc]
+    torch::Tensor acc = x * weight.select(1, K - 1);
+    for (int64_t lag = 1; lag < K; ++lag) {
+        acc = acc + padded.index_select(0, lag_index(layout, T, lag, x.device())) * weight.select(1, K - 1 - lag);
+    }
+    return torch::silu(acc);
+}
+
+torch::Tensor conv_state_from_prompt(const torch::Tensor & x, const SequenceLayout & layout, int64_t kernel) {
+    const int64_t T = x.size(0), S = static_cast<int64_t>(layout.lengths.size()), W = kernel - 1;
+    std::vector<int64_t> rows(static_cast<size_t>(S * W), T);
+    for (int64_t s = 0; s < S; ++s) {
+        for (int64_t j = 0; j < W; ++j) {  // slot j holds the input W - j rows before the end
+            const int64_t back = W - j;
+            if (back <= layout.lengths[s]) {
+                rows[static_cast<size_t>(s * W + j)] = layout.offsets[s] + layout.lengths[s] - back;
+            }
+        }
+    }
+    const torch::Tensor picked = with_zero_row(x).index_select(0, index_tensor(rows, x.device()));  // [S·W, Cc]
+    return picked.view({S, W, x.size(1)}).transpose(1, 2).contiguous();
+}
+
+torch::Tensor causal_conv1d_silu_step(const torch::Tensor & x, const torch::Tensor & weight, torch::Tensor & state) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor window = torch::cat({state.to(x.scalar_type()), x.unsqueeze(-1)}, -1);  // [S, Cc, K]
+    const torch::Tensor out = torch::silu((window * weight.unsqueeze(0)).sum(-1));
+    state.copy_(window.narrow(-1, 1, window.size(-1) - 1));
+    return out;
+}
+
+torch::Tensor gated_delta_rule(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                               const torch::Tensor & g, const torch::Tensor & beta, const SequenceLayout & layout,
+                               torch::Tensor * final_state) {
+    const auto cd = compute_dtype(q);
+    const int64_t Dk = q.size(2), Dv = v.size(2);
+    const ChunkPlan plan = plan_chunks(layout, q.size(0), q.device());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(Dk));
+    const ChunkTerms t =
+        chunk_terms(to_chunks(l2_normalize(q).to(cd) * scale, plan), to_chunks(l2_normalize(k).to(cd), plan),
+                    to_chunks(v.to(cd), plan), to_chunks(g.to(cd), plan), to_chunks(beta.to(cd), plan));
+    torch::Tensor state = torch::zeros({plan.seqs, q.size(1), Dk, Dv}, t.w_v.options());  // [S, H, Dk, Dv]
+    std::vector<torch::Tensor> outs;
+    for (int64_t n = 0; n < plan.padded / kChunk; ++n) {
+        const torch::Tensor v_new = t.w_v.select(2, n) - t.w_k.select(2, n).matmul(state);  // [S, H, 64, Dv]
+        outs.push_back(t.q_dec.select(2, n).matmul(state) + t.attn.select(2, n).matmul(v_new));
+        state = state * t.g_end.select(2, n).exp().unsqueeze(-1).unsqueeze(-1) +
+                t.k_dec.select(2, n).transpose(-1, -2).matmul(v_new);
+    }
+    if (final_state != nullptr) {
+        *final_state = state;
+    }
+    return from_chunks(torch::stack(outs, 2), plan).to(q.scalar_type());
+}
+
+torch::Tensor recurrent_gated_delta_step(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                                         const torch::Tensor & g, const torch::Tensor & beta, torch::Tensor & state) {
+    torch::NoGradGuard no_grad;
+    const auto cd = state.scalar_type() == torch::kFloat64 ? torch::kFloat64 : compute_dtype(q);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const torch::Tensor qn = l2_normalize(q).to(cd) * scale, kn = l2_normalize(k).to(cd);  // [S, H, Dk]
+    torch::Tensor S = state.to(cd) * g.to(cd).exp().unsqueeze(-1).unsqueeze(-1);           // [S, H, Dk, Dv]
+    const torch::Tensor recalled = kn.unsqueeze(-2).matmul(S).squeeze(-2);                 // [S, H, Dv]
+    const torch::Tensor delta = (v.to(cd) - recalled) * beta.to(cd).unsqueeze(-1);
+    S = S + kn.unsqueeze(-1) * delta.unsqueeze(-2);
+    state.copy_(S);
+    return qn.unsqueeze(-2).matmul(S).squeeze(-2).to(q.scalar_type());
+}
+
+torch::Tensor gated_rms_norm(const torch::Tensor & x, const torch::Tensor & weight, const torch::Tensor & z,
+                             double eps) {
+    const auto cd = compute_dtype(x);
+    const torch::Tensor h = x.to(cd);
+    const torch::Tensor normed = (h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+    return (weight * normed * torch::silu(z.to(cd))).to(x.scalar_type());
+}
+
+namespace {
+
+// The mixer's per-row heads and gates from the conv output mixed [T, Cc] (q, k repeated to HV heads).
+struct HeadsAndGates {
+    torch::Tensor q, k;     // [T, HV, Dk]
+    torch::Tensor v;        // [T, HV, Dv]
+    torch::Tensor g, beta;  // [T, HV]; g in fp32 (fp64 for fp64 inputs), as transformers computes it
+};
+
+HeadsAndGates heads_and_gates(const torch::Tensor & mixed, const DeltaNetWeights & w, const DeltaNetDims & d,
+                              const DeltaNetInputs & in) {
+    const int64_t T = mixed.size(0), repeat = d.v_heads / d.k_heads;
+    HeadsAndGates h;
+    h.q = mixed.narrow(1, 0, d.key_dim()).reshape({T, d.k_heads, d.k_head_dim});
+    h.k = mixed.narrow(1, d.key_dim(), d.key_dim()).reshape({T, d.k_heads, d.k_head_dim});
+    h.v = mixed.narrow(1, 2 * d.key_dim(), d.value_dim()).reshape({T, d.v_heads, d.v_head_dim});
+    if (repeat > 1) {
+        h.q = h.q.repeat_interleave(repeat, 1);
+        h.k = h.k.repeat_interleave(repeat, 1);
+    }
+    const auto cd = compute_dtype(in.a);
+    h.beta = torch::sigmoid(in.b);
+    h.g = -w.A_log.to(cd).exp() * torch::softplus(in.a.to(cd) + w.dt_bias);
+    return h;
+}
+
+// Core output [T, HV, Dv] -> gated norm with z -> [T, HV·Dv].
+torch::Tensor norm_and_gate(const torch::Tensor & core, const DeltaNetWeights & w, const DeltaNetDims & d,
+                            const torch::Tensor & z) {
+    const int64_t T = core.size(0);
+    return gated_rms_norm(core.reshape({T * d.v_heads, d.v_head_dim}), w.norm, z.reshape({T * d.v_heads, d.v_head_dim}),
+                          d.rms_eps)
+        .view({T, d.value_dim()});
+}
+
+}  // namespace
+
+torch::Tensor deltanet_mix(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
+                           const SequenceLayout & layout, DeltaNetState * state) {
+    const torch::Tensor mixed = causal_conv1d_silu(in.qkv, w.conv1d, layout);  // [T, Cc]
+    const HeadsAndGates h = heads_and_gates(mixed, w, dims, in);
+    if (state != nullptr) {
+        state->conv = conv_state_from_prompt(in.qkv.detach(), layout, dims.conv_kernel);
+    }
+    const torch::Tensor core =
+        gated_delta_rule(h.q, h.k, h.v, h.g, h.beta, layout, state != nullptr ? &state->recurrent : nullptr);
+    if (state != nullptr) {
+        state->recurrent = state->recurrent.detach();
+    }
+    return norm_and_gate(core, w, dims, in.z);
+}
+
+torch::Tensor deltanet_mix_step(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
+                                DeltaNetState & state) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor mixed = causal_conv1d_silu_step(in.qkv, w.conv1d, state.conv);  // [S, Cc]
+    const HeadsAndGates h = heads_and_gates(mixed, w, dims, in);
+    const torch::Tensor core = recurrent_gated_delta_step(h.q, h.k, h.v, h.g, h.beta, state.recurrent);
+    return norm_and_gate(core, w, dims, in.z);
+}
+
+}  // namespace tinkerd::engine
