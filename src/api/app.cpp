@@ -71,6 +71,9 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         return db.error();
     }
     app->db_ = std::move(db).value();
+    app->registry_ = std::make_unique<Registry>(*app->db_);
+    app->sampling_ = std::make_unique<SamplingService>(*app->registry_, *app->db_, *app->output_stage_,
+                                                       app->options_.max_queued_samples);
     TRY_STATUS(app->recover_from_last_process());
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
     for (const auto & spec : models) {
@@ -81,6 +84,8 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         served->chat = spec.chat;
         scheduler::WorkerOptions worker_options;
         worker_options.seq_gap_timeout = app->options_.seq_gap_timeout;
+        worker_options.max_sampler_adapters = app->options_.max_cached_sampler_adapters;
+        worker_options.max_queued_samples = static_cast<size_t>(std::max<int64_t>(1, app->options_.max_queued_samples));
         served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, worker_options);
         app->models_.push_back(std::move(served));
     }
@@ -336,86 +341,6 @@ ServedModel * App::find_model(const std::string & name) {
     return nullptr;
 }
 
-Result<store::SessionRow> App::find_session(const std::string & tenant, const std::string & session_id) {
-    auto row = db_->get_session(session_id);
-    if (!row.ok()) {
-        return row.error();
-    }
-    if (!row->has_value() || (*row)->tenant != tenant) {
-        return not_found("session '" + session_id + "' not found");
-    }
-    return **row;
-}
-
-Result<store::TrainingRunRow> App::find_run_row(const std::string & tenant, const std::string & run_id,
-                                                bool allow_public) {
-    auto row = db_->get_run(run_id);
-    if (!row.ok()) {
-        return row.error();
-    }
-    if (!row->has_value()) {
-        return not_found("training run '" + run_id + "' not found");
-    }
-    if ((*row)->tenant == tenant) {
-        return **row;
-    }
-    if (allow_public) {
-        auto checkpoints = db_->list_run_checkpoints(run_id);
-        if (checkpoints.ok()) {
-            for (const auto & c : *checkpoints) {
-                if (c.is_public) {
-                    return **row;
-                }
-            }
-        }
-    }
-    return not_found("training run '" + run_id + "' not found");
-}
-
-Result<store::CheckpointRow> App::find_checkpoint(const std::string & tenant, const TinkerPath & path,
-                                                  bool allow_public) {
-    auto row = db_->get_checkpoint(path.run_id, path.checkpoint_id());
-    if (!row.ok()) {
-        return row.error();
-    }
-    if (!row->has_value() || ((*row)->tenant != tenant && !(allow_public && (*row)->is_public))) {
-        return not_found("checkpoint '" + path.str() + "' not found");
-    }
-    return **row;
-}
-
-RunPtr App::register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec,
-                         std::string create_request_id) {
-    auto run = std::make_shared<RunState>();
-    run->row = std::move(row);
-    run->model = model;
-    run->spec = spec;
-    run->create_request_id = std::move(create_request_id);  // set before the run is visible to resends
-    std::lock_guard<std::mutex> lock(mutex_);
-    runs_[run->row.run_id] = run;
-    return run;
-}
-
-void App::unload_run(const RunPtr & run, const std::string & reason) {
-    if (!run->loaded.exchange(false)) {
-        return;
-    }
-    {  // its snapshots' memory copies (their files stay)
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (auto it = snapshots_.begin(); it != snapshots_.end();) {
-            it = it->second->run_id == run->row.run_id ? snapshots_.erase(it) : std::next(it);
-        }
-    }
-    run->ready = false;
-    run->model->worker->close_run(run->row.run_id, reason);
-    const engine::AdapterId adapter = run->adapter.load();
-    if (adapter > 0) {
-        run->model->worker->post([adapter](engine::Engine & engine) { (void)engine.remove_adapter(adapter); });
-    }
-    (void)db_->mark_run_unloaded(run->row.run_id);
-    LOG_INF("api", "unloaded model %s (%s)", run->row.run_id.c_str(), reason.c_str());
-}
-
 std::string App::create_future(const std::string & tenant, const std::string & request_type,
                                const std::string & run_id) {
     const std::string request_id = futures_->create(tenant, request_type);
@@ -428,11 +353,6 @@ std::string App::create_future(const std::string & tenant, const std::string & r
     row.created_at = now_seconds();
     (void)db_->insert_future(row);
     return request_id;
-}
-
-void App::note_session_activity(const std::string & session_id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    session_last_seen_[session_id] = now_seconds();
 }
 
 store::AdapterConfig App::adapter_config(const RunState & run) const {

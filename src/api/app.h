@@ -1,6 +1,8 @@
 // App: the Tinker API. Routes HTTP requests to handlers, checks keys and tenants, turns training
 // requests into ordered operations on each base model's EngineWorker, answers futures, serves the
 // REST metadata from the database, and runs the background sweeper (session expiry, checkpoint TTLs).
+// What lives in memory is the Registry's (registry.h); sampling goes through the SamplingService
+// (sampling_service.h) to the worker's one scheduling loop.
 #pragma once
 
 #include <atomic>
@@ -20,7 +22,9 @@
 #include "api/auth.h"
 #include "api/json_util.h"
 #include "api/output_stage.h"
+#include "api/registry.h"
 #include "api/router.h"
+#include "api/sampling_service.h"
 #include "chat_template/model_template.h"
 #include "engine/engine.h"
 #include "http/server.h"
@@ -60,75 +64,12 @@ struct ServedModelSpec {
     chat_template::ModelChatTemplate chat;             // for /v1/chat/completions
 };
 
-// One sample request (Tinker asample or an OpenAI completion) from its submission until it finishes.
-// The engine thread only emits its events to the App's OutputStage: the tokens of each step (when
-// `tokens` is set, the request's on_token appends to it and the pump moves them out after the step) and
-// the outcome. They reach `sink` on the output thread: an asample's future (request_id, encoding; the
-// default sink made by enqueue_sample) or an OpenAI generation.
-struct PendingSample {
-    store::SamplerRow sampler;                      // the weights: base model, snapshot or checkpoint
-    std::optional<engine::AdapterId> live_adapter;  // instead: a training run's live adapter
-    engine::SampleRequest request;
-    wire::SampleEncoding encoding;
-    std::string request_id;
-    std::shared_ptr<SampleSink> sink;                     // none: enqueue_sample makes the future's sink
-    std::shared_ptr<std::vector<GeneratedToken>> tokens;  // this step's tokens (engine thread only)
-    std::shared_ptr<std::atomic<bool>> cancelled;         // set by the caller when nobody waits any more
-};
-
-struct ServedModel {
-    std::string name;
-    engine::Engine * engine = nullptr;
-    const tokenizer::Tokenizer * tokenizer = nullptr;
-    chat_template::ModelChatTemplate chat;
-    std::unique_ptr<scheduler::EngineWorker> worker;
-    // (sampler id, engine adapter) holding samplers' weights, most recent first; engine thread only.
-    std::list<std::pair<std::string, engine::AdapterId>> sampler_adapters;
-    // Sample requests waiting to join the engine's running batch (next pump_samples step).
-    std::mutex sample_mutex;
-    std::deque<PendingSample> sample_queue;
-    bool pump_posted = false;  // a pump_samples task is queued on the worker (guarded by sample_mutex)
-    // Requests inside the engine's continuous batch, by handle; engine thread only.
-    std::map<engine::SampleHandle, PendingSample> running_samples;
-};
-
-// A training run (a LoRA adapter) known to this process.
-struct RunState {
-    store::TrainingRunRow row;
-    ServedModel * model = nullptr;
-    engine::LoraSpec spec;
-    std::atomic<engine::AdapterId> adapter{-1};  // set on the engine thread once created
-    std::atomic<bool> ready{false};              // adapter created (or loaded) and accepting ops
-    std::atomic<bool> loaded{true};              // false once unloaded
-    std::string create_request_id;
-};
-using RunPtr = std::shared_ptr<RunState>;
-
-// Runs an engine call on the engine thread, turning an exception (a torch error) into an INTERNAL error.
-template <typename T, typename F>
-Result<T> guarded_engine_call(F && call) {
-    try {
-        return call();
-    } catch (const std::exception & e) {
-        return internal_error(std::string("engine error: ") + e.what());
-    }
-}
+using scheduler::guarded_engine_call;
 using AdapterId = engine::AdapterId;
 
 // Stop strings as a SampleRequest::stop_check over the tokenizer's decode of the generated tail.
 Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(const ServedModel & model,
                                                                             std::vector<std::string> stops);
-
-// A frozen copy of an adapter's weights for sampling (save_weights_for_sampler without a name), cached in
-// memory; its files in DATA_DIR/snapshots/<sampler_id> are what lasts (snapshots.cpp).
-struct SamplerSnapshot {
-    std::string run_id;
-    double created_at = 0;
-    int64_t bytes = 0;  // of the tensors
-    std::string base_model;
-    engine::LoraSpec spec;
-    std::map<std::string, engine::HostTensor> tensors;
-};
 
 class App {
   public:
@@ -226,23 +167,6 @@ class App {
     Result<OpenAiTarget> resolve_openai_model(const std::string & tenant, const std::string & name);
     void submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const OpenAiTarget & target);
 
-    // sample_pump.cpp: the engine-thread side of sampling (continuous batching through the engine).
-    // 429 (UNAVAILABLE) while max_queued_samples requests are queued or running.
-    Result<void> check_sample_capacity() const;
-    // Queues a request for the model's engine and makes sure a pump is posted.
-    void enqueue_sample(ServedModel & model, PendingSample pending);
-    // One step: moves queued requests into the engine, drops cancelled ones, runs one sample_step,
-    // finishes what finished, and posts itself again while anything is queued or running.
-    void pump_samples(engine::Engine & engine, ServedModel & model);
-    void admit_queued_samples(engine::Engine & engine, ServedModel & model);
-    void finish_sample(PendingSample & pending, Result<engine::SampleOutput> output);
-    void emit_tokens(PendingSample & pending);  // this step's tokens to the output stage
-    void trim_sampler_adapters(engine::Engine & engine, ServedModel & model);
-    std::set<engine::AdapterId> adapters_in_use(const ServedModel & model) const;
-    Result<engine::AdapterId> sampler_adapter(engine::Engine & engine, ServedModel & model,
-                                              const store::SamplerRow & sampler);
-    Result<std::pair<engine::LoraSpec, store::Tensors>> sampler_weights(const store::SamplerRow & sampler);
-
     // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.
     Result<json> list_training_runs(Call & call);
     Result<json> get_training_run(Call & call);
@@ -281,15 +205,6 @@ class App {
 
     // Shared helpers (app.cpp).
     ServedModel * find_model(const std::string & name);
-    Result<store::TrainingRunRow> find_run_row(const std::string & tenant, const std::string & run_id,
-                                               bool allow_public);
-    Result<store::CheckpointRow> find_checkpoint(const std::string & tenant, const TinkerPath & path,
-                                                 bool allow_public);
-    Result<store::SessionRow> find_session(const std::string & tenant, const std::string & session_id);
-    RunPtr register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec,
-                        std::string create_request_id);
-    void unload_run(const RunPtr & run, const std::string & reason);
-    void note_session_activity(const std::string & session_id);
     // A new pending future, also recorded in the database (so a restart can answer it).
     std::string create_future(const std::string & tenant, const std::string & request_type,
                               const std::string & run_id = "");
@@ -311,8 +226,6 @@ class App {
     Result<void> queue_snapshot(SnapshotWrite write);
     void snapshot_writer_loop();
     void write_snapshot(SnapshotWrite & write);
-    // Keeps a snapshot in memory: a run's MAX_CACHED_SNAPSHOTS_PER_RUN newest, within a total byte cap.
-    void keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot);
     std::string snapshot_dir(const std::string & sampler_id) const;
     // At start-up: schedules the deletion of ended sessions' snapshots, removes unrecorded directories
     // (a crash between write and row, temp dirs) and rows without files.
@@ -339,16 +252,8 @@ class App {
     // after futures_ and db_ so it is gone before them).
     std::unique_ptr<OutputStage> output_stage_ = std::make_unique<OutputStage>();
     Router<Route> router_;
-
-    std::mutex mutex_;  // guards the maps below
-    std::map<std::string, RunPtr> runs_;
-    std::map<std::string, std::shared_ptr<SamplerSnapshot>> snapshots_;
-    std::map<std::string, double> session_last_seen_;
-    struct ArchiveToken {
-        std::string dir;
-        double expires_at = 0;
-    };
-    std::map<std::string, ArchiveToken> archive_tokens_;
+    std::unique_ptr<Registry> registry_;         // runs, snapshot cache, sessions' activity, archive tokens
+    std::unique_ptr<SamplingService> sampling_;  // requests -> SampleJobs on the workers; 429 capacity
 
     std::thread snapshot_writer_;
     std::mutex snapshot_mutex_;  // guards the four below
@@ -364,7 +269,6 @@ class App {
     bool started_ = false;
     std::atomic<bool> shutting_down_{false};
     int64_t started_at_ = static_cast<int64_t>(std::time(nullptr));  // "created" of the base models in /v1/models
-    std::atomic<int64_t> in_flight_samples_{0};                      // set before the workers cancel their queued ops
 };
 
 }  // namespace tinkerd::api

@@ -225,7 +225,7 @@ Result<json> App::load_weights(Call & call) {
     }
     auto path = parse_tinker_path(*path_text);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
     if (!call.body.contains("model_id")) {  // the create_model_via_load_weights form: seq 0 of a new model
         if (!checkpoint.ok()) {
             return checkpoint.error();
@@ -284,10 +284,9 @@ Result<json> App::create_model_from_checkpoint(Call & call, const store::Checkpo
         return created.error();
     }
     const std::string run_id = (*created)["model_id"];
-    RunPtr run;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        run = runs_[run_id];
+    RunPtr run = registry_->find_run(run_id);
+    if (!run) {
+        return internal_error("model '" + run_id + "' vanished while it was being created");
     }
     // create_model queued the adapter's creation; the load runs right after it on the engine thread.
     const std::string request_id = create_future(call.tenant, "LoadWeights", run_id);
@@ -304,7 +303,7 @@ Result<json> App::create_model_from_checkpoint(Call & call, const store::Checkpo
         });
         if (!imported.ok()) {
             fail_future(request_id, imported.error());
-            unload_run(run, "load_weights failed");
+            registry_->unload_run(run, "load_weights failed");
             return;
         }
         futures_->complete(request_id,
@@ -322,7 +321,7 @@ Result<json> App::weights_info(Call & call) {
     if (!path.ok()) {
         return path.error();
     }
-    auto checkpoint = find_checkpoint(call.tenant, *path, true);
+    auto checkpoint = registry_->find_checkpoint(call.tenant, *path, true);
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -345,14 +344,14 @@ Result<json> App::create_sampling_session(Call & call) {
     if (const Error * e = first_error(session_id, sampler_seq, base_model, model_path)) {
         return *e;
     }
-    TRY_STATUS(find_session(call.tenant, *session_id));
+    TRY_STATUS(registry_->find_session(call.tenant, *session_id));
     std::string base = base_model->value_or("");
     if (model_path->has_value()) {
         auto path = parse_tinker_path(**model_path);
         if (!path.ok()) {
             return path.error();
         }
-        TRY_STATUS(find_checkpoint(call.tenant, *path, true));
+        TRY_STATUS(registry_->find_checkpoint(call.tenant, *path, true));
         auto run = db_->get_run(path->run_id);
         if (run.ok() && run->has_value()) {
             base = (*run)->base_model;

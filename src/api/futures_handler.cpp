@@ -7,16 +7,9 @@
 namespace tinkerd::api {
 
 Result<RunPtr> App::find_live_run(const std::string & tenant, const std::string & model_id) {
-    RunPtr run;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(model_id);
-        if (it != runs_.end() && it->second->row.tenant == tenant) {
-            run = it->second;
-        }
-    }
+    RunPtr run = registry_->find_tenant_run(tenant, model_id);
     if (!run) {
-        auto row = find_run_row(tenant, model_id, false);
+        auto row = registry_->find_run_row(tenant, model_id, false);
         if (!row.ok()) {
             return not_found("model '" + model_id + "' not found");
         }
@@ -30,7 +23,7 @@ Result<RunPtr> App::find_live_run(const std::string & tenant, const std::string 
     if (!run->ready) {
         return invalid_argument("model '" + model_id + "' is still being created; wait for create_model's result");
     }
-    note_session_activity(run->row.session_id);
+    registry_->note_session_activity(run->row.session_id);
     return run;
 }
 

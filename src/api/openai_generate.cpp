@@ -114,7 +114,7 @@ void App::openai_generate(Call & call, http::Respond respond, bool chat) {
         respond(openai_error_response(openai_error(e->error, e->param)));
         return;
     }
-    if (auto capacity = check_sample_capacity(); !capacity.ok()) {
+    if (auto capacity = sampling_->check_capacity(); !capacity.ok()) {
         respond(openai_error_response(openai_error(capacity.error())));
         return;
     }
@@ -164,7 +164,7 @@ class GenerationSink : public SampleSink {
 }  // namespace
 
 // One engine request per prompt, each with the request's n samples; tokens and outcomes go to the
-// generation, and a client that went away cancels them (the pump checks the flag every step).
+// generation, and a client that went away cancels them (the worker checks the flag every sampling step).
 void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const OpenAiTarget & target) {
     const openai::GenerationRequest & r = generation->request();
     std::function<bool(const std::vector<int64_t> &)> stop_check;
@@ -177,10 +177,10 @@ void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation
         eos.push_back(id);
     }
     for (size_t p = 0; p < generation->prompts().size(); ++p) {
-        PendingSample pending;
-        pending.sampler = target.sampler;
-        pending.live_adapter = target.live_adapter;
-        engine::SampleRequest & s = pending.request;
+        SampleSubmission submission;
+        submission.sampler = target.sampler;
+        submission.live_adapter = target.live_adapter;
+        engine::SampleRequest & s = submission.request;
         s.prompt = generation->prompts()[p].tokens;
         s.num_samples = r.n;
         s.params.max_tokens = r.max_tokens.value_or(16);
@@ -193,15 +193,11 @@ void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation
         s.prompt_logprobs = r.echo && r.logprobs;
         s.topk_prompt_logprobs = r.echo && r.logprobs ? r.top_logprobs : 0;
         s.stop_check = stop_check;
-        // Engine thread: only collects the step's tokens; the output stage hands them to the generation.
-        pending.tokens = std::make_shared<std::vector<GeneratedToken>>();
-        s.on_token = [tokens = pending.tokens](int64_t index, int64_t token, float logprob,
-                                               const engine::TopLogprobs & top) {
-            tokens->push_back(GeneratedToken{index, token, logprob, top});
-        };
-        pending.sink = std::make_shared<GenerationSink>(generation, p);
-        pending.cancelled = generation->cancelled();
-        enqueue_sample(*target.model, std::move(pending));
+        // Each step's tokens reach the generation through the output stage, as its outcome does.
+        submission.stream_tokens = true;
+        submission.sink = std::make_shared<GenerationSink>(generation, p);
+        submission.cancelled = generation->cancelled();
+        sampling_->submit(*target.model, std::move(submission));
     }
 }
 

@@ -1,7 +1,7 @@
 // The OpenAI-compatible endpoints: auth (Bearer or X-API-Key, the Tinker keys and tenants), the `model`
 // field (base model name, training run id = live weights, tinker:// checkpoint, sampling session id),
 // prompts (chat template or completions text / ids), and the hand-off of one engine request per prompt
-// to the model's sample pump. OpenAiGeneration (openai_generation.cpp) assembles the answer.
+// to the SamplingService. OpenAiGeneration (openai_generation.cpp) assembles the answer.
 #include "api/app.h"
 #include "api/openai_generation.h"
 
@@ -40,13 +40,9 @@ void App::openai_models(Call & call, http::Respond respond) {
     for (const auto & model : models_) {
         entries.push_back({model->name, started_at_, "tinkerd"});
     }
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (const auto & [run_id, run] : runs_) {
-            if (run->row.tenant == *tenant && run->loaded && run->ready) {
-                entries.push_back({run_id, static_cast<int64_t>(run->row.created_at), *tenant});
-            }
-        }
+    for (const RunPtr & run :
+         registry_->runs_where([&](const RunState & r) { return r.row.tenant == *tenant && r.loaded && r.ready; })) {
+        entries.push_back({run->row.run_id, static_cast<int64_t>(run->row.created_at), *tenant});
     }
     auto checkpoints = db_->list_tenant_checkpoints(*tenant, store::Page{1000, 0});
     if (checkpoints.ok()) {
@@ -78,23 +74,19 @@ Result<App::OpenAiTarget> App::resolve_openai_model(const std::string & tenant, 
     }
     if (name.rfind("tinker://", 0) == 0) {
         auto path = parse_tinker_path(name);
-        if (!path.ok() || !find_checkpoint(tenant, *path, true).ok()) {
+        if (!path.ok() || !registry_->find_checkpoint(tenant, *path, true).ok()) {
             return missing;
         }
-        auto run = find_run_row(tenant, path->run_id, true);
+        auto run = registry_->find_run_row(tenant, path->run_id, true);
         target.model = run.ok() ? find_model(run->base_model) : nullptr;
         target.sampler.sampler_id = path->str();
         target.sampler.model_path = path->str();
         return target.model ? Result<OpenAiTarget>(target) : missing;
     }
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(name);
-        if (it != runs_.end() && it->second->row.tenant == tenant && it->second->loaded && it->second->ready) {
-            target.model = it->second->model;
-            target.live_adapter = it->second->adapter.load();
-            return target;
-        }
+    if (RunPtr run = registry_->find_tenant_run(tenant, name); run && run->loaded && run->ready) {
+        target.model = run->model;
+        target.live_adapter = run->adapter.load();
+        return target;
     }
     auto sampler = db_->get_sampler(name);
     if (sampler.ok() && sampler->has_value() && (*sampler)->tenant == tenant) {

@@ -46,7 +46,7 @@ Result<TinkerPath> App::owned_checkpoint_path(Call & call) {
     if (!path.ok()) {
         return path.error();
     }
-    TRY_STATUS(find_checkpoint(call.tenant, *path, false));
+    TRY_STATUS(registry_->find_checkpoint(call.tenant, *path, false));
     return path;
 }
 
@@ -106,7 +106,7 @@ Result<json> App::list_training_runs(Call & call) {
 }
 
 Result<json> App::get_training_run(Call & call) {
-    auto row = find_run_row(call.tenant, call.params["run_id"], accessible_scope(call.req));
+    auto row = registry_->find_run_row(call.tenant, call.params["run_id"], accessible_scope(call.req));
     if (!row.ok()) {
         return row.error();
     }
@@ -114,7 +114,7 @@ Result<json> App::get_training_run(Call & call) {
 }
 
 Result<json> App::list_run_checkpoints(Call & call) {
-    auto row = find_run_row(call.tenant, call.params["run_id"], true);
+    auto row = registry_->find_run_row(call.tenant, call.params["run_id"], true);
     if (!row.ok()) {
         return row.error();
     }
@@ -152,7 +152,7 @@ Result<json> App::delete_checkpoint(Call & call) {
     if (!path.ok()) {
         return path.error();
     }
-    auto checkpoint = find_checkpoint(call.tenant, *path, false);
+    auto checkpoint = registry_->find_checkpoint(call.tenant, *path, false);
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -172,7 +172,7 @@ Result<json> App::delete_checkpoint(Call & call) {
 Result<json> App::publish_checkpoint(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -183,7 +183,7 @@ Result<json> App::publish_checkpoint(Call & call) {
 Result<json> App::unpublish_checkpoint(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -194,7 +194,7 @@ Result<json> App::unpublish_checkpoint(Call & call) {
 Result<json> App::set_checkpoint_ttl(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -217,16 +217,13 @@ Result<json> App::set_checkpoint_ttl(Call & call) {
 Result<json> App::checkpoint_archive(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
     const std::string token = random_hex(40);
     const double expires_at = now_seconds() + options_.archive_url_ttl_seconds;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        archive_tokens_[token] = {checkpoint->dir, expires_at};
-    }
+    registry_->add_archive_token(token, checkpoint->dir, expires_at);
     std::string host = call.req.header("host");
     if (host.empty()) {
         host = "127.0.0.1";
@@ -235,18 +232,12 @@ Result<json> App::checkpoint_archive(Call & call) {
 }
 
 void App::download_archive(Call & call, http::Respond respond) {
-    ArchiveToken token;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = archive_tokens_.find(call.params["token"]);
-        if (it == archive_tokens_.end() || it->second.expires_at < now_seconds()) {
-            respond(error_response(404, "archive link unknown, already used or expired"));
-            return;
-        }
-        token = it->second;
-        archive_tokens_.erase(it);
+    const auto dir = registry_->take_archive_token(call.params["token"], now_seconds());
+    if (!dir) {
+        respond(error_response(404, "archive link unknown, already used or expired"));
+        return;
     }
-    auto tar = store::tar_directory(token.dir);
+    auto tar = store::tar_directory(*dir);
     if (!tar.ok()) {
         respond(error_response(tar.error()));
         return;
@@ -275,7 +266,7 @@ Result<json> App::list_sessions(Call & call) {
 }
 
 Result<json> App::get_session(Call & call) {
-    auto session = find_session(call.tenant, call.params["session_id"]);
+    auto session = registry_->find_session(call.tenant, call.params["session_id"]);
     if (!session.ok()) {
         return session.error();
     }
@@ -296,7 +287,7 @@ Result<json> App::get_session(Call & call) {
 }
 
 Result<json> App::set_session_project(Call & call) {
-    TRY_STATUS(find_session(call.tenant, call.params["session_id"]));
+    TRY_STATUS(registry_->find_session(call.tenant, call.params["session_id"]));
     return json::object();
 }
 

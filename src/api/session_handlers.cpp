@@ -30,7 +30,7 @@ Result<json> App::dynamic_config(Call & call) {
 // now, as if its heartbeat had stopped: its models leave memory, its checkpoints stay.
 Result<json> App::finish_session(Call & call) {
     const std::string session_id = call.params["session_id"];
-    auto session = find_session(call.tenant, session_id);
+    auto session = registry_->find_session(call.tenant, session_id);
     if (!session.ok()) {
         return session.error();
     }
@@ -114,7 +114,7 @@ Result<json> App::create_session(Call & call) {
     row.created_at = now_seconds();
     row.last_heartbeat = row.created_at;
     TRY_STATUS(db_->insert_session(row));
-    note_session_activity(row.session_id);
+    registry_->note_session_activity(row.session_id);
     LOG_INF("api", "session %s created (tenant %s, sdk %s)", row.session_id.c_str(), call.tenant.c_str(),
             row.sdk_version.c_str());
     return json{{"session_id", row.session_id}, {"type", "create_session"}};
@@ -125,7 +125,7 @@ Result<json> App::session_heartbeat(Call & call) {
     if (!session_id.ok()) {
         return session_id.error();
     }
-    auto session = find_session(call.tenant, *session_id);
+    auto session = registry_->find_session(call.tenant, *session_id);
     if (!session.ok()) {
         return session.error();
     }
@@ -134,7 +134,7 @@ Result<json> App::session_heartbeat(Call & call) {
                          std::to_string(static_cast<int>(options_.session_timeout_seconds)) +
                          " s); its models were unloaded, its checkpoints are kept");
     }
-    note_session_activity(*session_id);
+    registry_->note_session_activity(*session_id);
     TRY_STATUS(db_->touch_session(*session_id, now_seconds()));
     return json{{"type", "session_heartbeat"}};
 }

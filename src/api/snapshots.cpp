@@ -112,37 +112,12 @@ void App::write_snapshot(SnapshotWrite & write) {
     if (session.ok() && session->has_value() && (*session)->expired) {  // it ended while this was queued
         (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
     }
-    keep_snapshot(write.row.sampler_id, write.snapshot);
+    registry_->keep_snapshot(write.row.sampler_id, write.snapshot);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     LOG_INF("api", "snapshot %s written (%s, %.1f ms)", write.row.sampler_id.c_str(), mib(*size).c_str(), ms);
     futures_->complete(
         write.request_id,
         json{{"sampling_session_id", write.row.sampler_id}, {"type", "save_weights_for_sampler"}}.dump());
-}
-
-void App::keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot) {
-    snapshot->created_at = now_seconds();
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::string run_id = snapshot->run_id;
-    snapshots_[sampler_id] = std::move(snapshot);
-    // (created_at, id), newest first: a run keeps its newest few, everything together stays under the cap.
-    std::vector<std::pair<double, std::string>> order;
-    for (const auto & [id, s] : snapshots_) {
-        order.emplace_back(s->created_at, id);
-    }
-    std::sort(order.rbegin(), order.rend());
-    std::map<std::string, size_t> per_run;
-    int64_t total = 0;
-    for (const auto & [created_at, id] : order) {
-        const SamplerSnapshot & s = *snapshots_[id];
-        total += s.bytes;
-        const bool keep = ++per_run[s.run_id] <= MAX_CACHED_SNAPSHOTS_PER_RUN &&
-                          (id == sampler_id || total <= MAX_CACHED_SNAPSHOT_BYTES);
-        if (!keep) {
-            total -= s.bytes;
-            snapshots_.erase(id);  // still on disk
-        }
-    }
 }
 
 Result<void> App::recover_snapshots() {
@@ -193,10 +168,7 @@ void App::expire_snapshots(double now) {
         if (!db_->delete_sampler(row.sampler_id).ok()) {
             continue;
         }
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            snapshots_.erase(row.sampler_id);
-        }
+        { registry_->forget_snapshot(row.sampler_id); }
         auto removed = store::remove_checkpoint(row.dir);
         if (!removed.ok()) {
             LOG_ERR("sweeper", "cannot delete snapshot %s: %s", row.dir.c_str(), removed.error().message.c_str());

@@ -27,12 +27,7 @@ void App::sweeper_loop() {
             LOG_ERR("api", "start-up recovery failed after the disk had room again");
         }
         disk_reserve_->restore_if_room();  // after a full disk was freed
-        {
-            std::lock_guard<std::mutex> guard(mutex_);
-            for (auto it = archive_tokens_.begin(); it != archive_tokens_.end();) {
-                it = it->second.expires_at < now ? archive_tokens_.erase(it) : std::next(it);
-            }
-        }
+        registry_->expire_archive_tokens(now);
         lock.lock();
     }
 }
@@ -45,14 +40,7 @@ void App::expire_sessions(double now) {
         return;
     }
     for (const auto & session : *stale) {
-        double last_seen = 0;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            auto it = session_last_seen_.find(session.session_id);
-            if (it != session_last_seen_.end()) {
-                last_seen = it->second;
-            }
-        }
+        const double last_seen = registry_->session_last_seen(session.session_id).value_or(0);
         if (last_seen > now - options_.session_timeout_seconds) {
             (void)db_->touch_session(session.session_id, last_seen);
             continue;
@@ -66,18 +54,11 @@ void App::expire_sessions(double now) {
 void App::end_session(const std::string & session_id, const std::string & why) {
     (void)db_->mark_session_expired(session_id);
     (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
-    std::vector<RunPtr> runs;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        session_last_seen_.erase(session_id);
-        for (const auto & [id, run] : runs_) {
-            if (run->row.session_id == session_id) {
-                runs.push_back(run);
-            }
-        }
-    }
+    registry_->forget_session(session_id);
+    const std::vector<RunPtr> runs =
+        registry_->runs_where([&](const RunState & run) { return run.row.session_id == session_id; });
     for (const auto & run : runs) {
-        unload_run(run, "session " + session_id + " " + why);
+        registry_->unload_run(run, "session " + session_id + " " + why);
     }
     LOG_INF("api", "session %s %s; %zu model(s) unloaded, checkpoints kept", session_id.c_str(), why.c_str(),
             runs.size());

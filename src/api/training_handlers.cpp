@@ -89,7 +89,7 @@ Result<json> App::create_model(Call & call) {
         return invalid_argument("model_seq_id: must be 0.." + std::to_string(MAX_MODEL_SEQ_ID) + " (got " +
                                 std::to_string(*model_seq) + ")");
     }
-    auto session = find_session(call.tenant, *session_id);
+    auto session = registry_->find_session(call.tenant, *session_id);
     if (!session.ok() || session->expired) {
         return session.ok() ? not_found("session '" + *session_id + "' expired; create a new one") : session.error();
     }
@@ -98,12 +98,8 @@ Result<json> App::create_model(Call & call) {
         return invalid_argument("base_model '" + *base_model + "' is not served here (see get_server_capabilities)");
     }
     const std::string run_id = *session_id + ":train:" + std::to_string(*model_seq);
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(run_id);
-        if (it != runs_.end()) {  // a resent create_model: the same future
-            return json{{"request_id", it->second->create_request_id}, {"model_id", run_id}};
-        }
+    if (RunPtr resent = registry_->find_run(run_id)) {  // a resent create_model: the same future
+        return json{{"request_id", resent->create_request_id}, {"model_id", run_id}};
     }
     auto existing = db_->get_run(run_id);
     if (existing.ok() && existing->has_value()) {
@@ -112,9 +108,10 @@ Result<json> App::create_model(Call & call) {
     }
     store::TrainingRunRow row = new_run_row(call.tenant, run_id, *session_id, *base_model, *spec, *metadata);
     TRY_STATUS(db_->insert_run(row));
-    RunPtr run = register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
+    RunPtr run =
+        registry_->register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
     model->worker->open_run(run_id, 1, call.tenant);
-    note_session_activity(*session_id);
+    registry_->note_session_activity(*session_id);
     start_adapter_creation(run);
     return json{{"request_id", run->create_request_id}, {"model_id", run_id}};
 }
@@ -126,7 +123,7 @@ void App::start_adapter_creation(const RunPtr & run) {
         auto adapter = guarded_engine_call<AdapterId>([&] { return engine.create_adapter(run->spec); });
         if (!adapter.ok()) {
             fail_future(request_id, adapter.error());
-            unload_run(run, "creation failed");
+            registry_->unload_run(run, "creation failed");
             return;
         }
         if (!run->loaded) {  // unloaded (expired session, shutdown) before this task ran
@@ -147,16 +144,13 @@ Result<json> App::get_info(Call & call) {
     if (!model_id.ok()) {
         return model_id.error();
     }
-    auto row = find_run_row(call.tenant, *model_id, false);
+    auto row = registry_->find_run_row(call.tenant, *model_id, false);
     if (!row.ok()) {
         return row.error();
     }
-    {  // a training client exists only while its model is in memory (REST get_training_run still works)
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(*model_id);
-        if (it == runs_.end() || !it->second->loaded) {
-            return not_found("model '" + *model_id + "' is not loaded (unloaded, expired session or restart)");
-        }
+    // a training client exists only while its model is in memory (REST get_training_run still works)
+    if (RunPtr run = registry_->find_run(*model_id); !run || !run->loaded) {
+        return not_found("model '" + *model_id + "' is not loaded (unloaded, expired session or restart)");
     }
     std::string arch;
     if (ServedModel * model = find_model(row->base_model)) {
@@ -174,7 +168,7 @@ Result<json> App::unload_model(Call & call) {
     }
     const std::string model_id = run.value()->row.run_id;
     const std::string request_id = create_future(call.tenant, "UnloadModel", model_id);
-    unload_run(*run, "unload_model");
+    registry_->unload_run(*run, "unload_model");
     futures_->complete(request_id, json{{"model_id", model_id}, {"type", "unload_model"}}.dump());
     return json{{"request_id", request_id}, {"model_id", model_id}};
 }
