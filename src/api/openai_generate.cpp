@@ -1,8 +1,8 @@
 // One OpenAI generation request from body to engine: parse and validate (openai/), resolve `model`,
 // build each prompt's tokens (the model's chat template, or completions text / token ids), then answer
 // with a body once done or with an SSE stream, submitting one engine request per prompt (n samples each).
-#include "api/app.h"
 #include "api/openai_generation.h"
+#include "api/openai_routes.h"
 #include "common/json_depth.h"
 #include "openai/openai_request.h"
 
@@ -73,8 +73,8 @@ std::variant<std::vector<OpenAiGeneration::Prompt>, PromptError> build_prompts(o
 
 }  // namespace
 
-void App::openai_generate(Call & call, http::Respond respond, bool chat) {
-    auto tenant = openai_tenant(call.req, respond);
+void OpenAiRoutes::generate(Call & call, http::Respond respond, bool chat) {
+    auto tenant = tenant_of(call.req, respond);
     if (!tenant) {
         return;
     }
@@ -98,7 +98,7 @@ void App::openai_generate(Call & call, http::Respond respond, bool chat) {
         return;
     }
     auto & request = std::get<openai::GenerationRequest>(parsed);
-    auto target = resolve_openai_model(*tenant, request.model);
+    auto target = resolve_model(*tenant, request.model);
     if (!target.ok()) {
         respond(openai_error_response(openai_error(target.error(), "model")));
         return;
@@ -114,7 +114,7 @@ void App::openai_generate(Call & call, http::Respond respond, bool chat) {
         respond(openai_error_response(openai_error(e->error, e->param)));
         return;
     }
-    if (auto capacity = sampling_->check_capacity(); !capacity.ok()) {
+    if (auto capacity = sampling_.check_capacity(); !capacity.ok()) {
         respond(openai_error_response(openai_error(capacity.error())));
         return;
     }
@@ -165,7 +165,7 @@ class GenerationSink : public SampleSink {
 
 // One engine request per prompt, each with the request's n samples; tokens and outcomes go to the
 // generation, and a client that went away cancels them (the worker checks the flag every sampling step).
-void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const OpenAiTarget & target) {
+void OpenAiRoutes::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const Target & target) {
     const openai::GenerationRequest & r = generation->request();
     std::function<bool(const std::vector<int64_t> &)> stop_check;
     if (!r.stop.empty()) {
@@ -197,7 +197,7 @@ void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation
         submission.stream_tokens = true;
         submission.sink = std::make_shared<GenerationSink>(generation, p);
         submission.cancelled = generation->cancelled();
-        sampling_->submit(*target.model, std::move(submission));
+        sampling_.submit(*target.model, std::move(submission));
     }
 }
 

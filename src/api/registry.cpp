@@ -9,6 +9,20 @@
 
 namespace tinkerd::api {
 
+ServedModel & Registry::add_model(std::unique_ptr<ServedModel> model) {
+    models_.push_back(std::move(model));
+    return *models_.back();
+}
+
+ServedModel * Registry::find_model(const std::string & name) const {
+    for (const auto & model : models_) {
+        if (model->name == name) {
+            return model.get();
+        }
+    }
+    return nullptr;
+}
+
 Result<store::SessionRow> Registry::find_session(const std::string & tenant, const std::string & session_id) {
     auto row = db_.get_session(session_id);
     if (!row.ok()) {

@@ -61,6 +61,11 @@ class Registry {
 
     explicit Registry(store::Database & db) : db_(db) {}
 
+    // Served base models: added at start-up, fixed afterwards (read without the lock).
+    ServedModel & add_model(std::unique_ptr<ServedModel> model);
+    ServedModel * find_model(const std::string & name) const;
+    const std::vector<std::unique_ptr<ServedModel>> & models() const { return models_; }
+
     // Database rows owned by `tenant` (or published, with allow_public); NOT_FOUND otherwise.
     Result<store::TrainingRunRow> find_run_row(const std::string & tenant, const std::string & run_id,
                                                bool allow_public);
@@ -100,6 +105,7 @@ class Registry {
         double expires_at = 0;
     };
     store::Database & db_;
+    std::vector<std::unique_ptr<ServedModel>> models_;
     mutable std::mutex mutex_;  // guards the maps below
     std::map<std::string, RunPtr> runs_;
     std::map<std::string, std::shared_ptr<SamplerSnapshot>> snapshots_;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <utility>
 
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 #include "wire/sample_codec.h"
 
@@ -205,7 +205,7 @@ Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(cons
         });
 }
 
-Result<json> App::asample(Call & call) {
+Result<json> TinkerRoutes::asample(Call & call) {
     auto sampler_id = get_string(call.body, "sampling_session_id");
     if (!sampler_id.ok()) {
         return sampler_id.error();
@@ -214,7 +214,7 @@ Result<json> App::asample(Call & call) {
     if (!sampler.ok() || !sampler->has_value() || (*sampler)->tenant != call.tenant) {
         return not_found("sampling session '" + *sampler_id + "' not found");
     }
-    ServedModel * model = find_model((*sampler)->base_model);
+    ServedModel * model = registry_->find_model((*sampler)->base_model);
     if (model == nullptr) {
         return not_found("base model '" + (*sampler)->base_model + "' of the sampler is not served any more");
     }
@@ -245,7 +245,7 @@ Result<json> App::asample(Call & call) {
     return json{{"request_id", request_id}, {"sample_sequence_ids", sample_sequence_ids(request_id, num_samples)}};
 }
 
-Result<engine::SampleRequest> App::parse_sample_request(const json & body, const ServedModel & model) {
+Result<engine::SampleRequest> TinkerRoutes::parse_sample_request(const json & body, const ServedModel & model) {
     engine::SampleRequest request;
     auto tokens = prompt_tokens(body.value("prompt", json()));
     auto num_samples = get_optional_int(body, "num_samples");

@@ -16,6 +16,10 @@
 
 namespace tinkerd::api {
 
+// Stop strings as a SampleRequest::stop_check over the tokenizer's decode of the generated tail.
+Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(const ServedModel & model,
+                                                                            std::vector<std::string> stops);
+
 // One sample request as the routes hand it over.
 struct SampleSubmission {
     store::SamplerRow sampler;                      // the weights: base model, snapshot or checkpoint

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -36,14 +36,14 @@ std::string mib(int64_t bytes) {
 
 }  // namespace
 
-std::string App::snapshot_dir(const std::string & sampler_id) const {
+std::string TinkerRoutes::snapshot_dir(const std::string & sampler_id) const {
     return (fs::path(options_.data_dir) / "snapshots" / sampler_id).string();
 }
 
 // The budget counts what the database records plus what is queued; refusing is a user-category failure
 // of the request's future (the SDK raises it at once; retrying would not help, space comes back only when
 // sessions end), and the message names the flag.
-Result<void> App::queue_snapshot(SnapshotWrite write) {
+Result<void> TinkerRoutes::queue_snapshot(SnapshotWrite write) {
     write.snapshot->bytes = tensor_bytes(write.snapshot->tensors);
     const int64_t needed = write.snapshot->bytes + SNAPSHOT_FILE_OVERHEAD;
     auto existing = db_->get_sampler(write.row.sampler_id);
@@ -71,7 +71,7 @@ Result<void> App::queue_snapshot(SnapshotWrite write) {
 }
 
 // The writer thread: drains the queue; at stop() it finishes what is queued before returning.
-void App::snapshot_writer_loop() {
+void TinkerRoutes::snapshot_writer_loop() {
     std::unique_lock<std::mutex> lock(snapshot_mutex_);
     while (true) {
         snapshot_wake_.wait(lock, [this] { return snapshot_writer_stopping_ || !snapshot_queue_.empty(); });
@@ -89,7 +89,7 @@ void App::snapshot_writer_loop() {
 
 // Files first, then the row: a crash in between leaves a directory without a row, which the next start
 // removes; a row always has its files.
-void App::write_snapshot(SnapshotWrite & write) {
+void TinkerRoutes::write_snapshot(SnapshotWrite & write) {
     const auto started = std::chrono::steady_clock::now();
     if (auto room = check_disk_room(); !room.ok()) {
         fail_future(write.request_id, room.error());
@@ -120,7 +120,7 @@ void App::write_snapshot(SnapshotWrite & write) {
         json{{"sampling_session_id", write.row.sampler_id}, {"type", "save_weights_for_sampler"}}.dump());
 }
 
-Result<void> App::recover_snapshots() {
+Result<void> TinkerRoutes::recover_snapshots() {
     auto scheduled = db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
     if (!scheduled.ok()) {
         return scheduled.error();
@@ -158,7 +158,7 @@ Result<void> App::recover_snapshots() {
 
 // Row first, then files (as for checkpoints): a crash in between leaves an unrecorded directory, which
 // the next start removes. A sampler adapter still loaded in an engine's LRU is dropped by the LRU.
-void App::expire_snapshots(double now) {
+void TinkerRoutes::expire_snapshots(double now) {
     auto expired = db_->expired_snapshots(now);
     if (!expired.ok()) {
         LOG_ERR("sweeper", "%s", expired.error().message.c_str());

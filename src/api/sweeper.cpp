@@ -1,7 +1,7 @@
 // The sweeper: a background thread that expires sessions without a heartbeat (their models leave memory,
 // their checkpoints stay, their sampler snapshots stay --snapshot-ttl-seconds more), deletes checkpoints
 // whose TTL has passed and snapshots whose session has been over that long, and prunes old finished futures.
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -10,7 +10,7 @@ namespace {
 constexpr double FUTURE_RETENTION_SECONDS = 24 * 3600.0;  // results stay pollable for a day
 }
 
-void App::sweeper_loop() {
+void TinkerRoutes::sweeper_loop() {
     std::unique_lock<std::mutex> lock(sweeper_mutex_);
     while (!stopping_) {
         sweeper_wake_.wait_for(lock, std::chrono::duration<double>(options_.sweep_interval_seconds));
@@ -33,7 +33,7 @@ void App::sweeper_loop() {
 }
 
 // A session is live while it heartbeats or its models receive requests.
-void App::expire_sessions(double now) {
+void TinkerRoutes::expire_sessions(double now) {
     auto stale = db_->stale_sessions(now - options_.session_timeout_seconds);
     if (!stale.ok()) {
         LOG_ERR("sweeper", "%s", stale.error().message.c_str());
@@ -51,7 +51,7 @@ void App::expire_sessions(double now) {
 
 // Marks the session expired, unloads its models (checkpoints stay) and schedules the deletion of its
 // sampler snapshots.
-void App::end_session(const std::string & session_id, const std::string & why) {
+void TinkerRoutes::end_session(const std::string & session_id, const std::string & why) {
     (void)db_->mark_session_expired(session_id);
     (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
     registry_->forget_session(session_id);
@@ -64,7 +64,7 @@ void App::end_session(const std::string & session_id, const std::string & why) {
             runs.size());
 }
 
-void App::expire_checkpoints(double now) {
+void TinkerRoutes::expire_checkpoints(double now) {
     auto expired = db_->expired_checkpoints(now);
     if (!expired.ok()) {
         LOG_ERR("sweeper", "%s", expired.error().message.c_str());

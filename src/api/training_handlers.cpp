@@ -2,7 +2,7 @@
 // unload_model, forward_backward (protobuf, zstd or legacy JSON), forward (legacy) and optim_step.
 #include <cmath>
 
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 #include "engine/adam_params.h"
 #include "wire/forward_backward_codec.h"
@@ -71,11 +71,11 @@ store::TrainingRunRow new_run_row(const std::string & tenant, const std::string 
 
 }  // namespace
 
-void App::fail_future(const std::string & request_id, const Error & error) {
+void TinkerRoutes::fail_future(const std::string & request_id, const Error & error) {
     futures_->fail(request_id, error.message, error_category(error));
 }
 
-Result<json> App::create_model(Call & call) {
+Result<json> TinkerRoutes::create_model(Call & call) {
     auto session_id = get_string(call.body, "session_id");
     auto model_seq = get_int(call.body, "model_seq_id");
     auto base_model = get_string(call.body, "base_model");
@@ -93,7 +93,7 @@ Result<json> App::create_model(Call & call) {
     if (!session.ok() || session->expired) {
         return session.ok() ? not_found("session '" + *session_id + "' expired; create a new one") : session.error();
     }
-    ServedModel * model = find_model(*base_model);
+    ServedModel * model = registry_->find_model(*base_model);
     if (model == nullptr) {
         return invalid_argument("base_model '" + *base_model + "' is not served here (see get_server_capabilities)");
     }
@@ -117,7 +117,7 @@ Result<json> App::create_model(Call & call) {
 }
 
 // On the engine thread: creates the run's adapter, then the run accepts operations.
-void App::start_adapter_creation(const RunPtr & run) {
+void TinkerRoutes::start_adapter_creation(const RunPtr & run) {
     run->model->worker->post([this, run](engine::Engine & engine) {
         const std::string & request_id = run->create_request_id;
         auto adapter = guarded_engine_call<AdapterId>([&] { return engine.create_adapter(run->spec); });
@@ -139,7 +139,7 @@ void App::start_adapter_creation(const RunPtr & run) {
     });
 }
 
-Result<json> App::get_info(Call & call) {
+Result<json> TinkerRoutes::get_info(Call & call) {
     auto model_id = get_string(call.body, "model_id");
     if (!model_id.ok()) {
         return model_id.error();
@@ -153,7 +153,7 @@ Result<json> App::get_info(Call & call) {
         return not_found("model '" + *model_id + "' is not loaded (unloaded, expired session or restart)");
     }
     std::string arch;
-    if (ServedModel * model = find_model(row->base_model)) {
+    if (ServedModel * model = registry_->find_model(row->base_model)) {
         arch = model->engine->config().architecture;
     }
     json model_data = {{"arch", arch}, {"model_name", row->base_model}, {"tokenizer_id", row->base_model}};
@@ -161,7 +161,7 @@ Result<json> App::get_info(Call & call) {
                 {"lora_rank", row->lora_rank}, {"model_name", row->base_model}, {"type", "get_info"}};
 }
 
-Result<json> App::unload_model(Call & call) {
+Result<json> TinkerRoutes::unload_model(Call & call) {
     auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
@@ -176,7 +176,7 @@ Result<json> App::unload_model(Call & call) {
 // Decodes the body by Content-Type / Content-Encoding (protobuf, zstd, or the legacy JSON form).
 // A request refused for its data still names its model and seq_id: that seq_id is released (skip_seq)
 // so the run's later operations do not wait behind it forever.
-Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
+Result<wire::ForwardBackwardRequest> TinkerRoutes::decode_forward_backward(Call & call) {
     const http::Request & req = call.req;
     if (req.header("content-type").find("application/x-protobuf") == std::string::npos) {
         auto body = parse_json_body(req.body);
@@ -215,7 +215,7 @@ Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
 
 // The vocabulary of the run's base model bounds token ids and top-K widths; an unknown run gets only the
 // element budget (its request is refused as not found right after decoding).
-wire::DecodeLimits App::decode_limits(const std::string & tenant, const std::string & model_id) {
+wire::DecodeLimits TinkerRoutes::decode_limits(const std::string & tenant, const std::string & model_id) {
     wire::DecodeLimits limits;
     if (auto run = find_live_run(tenant, model_id); run.ok()) {
         limits.vocab_size = (*run)->model->engine->config().vocab_size;
@@ -223,7 +223,7 @@ wire::DecodeLimits App::decode_limits(const std::string & tenant, const std::str
     return limits;
 }
 
-void App::release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id) {
+void TinkerRoutes::release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id) {
     if (!seq_id.is_number_integer()) {
         return;
     }
@@ -233,7 +233,7 @@ void App::release_refused_seq(const std::string & tenant, const std::string & mo
     }
 }
 
-Result<json> App::forward_backward(Call & call) {
+Result<json> TinkerRoutes::forward_backward(Call & call) {
     auto decoded = decode_forward_backward(call);
     if (!decoded.ok()) {
         return decoded.error();
@@ -265,7 +265,7 @@ Result<json> App::forward_backward(Call & call) {
     });
 }
 
-Result<json> App::optim_step(Call & call) {
+Result<json> TinkerRoutes::optim_step(Call & call) {
     auto target = ordered_target(call);
     if (!target.ok()) {
         return target.error();

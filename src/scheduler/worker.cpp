@@ -115,39 +115,15 @@ struct EngineWorker::Impl {
         return std::any_of(runs.begin(), runs.end(), [](const auto & kv) { return kv.second.ready(); });
     }
 
-    // Rotates `items` (sorted by key) so that it starts after `last`.
-    template <typename T, typename Key>
-    static void rotate_after(std::vector<T> & items, const std::string & last, Key key) {
-        auto first = std::find_if(items.begin(), items.end(), [&](const T & item) { return key(item) > last; });
-        std::rotate(items.begin(), first, items.end());
-    }
-
-    // The runs whose next op is queued: tenants in round-robin order (starting after rr_tenant), each
-    // tenant's runs in round-robin order (after rr_run_of[tenant]), interleaved one run per tenant a round.
-    std::vector<std::pair<const std::string, RunQueue> *> ready_runs_locked() {
-        using Entry = std::pair<const std::string, RunQueue> *;
-        std::map<std::string, std::vector<Entry>> by_tenant;
+    // The runs whose next op is queued, in the policy's (2) tenant/run round-robin order.
+    std::vector<ReadyRun> ready_runs_locked() {
+        std::vector<ReadyRun> ready;
         for (auto & entry : runs) {
             if (entry.second.ready()) {
-                by_tenant[tenant_of[entry.first]].push_back(&entry);
+                ready.push_back(&entry);
             }
         }
-        std::vector<std::pair<std::string, std::vector<Entry>>> tenants(by_tenant.begin(), by_tenant.end());
-        rotate_after(tenants, rr_tenant, [](const auto & t) { return t.first; });
-        size_t most = 0;
-        for (auto & [tenant, list] : tenants) {
-            rotate_after(list, rr_run_of[tenant], [](Entry e) { return e->first; });
-            most = std::max(most, list.size());
-        }
-        std::vector<Entry> order;
-        for (size_t round = 0; round < most; ++round) {
-            for (auto & [tenant, list] : tenants) {
-                if (round < list.size()) {
-                    order.push_back(list[round]);
-                }
-            }
-        }
-        return order;
+        return fair_order(std::move(ready), tenant_of, rr_tenant, rr_run_of);
     }
 
     // Policy (1): the kind after the previous step's in the cycle TRAIN -> SAMPLE -> TASK that has work.
@@ -195,7 +171,7 @@ struct EngineWorker::Impl {
 
     // For each ready run in order, takes its contiguous chain of FB ops of the batch's kind from
     // next_seq while the token budget allows (the first op is always taken).
-    void gather_fb_locked(const std::vector<std::pair<const std::string, RunQueue> *> & order, StepPlan & work) {
+    void gather_fb_locked(const std::vector<ReadyRun> & order, StepPlan & work) {
         for (auto * entry : order) {
             RunQueue & run = entry->second;
             while (run.ready()) {
