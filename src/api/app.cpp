@@ -98,7 +98,6 @@ void App::add_models(std::vector<ServedModelSpec> models) {
         scheduler::WorkerOptions worker_options;
         worker_options.seq_gap_timeout = options_.seq_gap_timeout;
         worker_options.max_sampler_adapters = options_.max_cached_sampler_adapters;
-        worker_options.max_queued_samples = static_cast<size_t>(std::max<int64_t>(1, options_.max_queued_samples));
         served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, worker_options);
         registry_->add_model(std::move(served));
     }

@@ -78,7 +78,9 @@ struct WorkerOptions {
     std::chrono::milliseconds seq_gap_timeout{330000};
     size_t max_queued_ops_per_run = 1024;  // a run's waiting ops at most (the SDK pipelines a few dozen)
     size_t max_sampler_adapters = 8;       // imported sampler adapters kept (--max-sampler-adapters)
-    size_t max_queued_samples = 4096;      // sample jobs waiting for the next sampling step at most
+    // Sample jobs waiting for the next sampling step at most: a safety bound far above the api's own
+    // 429 (--max-queued-samples counts requests, and one OpenAI request may carry many prompts).
+    size_t max_queued_samples = 65536;
 };
 
 class EngineWorker {
