@@ -1,5 +1,6 @@
-// App set-up and dispatch: opening the database (recovering from a crash), starting the workers,
-// the route table, authentication, and the lookups (runs, checkpoints, sessions) every handler shares.
+// App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
+// service, Tinker and OpenAI routes), start and stop in dependency order, and handle(): route match,
+// authentication, JSON body, handler call, log tag.
 #include "api/app.h"
 
 #include <algorithm>
@@ -71,21 +72,35 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
         return db.error();
     }
     app->db_ = std::move(db).value();
-    TRY_STATUS(app->recover_from_last_process());
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
-    for (const auto & spec : models) {
+    app->registry_ = std::make_unique<Registry>(*app->db_);
+    app->sampling_ = std::make_unique<SamplingService>(*app->registry_, *app->db_, *app->output_stage_,
+                                                       app->options_.max_queued_samples);
+    app->tinker_ = std::make_unique<TinkerRoutes>(
+        app->options_, TinkerDeps{app->db_.get(), app->disk_reserve_.get(), app->futures_.get(), app->registry_.get(),
+                                  app->sampling_.get()});
+    TRY_STATUS(app->tinker_->recover_from_last_process());
+    app->add_models(std::move(models));
+    app->openai_ = std::make_unique<OpenAiRoutes>(app->auth_, *app->registry_, *app->db_, *app->sampling_);
+    app->tinker_->add_routes(app->router_);
+    app->openai_->add_routes(app->router_);
+    return app;
+}
+
+// One EngineWorker per served model: the one scheduling loop of its engine (scheduler/worker.h).
+void App::add_models(std::vector<ServedModelSpec> models) {
+    for (auto & spec : models) {
         auto served = std::make_unique<ServedModel>();
         served->name = spec.name;
         served->engine = spec.engine;
         served->tokenizer = spec.tokenizer;
-        served->chat = spec.chat;
+        served->chat = std::move(spec.chat);
         scheduler::WorkerOptions worker_options;
-        worker_options.seq_gap_timeout = app->options_.seq_gap_timeout;
+        worker_options.seq_gap_timeout = options_.seq_gap_timeout;
+        worker_options.max_sampler_adapters = options_.max_cached_sampler_adapters;
         served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, worker_options);
-        app->models_.push_back(std::move(served));
+        registry_->add_model(std::move(served));
     }
-    app->register_routes();
-    return app;
 }
 
 // Before the database opens: the disk reserve (released first when the disk is full, so that SQLite can
@@ -112,45 +127,6 @@ void App::prepare_data_dir() {
     }
 }
 
-// Nothing is in memory after a start, so the last process's pending futures can never finish and its runs
-// are not loaded; snapshots get their expiry. On a full disk these writes wait for the sweeper to retry
-// them (the server starts and serves reads and deletes meanwhile); other failures stop the start.
-Result<void> App::recover_from_last_process() {
-    auto failed = db_->fail_pending_futures("server restarted before this request finished", now_seconds());
-    Result<void> recovered = failed.ok() ? db_->mark_all_runs_unloaded() : Result<void>(failed.error());
-    if (recovered.ok()) {
-        recovered = recover_snapshots();
-    }
-    if (!recovered.ok() && store::is_disk_full(recovered.error())) {
-        LOG_ERR("api",
-                "disk full: the restart's bookkeeping (failing pending requests, unloading runs) waits "
-                "until there is room; delete checkpoints to free space");
-        recovery_pending_ = true;
-        return {};
-    }
-    if (failed.ok() && *failed > 0) {
-        LOG_WRN("api", "%lld request(s) pending at the last shutdown are now failed (server restarted)",
-                static_cast<long long>(*failed));
-    }
-    recovery_pending_ = false;
-    return recovered;
-}
-
-// Checkpoint files never eat the bytes a released reserve left for SQLite: while the reserve is gone, a
-// write needs at least its size free (a user error: deleting checkpoints is what helps, not retrying).
-Result<void> App::check_disk_room() const {
-    if (disk_reserve_->bytes() == 0 || disk_reserve_->held()) {
-        return {};
-    }
-    const uint64_t free_bytes = store::free_disk_bytes(options_.data_dir);
-    if (free_bytes >= disk_reserve_->bytes()) {
-        return {};
-    }
-    return invalid_argument("disk full: " + std::to_string(free_bytes >> 20) +
-                            " MiB free in the data dir, the rest kept for the database; delete checkpoints "
-                            "to free space");
-}
-
 App::~App() {
     stop();
     output_stage_->stop();                  // its sinks use futures_ and db_, which outlive it
@@ -162,113 +138,23 @@ void App::start() {
         return;
     }
     started_ = true;
-    for (auto & model : models_) {
+    for (const auto & model : registry_->models()) {
         model->worker->start();
     }
-    sweeper_ = std::thread([this] { sweeper_loop(); });
-    snapshot_writer_ = std::thread([this] { snapshot_writer_loop(); });
+    tinker_->start();
 }
 
 void App::stop() {
     if (!started_) {
         return;
     }
-    shutting_down_ = true;
-    {
-        std::lock_guard<std::mutex> lock(sweeper_mutex_);
-        stopping_ = true;
-    }
-    sweeper_wake_.notify_all();
-    if (sweeper_.joinable()) {
-        sweeper_.join();
-    }
-    for (auto & model : models_) {
+    tinker_->stop_sweeper();
+    for (const auto & model : registry_->models()) {
         model->worker->stop();
     }
-    output_stage_->stop();  // after the workers: every event they emitted is answered
-    {                       // after the workers: the snapshots they queued are written before we return
-        std::lock_guard<std::mutex> lock(snapshot_mutex_);
-        snapshot_writer_stopping_ = true;
-    }
-    snapshot_wake_.notify_all();
-    if (snapshot_writer_.joinable()) {
-        snapshot_writer_.join();
-    }
+    output_stage_->stop();            // after the workers: every event they emitted is answered
+    tinker_->stop_snapshot_writer();  // after the workers: the snapshots they queued are written first
     started_ = false;
-}
-
-void App::add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body) {
-    Route route;
-    route.sync = handler;
-    route.json_body = json_body;
-    router_.add(method, "/api/v1/" + path, route);
-}
-
-void App::add_async(const std::string & method, const std::string & path, AsyncHandler handler, bool needs_auth,
-                    bool json_body) {
-    Route route;
-    route.async = handler;
-    route.needs_auth = needs_auth;
-    route.json_body = json_body;
-    router_.add(method, "/api/v1/" + path, route);
-}
-
-void App::register_routes() {
-    register_unsupported_routes();  // first: "sessions/search" before "sessions/{session_id}"
-    add_sync("POST", "client/config", &App::client_config);
-    add_sync("POST", "client/dynamic_config", &App::dynamic_config);
-    add_sync("GET", "get_server_capabilities", &App::server_capabilities);
-    add_sync("POST", "create_session", &App::create_session);
-    add_sync("POST", "session_heartbeat", &App::session_heartbeat);
-    add_sync("POST", "telemetry", &App::telemetry);
-    add_sync("POST", "create_model", &App::create_model);
-    add_sync("POST", "get_info", &App::get_info);
-    add_sync("POST", "unload_model", &App::unload_model);
-    add_sync("POST", "forward_backward", &App::forward_backward, false);
-    add_sync("POST", "forward", &App::forward_backward, false);  // SDK <= 0.24: {"forward_input": ...}
-    add_sync("POST", "optim_step", &App::optim_step);
-    add_sync("POST", "save_weights", &App::save_weights);
-    add_sync("POST", "save_weights_for_sampler", &App::save_weights_for_sampler);
-    add_sync("POST", "load_weights", &App::load_weights);
-    add_sync("POST", "weights_info", &App::weights_info);
-    add_sync("POST", "create_sampling_session", &App::create_sampling_session);
-    add_sync("POST", "asample", &App::asample);
-    add_async("POST", "retrieve_future", &App::retrieve_future, true, true);
-    add_sync("GET", "training_runs", &App::list_training_runs);
-    add_sync("GET", "training_runs/{run_id}", &App::get_training_run);
-    add_sync("GET", "training_runs/{run_id}/checkpoints", &App::list_run_checkpoints);
-    add_sync("POST", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &App::publish_checkpoint);
-    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &App::unpublish_checkpoint);
-    add_sync("PUT", "training_runs/{run_id}/checkpoints/{kind}/{name}/ttl", &App::set_checkpoint_ttl);
-    add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/archive", &App::checkpoint_archive);
-    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{checkpoint_id...}", &App::delete_checkpoint);
-    add_sync("GET", "checkpoints", &App::list_user_checkpoints);
-    add_sync("GET", "sessions", &App::list_sessions);
-    add_sync("GET", "sessions/{session_id}", &App::get_session);
-    add_sync("PUT", "sessions/{session_id}/project", &App::set_session_project);
-    add_sync("GET", "samplers/{sampler_id}", &App::get_sampler);
-    add_sync("POST", "sessions/{session_id}/finish", &App::finish_session);
-    add_async("GET", "archive_downloads/{token}", &App::download_archive, false, false);
-    add_openai("GET", "models", &App::openai_models);
-    add_openai("POST", "completions", &App::openai_completions);
-    add_openai("POST", "chat/completions", &App::openai_chat);
-    Route health;
-    health.sync = &App::healthz;
-    health.needs_auth = false;
-    router_.add("GET", "/api/v1/healthz", health);
-}
-
-// SDK 0.38 endpoints answered with a 400 naming the feature (session_handlers.cpp).
-void App::register_unsupported_routes() {
-    for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
-                              "cancel_future", "join_sampling_session", "sessions/search"}) {
-        add_sync("POST", path, &App::unsupported_endpoint);
-    }
-    add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/external_weights_urls",
-             &App::unsupported_endpoint);
-    for (const char * path : {"billing/usage/checkpoints/current", "billing/usage/events", "audit"}) {
-        add_sync("GET", path, &App::unsupported_endpoint);
-    }
 }
 
 void App::handle(http::Request && request, http::Respond respond) {
@@ -302,13 +188,13 @@ void App::handle(http::Request && request, http::Respond respond) {
         }
         call.body = std::move(body).value();
     }
-    if (route.async != nullptr) {
-        (this->*route.async)(call, std::move(respond));
+    if (route.async) {
+        route.async(call, std::move(respond));
         return;
     }
     Result<json> result = internal_error("no result");
     try {
-        result = (this->*route.sync)(call);
+        result = route.sync(call);
     } catch (const json::exception & e) {  // a field of an unexpected JSON type deep inside a body
         result = invalid_argument(std::string("malformed request body: ") + e.what());
     } catch (const std::exception & e) {
@@ -325,134 +211,6 @@ void App::handle(http::Request && request, http::Respond respond) {
         response.log_tag += " request=" + (*result)["request_id"].get<std::string>();
     }
     respond(std::move(response));
-}
-
-ServedModel * App::find_model(const std::string & name) {
-    for (auto & model : models_) {
-        if (model->name == name) {
-            return model.get();
-        }
-    }
-    return nullptr;
-}
-
-Result<store::SessionRow> App::find_session(const std::string & tenant, const std::string & session_id) {
-    auto row = db_->get_session(session_id);
-    if (!row.ok()) {
-        return row.error();
-    }
-    if (!row->has_value() || (*row)->tenant != tenant) {
-        return not_found("session '" + session_id + "' not found");
-    }
-    return **row;
-}
-
-Result<store::TrainingRunRow> App::find_run_row(const std::string & tenant, const std::string & run_id,
-                                                bool allow_public) {
-    auto row = db_->get_run(run_id);
-    if (!row.ok()) {
-        return row.error();
-    }
-    if (!row->has_value()) {
-        return not_found("training run '" + run_id + "' not found");
-    }
-    if ((*row)->tenant == tenant) {
-        return **row;
-    }
-    if (allow_public) {
-        auto checkpoints = db_->list_run_checkpoints(run_id);
-        if (checkpoints.ok()) {
-            for (const auto & c : *checkpoints) {
-                if (c.is_public) {
-                    return **row;
-                }
-            }
-        }
-    }
-    return not_found("training run '" + run_id + "' not found");
-}
-
-Result<store::CheckpointRow> App::find_checkpoint(const std::string & tenant, const TinkerPath & path,
-                                                  bool allow_public) {
-    auto row = db_->get_checkpoint(path.run_id, path.checkpoint_id());
-    if (!row.ok()) {
-        return row.error();
-    }
-    if (!row->has_value() || ((*row)->tenant != tenant && !(allow_public && (*row)->is_public))) {
-        return not_found("checkpoint '" + path.str() + "' not found");
-    }
-    return **row;
-}
-
-RunPtr App::register_run(store::TrainingRunRow row, ServedModel * model, const engine::LoraSpec & spec,
-                         std::string create_request_id) {
-    auto run = std::make_shared<RunState>();
-    run->row = std::move(row);
-    run->model = model;
-    run->spec = spec;
-    run->create_request_id = std::move(create_request_id);  // set before the run is visible to resends
-    std::lock_guard<std::mutex> lock(mutex_);
-    runs_[run->row.run_id] = run;
-    return run;
-}
-
-void App::unload_run(const RunPtr & run, const std::string & reason) {
-    if (!run->loaded.exchange(false)) {
-        return;
-    }
-    {  // its snapshots' memory copies (their files stay)
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (auto it = snapshots_.begin(); it != snapshots_.end();) {
-            it = it->second->run_id == run->row.run_id ? snapshots_.erase(it) : std::next(it);
-        }
-    }
-    run->ready = false;
-    run->model->worker->close_run(run->row.run_id, reason);
-    const engine::AdapterId adapter = run->adapter.load();
-    if (adapter > 0) {
-        run->model->worker->post([adapter](engine::Engine & engine) { (void)engine.remove_adapter(adapter); });
-    }
-    (void)db_->mark_run_unloaded(run->row.run_id);
-    LOG_INF("api", "unloaded model %s (%s)", run->row.run_id.c_str(), reason.c_str());
-}
-
-std::string App::create_future(const std::string & tenant, const std::string & request_type,
-                               const std::string & run_id) {
-    const std::string request_id = futures_->create(tenant, request_type);
-    store::FutureRow row;
-    row.request_id = request_id;
-    row.tenant = tenant;
-    row.request_type = request_type;
-    row.run_id = run_id;
-    row.state = "pending";
-    row.created_at = now_seconds();
-    (void)db_->insert_future(row);
-    return request_id;
-}
-
-void App::note_session_activity(const std::string & session_id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    session_last_seen_[session_id] = now_seconds();
-}
-
-store::AdapterConfig App::adapter_config(const RunState & run) const {
-    store::AdapterConfig config;
-    config.base_model = run.row.base_model;
-    config.rank = run.spec.rank;
-    config.alpha = run.spec.alpha;
-    config.train_attn = run.spec.train_attn;
-    config.train_mlp = run.spec.train_mlp;
-    config.train_unembed = run.spec.train_unembed;
-    if (run.spec.train_attn) {
-        config.target_modules.insert(config.target_modules.end(), {"q_proj", "k_proj", "v_proj", "o_proj"});
-    }
-    if (run.spec.train_mlp) {
-        config.target_modules.insert(config.target_modules.end(), {"gate_proj", "up_proj", "down_proj"});
-    }
-    if (run.spec.train_unembed) {
-        config.target_modules.push_back("lm_head");
-    }
-    return config;
 }
 
 }  // namespace tinkerd::api

@@ -1,13 +1,19 @@
 // In-process tests of App with a FakeEngine (no torch, no sockets; built under ASan too): requests go
 // through App::handle as the HTTP layer would send them. A training flow, and hostile inputs refused
 // with 400s that leave the run usable: deep JSON, bad AdamW parameters, far and negative seq_ids, token
-// ids outside the vocabulary, another tenant's run, and a seq_id hole given up after its timeout.
+// ids outside the vocabulary, another tenant's run, and a seq_id hole given up after its timeout. Sampling
+// through the SamplingService and the worker's loop: an asample answered with the fake engine's tokens,
+// and an OpenAI stream whose client goes away frees its engine request.
 #include "api/app.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -32,9 +38,18 @@ class AppTest : public ::testing::Test {
         options.disk_reserve_bytes = 0;
         auto auth = Auth::from_text("tml-alice alice\ntml-bob bob\n");
         ASSERT_TRUE(auth.ok());
+        const fs::path tok_dir = dir_ / "tokenizer";  // stories260K's: the fake engine's 512-token vocabulary
+        fs::create_directories(tok_dir);
+        const char * source = std::getenv("TINKERD_SOURCE_DIR");  // set by ctest
+        const fs::path root = source ? fs::path(source) : fs::path(__FILE__).parent_path() / "../..";
+        fs::copy_file(root / "fuzz/data/stories260k_tokenizer.json", tok_dir / "tokenizer.json");
+        auto tok = tokenizer::Tokenizer::load(tok_dir.string());
+        ASSERT_TRUE(tok.ok()) << tok.error().message;
+        tokenizer_ = std::move(*tok);
         ServedModelSpec spec;
         spec.name = "fake";
         spec.engine = &engine_;
+        spec.tokenizer = tokenizer_.get();
         auto app = App::create(options, std::move(*auth), {spec});
         ASSERT_TRUE(app.ok()) << app.error().message;
         app_ = std::move(*app);
@@ -95,8 +110,53 @@ class AppTest : public ::testing::Test {
     }
 
     fs::path dir_;
+    std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
     scheduler::fakes::FakeEngine engine_{512};
     std::unique_ptr<App> app_;
+};
+
+// A client's end of a streamed response: collects chunks; hang_up() closes it as a vanished client would.
+class FakeStream : public http::StreamWriter {
+  public:
+    bool write(std::string data) override {
+        std::lock_guard lock(mutex_);
+        body_ += data;
+        return !closed_;
+    }
+    void finish() override {}
+    bool closed() const override {
+        std::lock_guard lock(mutex_);
+        return closed_;
+    }
+    void on_close(std::function<void()> callback) override {
+        std::lock_guard lock(mutex_);
+        on_close_ = std::move(callback);
+    }
+    void hang_up() {
+        std::function<void()> callback;
+        {
+            std::lock_guard lock(mutex_);
+            closed_ = true;
+            callback.swap(on_close_);
+        }
+        if (callback) {
+            callback();
+        }
+    }
+    size_t chunks() const {
+        std::lock_guard lock(mutex_);
+        size_t n = 0;
+        for (size_t at = body_.find("data: "); at != std::string::npos; at = body_.find("data: ", at + 1)) {
+            ++n;
+        }
+        return n;
+    }
+
+  private:
+    mutable std::mutex mutex_;
+    std::string body_;
+    bool closed_ = false;
+    std::function<void()> on_close_;
 };
 
 TEST_F(AppTest, TrainingFlowRunsInOrderThroughTheEngine) {
@@ -135,6 +195,53 @@ TEST_F(AppTest, AHoleInTheOrderIsGivenUpAndTheLateOpRefused) {
     EXPECT_TRUE(result(later["request_id"]).contains("metrics"));
     EXPECT_GE(std::chrono::steady_clock::now() - started, 200ms);
     expect_400("forward_backward", fb(model, 1).dump(), "given up");
+}
+
+TEST_F(AppTest, AnAsampleIsAnsweredWithTheEnginesTokens) {
+    const std::string session = ok("create_session", {{"tags", json::array()}})["session_id"];
+    const json sampler = ok("create_sampling_session",
+                            {{"session_id", session}, {"sampling_session_seq_id", 0}, {"base_model", "fake"}});
+    const json prompt = {{"chunks", {{{"type", "encoded_text"}, {"tokens", {5}}}}}};
+    const json sample = ok("asample", {{"sampling_session_id", sampler["sampling_session_id"]},
+                                       {"prompt", prompt},
+                                       {"num_samples", 2},
+                                       {"sampling_params", {{"max_tokens", 3}}}});
+    const json answer = result(sample["request_id"]);
+    ASSERT_EQ(answer["sequences"].size(), 2u) << answer.dump();
+    EXPECT_EQ(answer["sequences"][0]["tokens"], json({6, 7, 8}));
+    EXPECT_EQ(answer["sequences"][1]["tokens"], json({7, 8, 9}));
+    EXPECT_EQ(answer["sequences"][0]["stop_reason"], "length");
+    // Another tenant's sampler is a 404, like a missing one.
+    auto theirs = call(
+        "asample", json{{"sampling_session_id", sampler["sampling_session_id"]}, {"prompt", prompt}}.dump(), "tml-bob");
+    EXPECT_EQ(theirs.status, 404);
+}
+
+TEST_F(AppTest, AnOpenAiStreamWhoseClientGoesAwayFreesItsRequest) {
+    http::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.headers["authorization"] = "Bearer tml-alice";
+    req.body = json{{"model", "fake"}, {"prompt", {5}}, {"max_tokens", 4000}, {"stream", true}}.dump();
+    std::promise<http::Response> promise;
+    app_->handle(std::move(req), [&promise](http::Response r) { promise.set_value(std::move(r)); });
+    http::Response response = promise.get_future().get();
+    ASSERT_EQ(response.status, 200) << response.body;
+    ASSERT_TRUE(response.stream);
+    auto stream = std::make_shared<FakeStream>();
+    response.stream(stream);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (stream->chunks() < 3 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_GE(stream->chunks(), 3u) << "no tokens streamed";
+    stream->hang_up();
+    while ((engine_.sampling_requests() > 0 || engine_.cancelled().empty()) &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(engine_.sampling_requests(), 0u) << "the engine still samples for a client that went away";
+    EXPECT_EQ(engine_.cancelled().size(), 1u);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Handlers for weights: save_weights (adapter + Adam state), save_weights_for_sampler (a named PEFT
 // adapter, or an unnamed snapshot: snapshots.cpp), load_weights (into a live model, or creating one),
 // weights_info, and the sampling-session metadata. File writes run on the engine thread, in seq_id order.
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -43,9 +43,9 @@ Result<void> refuse_sampler_save_extras(const json & body) {
 }  // namespace
 
 // On the engine thread: writes the checkpoint files, records the row, completes the future with its path.
-void App::store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
-                           const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,
-                           const std::string & request_id, const std::string & result_type) {
+void TinkerRoutes::store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
+                                    const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,
+                                    const std::string & request_id, const std::string & result_type) {
     store::CheckpointRow row;
     row.run_id = run.row.run_id;
     row.checkpoint_id = path.checkpoint_id();
@@ -79,7 +79,7 @@ void App::store_checkpoint(const RunState & run, const std::string & tenant, con
     futures_->complete(request_id, json{{"path", path.str()}, {"type", result_type}}.dump());
 }
 
-Result<json> App::save_weights(Call & call) {
+Result<json> TinkerRoutes::save_weights(Call & call) {
     auto target = ordered_target(call);
     if (!target.ok()) {
         return target.error();
@@ -119,7 +119,7 @@ Result<json> App::save_weights(Call & call) {
 
 // Named: a PEFT adapter directory and a sampler checkpoint row. Unnamed: a frozen snapshot, registered as
 // sampler "<session>:sample:<sampling_session_seq_id>", kept on disk while its session lives (snapshots.cpp).
-Result<json> App::save_weights_for_sampler(Call & call) {
+Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
     auto target = ordered_target(call);
     if (!target.ok()) {
         return target.error();
@@ -185,8 +185,8 @@ Result<json> App::save_weights_for_sampler(Call & call) {
 
 // On the engine thread: reads the checkpoint's files and replaces the run's adapter weights (and Adam
 // state). A rank that differs from the model's is a user error naming both.
-Result<void> App::import_checkpoint(engine::Engine & engine, const RunState & run, const std::string & dir,
-                                    bool with_optimizer) {
+Result<void> TinkerRoutes::import_checkpoint(engine::Engine & engine, const RunState & run, const std::string & dir,
+                                             bool with_optimizer) {
     auto contents = store::read_checkpoint(dir, with_optimizer);
     if (!contents.ok()) {
         return contents.error();
@@ -200,7 +200,8 @@ Result<void> App::import_checkpoint(engine::Engine & engine, const RunState & ru
 
 // What the official service allows: load_weights as a model's first request only, from a checkpoint
 // the caller can read, with optimizer state only from a training checkpoint.
-Result<void> App::check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint, bool with_optimizer) {
+Result<void> TinkerRoutes::check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint,
+                                          bool with_optimizer) {
     if (seq_id > 1) {
         return invalid_argument("LoadWeights is not permitted with seq_id " + std::to_string(seq_id) +
                                 ": load_weights must be a model's first request; create a new training client "
@@ -216,7 +217,7 @@ Result<void> App::check_loadable(int64_t seq_id, const Result<store::CheckpointR
     return {};
 }
 
-Result<json> App::load_weights(Call & call) {
+Result<json> TinkerRoutes::load_weights(Call & call) {
     auto path_text = get_string(call.body, "path");
     auto optimizer = get_bool(call.body, "optimizer", false);
     auto family = require_adamw_config(call.body);
@@ -225,7 +226,7 @@ Result<json> App::load_weights(Call & call) {
     }
     auto path = parse_tinker_path(*path_text);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
     if (!call.body.contains("model_id")) {  // the create_model_via_load_weights form: seq 0 of a new model
         if (!checkpoint.ok()) {
             return checkpoint.error();
@@ -263,8 +264,8 @@ Result<json> App::load_weights(Call & call) {
 
 // {"session_id", "model_seq_id", "base_model"?, "user_metadata"?, "path", "optimizer"}: a new model with the
 // checkpoint's LoRA settings, created and loaded as its seq 0; the SDK assumes "<session>:train:<n>".
-Result<json> App::create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
-                                               bool with_optimizer) {
+Result<json> TinkerRoutes::create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
+                                                        bool with_optimizer) {
     auto source = db_->get_run(checkpoint.run_id);
     if (!source.ok() || !source->has_value()) {
         return not_found("training run '" + checkpoint.run_id + "' of the checkpoint not found");
@@ -284,10 +285,9 @@ Result<json> App::create_model_from_checkpoint(Call & call, const store::Checkpo
         return created.error();
     }
     const std::string run_id = (*created)["model_id"];
-    RunPtr run;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        run = runs_[run_id];
+    RunPtr run = registry_->find_run(run_id);
+    if (!run) {
+        return internal_error("model '" + run_id + "' vanished while it was being created");
     }
     // create_model queued the adapter's creation; the load runs right after it on the engine thread.
     const std::string request_id = create_future(call.tenant, "LoadWeights", run_id);
@@ -304,7 +304,7 @@ Result<json> App::create_model_from_checkpoint(Call & call, const store::Checkpo
         });
         if (!imported.ok()) {
             fail_future(request_id, imported.error());
-            unload_run(run, "load_weights failed");
+            registry_->unload_run(run, "load_weights failed");
             return;
         }
         futures_->complete(request_id,
@@ -313,7 +313,7 @@ Result<json> App::create_model_from_checkpoint(Call & call, const store::Checkpo
     return json{{"request_id", request_id}, {"model_id", run_id}};
 }
 
-Result<json> App::weights_info(Call & call) {
+Result<json> TinkerRoutes::weights_info(Call & call) {
     auto path_text = get_string(call.body, "tinker_path");
     if (!path_text.ok()) {
         return path_text.error();
@@ -322,7 +322,7 @@ Result<json> App::weights_info(Call & call) {
     if (!path.ok()) {
         return path.error();
     }
-    auto checkpoint = find_checkpoint(call.tenant, *path, true);
+    auto checkpoint = registry_->find_checkpoint(call.tenant, *path, true);
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -337,7 +337,7 @@ Result<json> App::weights_info(Call & call) {
 }
 
 // Sampling sessions are recorded here; sampling itself arrives with the sampling engine.
-Result<json> App::create_sampling_session(Call & call) {
+Result<json> TinkerRoutes::create_sampling_session(Call & call) {
     auto session_id = get_string(call.body, "session_id");
     auto sampler_seq = get_int(call.body, "sampling_session_seq_id");
     auto base_model = get_optional_string(call.body, "base_model");
@@ -345,20 +345,20 @@ Result<json> App::create_sampling_session(Call & call) {
     if (const Error * e = first_error(session_id, sampler_seq, base_model, model_path)) {
         return *e;
     }
-    TRY_STATUS(find_session(call.tenant, *session_id));
+    TRY_STATUS(registry_->find_session(call.tenant, *session_id));
     std::string base = base_model->value_or("");
     if (model_path->has_value()) {
         auto path = parse_tinker_path(**model_path);
         if (!path.ok()) {
             return path.error();
         }
-        TRY_STATUS(find_checkpoint(call.tenant, *path, true));
+        TRY_STATUS(registry_->find_checkpoint(call.tenant, *path, true));
         auto run = db_->get_run(path->run_id);
         if (run.ok() && run->has_value()) {
             base = (*run)->base_model;
         }
     }
-    if (find_model(base) == nullptr) {
+    if (registry_->find_model(base) == nullptr) {
         return invalid_argument("base_model '" + base + "' is not served here (see get_server_capabilities)");
     }
     const std::string sampler_id = *session_id + ":sample:" + std::to_string(*sampler_seq);

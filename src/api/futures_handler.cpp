@@ -1,22 +1,15 @@
 // Futures: submitting a training operation in seq_id order under a new future (with idempotent resends),
 // and retrieve_future, the long-poll that answers a result, an error, or try_again after the poll timeout.
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 #include "scheduler/run_queue.h"
 
 namespace tinkerd::api {
 
-Result<RunPtr> App::find_live_run(const std::string & tenant, const std::string & model_id) {
-    RunPtr run;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(model_id);
-        if (it != runs_.end() && it->second->row.tenant == tenant) {
-            run = it->second;
-        }
-    }
+Result<RunPtr> TinkerRoutes::find_live_run(const std::string & tenant, const std::string & model_id) {
+    RunPtr run = registry_->find_tenant_run(tenant, model_id);
     if (!run) {
-        auto row = find_run_row(tenant, model_id, false);
+        auto row = registry_->find_run_row(tenant, model_id, false);
         if (!row.ok()) {
             return not_found("model '" + model_id + "' not found");
         }
@@ -30,11 +23,11 @@ Result<RunPtr> App::find_live_run(const std::string & tenant, const std::string 
     if (!run->ready) {
         return invalid_argument("model '" + model_id + "' is still being created; wait for create_model's result");
     }
-    note_session_activity(run->row.session_id);
+    registry_->note_session_activity(run->row.session_id);
     return run;
 }
 
-Result<RunPtr> App::run_of_body(Call & call) {
+Result<RunPtr> TinkerRoutes::run_of_body(Call & call) {
     auto model_id = get_string(call.body, "model_id");
     if (!model_id.ok()) {
         return model_id.error();
@@ -42,7 +35,7 @@ Result<RunPtr> App::run_of_body(Call & call) {
     return find_live_run(call.tenant, *model_id);
 }
 
-Result<App::OrderedTarget> App::ordered_target(Call & call) {
+Result<TinkerRoutes::OrderedTarget> TinkerRoutes::ordered_target(Call & call) {
     auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
@@ -54,14 +47,15 @@ Result<App::OrderedTarget> App::ordered_target(Call & call) {
     return OrderedTarget{*run, *seq_id};
 }
 
-void App::skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id) {
+void TinkerRoutes::skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id) {
     if (seq_id) {
         run->model->worker->skip(run->row.run_id, *seq_id);
     }
 }
 
-Result<json> App::submit_ordered(Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
-                                 const std::function<scheduler::Op(const std::string & request_id)> & make_op) {
+Result<json> TinkerRoutes::submit_ordered(
+    Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
+    const std::function<scheduler::Op(const std::string & request_id)> & make_op) {
     if (seq_id < 0) {  // every ordered op passes here, whichever body format carried its seq_id
         return invalid_argument("seq_id: must be >= 0 (got " + std::to_string(seq_id) + ")");
     }
@@ -115,7 +109,7 @@ Result<json> App::submit_ordered(Call & call, const RunPtr & run, int64_t seq_id
     return json{{"request_id", admission->request_id}, {"model_id", run->row.run_id}};
 }
 
-void App::retrieve_future(Call & call, http::Respond respond) {
+void TinkerRoutes::retrieve_future(Call & call, http::Respond respond) {
     auto request_id = get_string(call.body, "request_id");
     if (!request_id.ok()) {
         respond(error_response(request_id.error()));

@@ -1,8 +1,8 @@
 // One OpenAI generation request from body to engine: parse and validate (openai/), resolve `model`,
 // build each prompt's tokens (the model's chat template, or completions text / token ids), then answer
 // with a body once done or with an SSE stream, submitting one engine request per prompt (n samples each).
-#include "api/app.h"
 #include "api/openai_generation.h"
+#include "api/openai_routes.h"
 #include "common/json_depth.h"
 #include "openai/openai_request.h"
 
@@ -73,8 +73,8 @@ std::variant<std::vector<OpenAiGeneration::Prompt>, PromptError> build_prompts(o
 
 }  // namespace
 
-void App::openai_generate(Call & call, http::Respond respond, bool chat) {
-    auto tenant = openai_tenant(call.req, respond);
+void OpenAiRoutes::generate(Call & call, http::Respond respond, bool chat) {
+    auto tenant = tenant_of(call.req, respond);
     if (!tenant) {
         return;
     }
@@ -98,7 +98,7 @@ void App::openai_generate(Call & call, http::Respond respond, bool chat) {
         return;
     }
     auto & request = std::get<openai::GenerationRequest>(parsed);
-    auto target = resolve_openai_model(*tenant, request.model);
+    auto target = resolve_model(*tenant, request.model);
     if (!target.ok()) {
         respond(openai_error_response(openai_error(target.error(), "model")));
         return;
@@ -114,7 +114,7 @@ void App::openai_generate(Call & call, http::Respond respond, bool chat) {
         respond(openai_error_response(openai_error(e->error, e->param)));
         return;
     }
-    if (auto capacity = check_sample_capacity(); !capacity.ok()) {
+    if (auto capacity = sampling_.check_capacity(); !capacity.ok()) {
         respond(openai_error_response(openai_error(capacity.error())));
         return;
     }
@@ -164,8 +164,8 @@ class GenerationSink : public SampleSink {
 }  // namespace
 
 // One engine request per prompt, each with the request's n samples; tokens and outcomes go to the
-// generation, and a client that went away cancels them (the pump checks the flag every step).
-void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const OpenAiTarget & target) {
+// generation, and a client that went away cancels them (the worker checks the flag every sampling step).
+void OpenAiRoutes::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation, const Target & target) {
     const openai::GenerationRequest & r = generation->request();
     std::function<bool(const std::vector<int64_t> &)> stop_check;
     if (!r.stop.empty()) {
@@ -177,10 +177,10 @@ void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation
         eos.push_back(id);
     }
     for (size_t p = 0; p < generation->prompts().size(); ++p) {
-        PendingSample pending;
-        pending.sampler = target.sampler;
-        pending.live_adapter = target.live_adapter;
-        engine::SampleRequest & s = pending.request;
+        SampleSubmission submission;
+        submission.sampler = target.sampler;
+        submission.live_adapter = target.live_adapter;
+        engine::SampleRequest & s = submission.request;
         s.prompt = generation->prompts()[p].tokens;
         s.num_samples = r.n;
         s.params.max_tokens = r.max_tokens.value_or(16);
@@ -193,15 +193,11 @@ void App::submit_generation(const std::shared_ptr<OpenAiGeneration> & generation
         s.prompt_logprobs = r.echo && r.logprobs;
         s.topk_prompt_logprobs = r.echo && r.logprobs ? r.top_logprobs : 0;
         s.stop_check = stop_check;
-        // Engine thread: only collects the step's tokens; the output stage hands them to the generation.
-        pending.tokens = std::make_shared<std::vector<GeneratedToken>>();
-        s.on_token = [tokens = pending.tokens](int64_t index, int64_t token, float logprob,
-                                               const engine::TopLogprobs & top) {
-            tokens->push_back(GeneratedToken{index, token, logprob, top});
-        };
-        pending.sink = std::make_shared<GenerationSink>(generation, p);
-        pending.cancelled = generation->cancelled();
-        enqueue_sample(*target.model, std::move(pending));
+        // Each step's tokens reach the generation through the output stage, as its outcome does.
+        submission.stream_tokens = true;
+        submission.sink = std::make_shared<GenerationSink>(generation, p);
+        submission.cancelled = generation->cancelled();
+        sampling_.submit(*target.model, std::move(submission));
     }
 }
 

@@ -39,7 +39,7 @@ class OpenAiGeneration {
     void set_respond(http::Respond respond) { respond_ = std::move(respond); }
     // Streaming: chunks go to `writer` (the header is already out).
     void set_stream(std::shared_ptr<http::StreamWriter> writer);
-    // Set when the client went away: the pump cancels the engine requests.
+    // Set when the client went away: the worker drops the engine requests at its next sampling step.
     std::shared_ptr<std::atomic<bool>> cancelled() const { return cancelled_; }
 
     // Output thread: a token of sample `index` of prompt `prompt`; then the prompt's outcome.

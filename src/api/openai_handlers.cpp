@@ -1,23 +1,29 @@
 // The OpenAI-compatible endpoints: auth (Bearer or X-API-Key, the Tinker keys and tenants), the `model`
 // field (base model name, training run id = live weights, tinker:// checkpoint, sampling session id),
 // prompts (chat template or completions text / ids), and the hand-off of one engine request per prompt
-// to the model's sample pump. OpenAiGeneration (openai_generation.cpp) assembles the answer.
-#include "api/app.h"
+// to the SamplingService. OpenAiGeneration (openai_generation.cpp) assembles the answer.
+#include "api/json_util.h"
 #include "api/openai_generation.h"
+#include "api/openai_routes.h"
 
 namespace tinkerd::api {
 
-void App::add_openai(const std::string & method, const std::string & path, AsyncHandler handler) {
-    Route route;
-    route.async = handler;
-    route.needs_auth = false;  // checked by the handler, so the 401 has OpenAI's shape
-    route.json_body = false;
-    for (const char * prefix : {"/v1/", "/oai/api/v1/"}) {
-        router_.add(method, prefix + path, route);
-    }
+void OpenAiRoutes::add_routes(Router<Route> & router) {
+    const auto add = [&](const std::string & method, const std::string & path, Route route) {
+        route.needs_auth = false;  // checked by the handler, so the 401 has OpenAI's shape
+        route.json_body = false;
+        for (const char * prefix : {"/v1/", "/oai/api/v1/"}) {
+            router.add(method, prefix + path, route);
+        }
+    };
+    add("GET", "models", {nullptr, [this](Call & call, http::Respond respond) { models(call, std::move(respond)); }});
+    add("POST", "completions",
+        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), false); }});
+    add("POST", "chat/completions",
+        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), true); }});
 }
 
-std::optional<std::string> App::openai_tenant(const http::Request & request, http::Respond & respond) {
+std::optional<std::string> OpenAiRoutes::tenant_of(const http::Request & request, http::Respond & respond) {
     const std::string key = request_key(request.header("x-api-key"), request.header("authorization"));
     auto tenant = auth_.tenant_of(key);
     if (!tenant) {
@@ -31,24 +37,20 @@ std::optional<std::string> App::openai_tenant(const http::Request & request, htt
     return tenant;
 }
 
-void App::openai_models(Call & call, http::Respond respond) {
-    auto tenant = openai_tenant(call.req, respond);
+void OpenAiRoutes::models(Call & call, http::Respond respond) {
+    auto tenant = tenant_of(call.req, respond);
     if (!tenant) {
         return;
     }
     std::vector<openai::ModelEntry> entries;
-    for (const auto & model : models_) {
+    for (const auto & model : registry_.models()) {
         entries.push_back({model->name, started_at_, "tinkerd"});
     }
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (const auto & [run_id, run] : runs_) {
-            if (run->row.tenant == *tenant && run->loaded && run->ready) {
-                entries.push_back({run_id, static_cast<int64_t>(run->row.created_at), *tenant});
-            }
-        }
+    for (const RunPtr & run :
+         registry_.runs_where([&](const RunState & r) { return r.row.tenant == *tenant && r.loaded && r.ready; })) {
+        entries.push_back({run->row.run_id, static_cast<int64_t>(run->row.created_at), *tenant});
     }
-    auto checkpoints = db_->list_tenant_checkpoints(*tenant, store::Page{1000, 0});
+    auto checkpoints = db_.list_tenant_checkpoints(*tenant, store::Page{1000, 0});
     if (checkpoints.ok()) {
         for (const auto & row : checkpoints->first) {
             if (row.checkpoint_type == "sampler") {
@@ -60,47 +62,35 @@ void App::openai_models(Call & call, http::Respond respond) {
     respond(http::Response::json(200, openai::dump_json(openai::models_list(entries))));
 }
 
-void App::openai_completions(Call & call, http::Respond respond) {
-    openai_generate(call, std::move(respond), false);
-}
-
-void App::openai_chat(Call & call, http::Respond respond) {
-    openai_generate(call, std::move(respond), true);
-}
-
 // `model` is, in this order: a served base model, a tinker:// checkpoint path (own or published), one of
 // the caller's loaded training runs (its live weights), or one of the caller's sampling sessions.
-Result<App::OpenAiTarget> App::resolve_openai_model(const std::string & tenant, const std::string & name) {
+Result<OpenAiRoutes::Target> OpenAiRoutes::resolve_model(const std::string & tenant, const std::string & name) {
     const Error missing = not_found("The model '" + name + "' does not exist or you do not have access to it.");
-    OpenAiTarget target;
-    if ((target.model = find_model(name)) != nullptr) {
+    Target target;
+    if ((target.model = registry_.find_model(name)) != nullptr) {
         return target;
     }
     if (name.rfind("tinker://", 0) == 0) {
         auto path = parse_tinker_path(name);
-        if (!path.ok() || !find_checkpoint(tenant, *path, true).ok()) {
+        if (!path.ok() || !registry_.find_checkpoint(tenant, *path, true).ok()) {
             return missing;
         }
-        auto run = find_run_row(tenant, path->run_id, true);
-        target.model = run.ok() ? find_model(run->base_model) : nullptr;
+        auto run = registry_.find_run_row(tenant, path->run_id, true);
+        target.model = run.ok() ? registry_.find_model(run->base_model) : nullptr;
         target.sampler.sampler_id = path->str();
         target.sampler.model_path = path->str();
-        return target.model ? Result<OpenAiTarget>(target) : missing;
+        return target.model ? Result<Target>(target) : missing;
     }
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(name);
-        if (it != runs_.end() && it->second->row.tenant == tenant && it->second->loaded && it->second->ready) {
-            target.model = it->second->model;
-            target.live_adapter = it->second->adapter.load();
-            return target;
-        }
+    if (RunPtr run = registry_.find_tenant_run(tenant, name); run && run->loaded && run->ready) {
+        target.model = run->model;
+        target.live_adapter = run->adapter.load();
+        return target;
     }
-    auto sampler = db_->get_sampler(name);
+    auto sampler = db_.get_sampler(name);
     if (sampler.ok() && sampler->has_value() && (*sampler)->tenant == tenant) {
-        target.model = find_model((*sampler)->base_model);
+        target.model = registry_.find_model((*sampler)->base_model);
         target.sampler = **sampler;
-        return target.model ? Result<OpenAiTarget>(target) : missing;
+        return target.model ? Result<Target>(target) : missing;
     }
     return missing;
 }

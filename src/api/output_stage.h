@@ -24,16 +24,12 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "scheduler/sampling.h"
 
 namespace tinkerd::api {
 
-// One generated token of sample `index` of a request.
-struct GeneratedToken {
-    int64_t index = 0;
-    int64_t token = 0;
-    float logprob = 0;
-    engine::TopLogprobs top;  // empty unless top_logprobs were asked
-};
+// One generated token of sample `index` of a request (the scheduler's native token event).
+using GeneratedToken = scheduler::SampleToken;
 
 // Where one sample request's events go; called on the output thread only, in push order.
 class SampleSink {

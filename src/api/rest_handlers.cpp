@@ -1,6 +1,6 @@
 // REST handlers (the SDK's RestClient): training runs, checkpoints (list, delete, publish, TTL, archive),
 // sessions and samplers, straight from the database; plus the one-time archive download itself.
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -41,16 +41,16 @@ bool accessible_scope(const http::Request & req) {
 }  // namespace
 
 // The checkpoint named by the URL's {run_id}/{kind}/{name}, which the caller must own.
-Result<TinkerPath> App::owned_checkpoint_path(Call & call) {
+Result<TinkerPath> TinkerRoutes::owned_checkpoint_path(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     if (!path.ok()) {
         return path.error();
     }
-    TRY_STATUS(find_checkpoint(call.tenant, *path, false));
+    TRY_STATUS(registry_->find_checkpoint(call.tenant, *path, false));
     return path;
 }
 
-json App::checkpoint_json(const store::CheckpointRow & row) const {
+json TinkerRoutes::checkpoint_json(const store::CheckpointRow & row) const {
     return json{{"checkpoint_id", row.checkpoint_id},
                 {"checkpoint_type", row.checkpoint_type},
                 {"time", iso_time(row.created_at)},
@@ -60,7 +60,7 @@ json App::checkpoint_json(const store::CheckpointRow & row) const {
                 {"expires_at", row.expires_at ? json(iso_time(*row.expires_at)) : json(nullptr)}};
 }
 
-json App::training_run_json(const store::TrainingRunRow & row, const std::string & tenant) {
+json TinkerRoutes::training_run_json(const store::TrainingRunRow & row, const std::string & tenant) {
     const bool owner = row.tenant == tenant;
     json out = {{"training_run_id", row.run_id},
                 {"base_model", row.base_model},
@@ -89,7 +89,7 @@ json App::training_run_json(const store::TrainingRunRow & row, const std::string
     return out;
 }
 
-Result<json> App::list_training_runs(Call & call) {
+Result<json> TinkerRoutes::list_training_runs(Call & call) {
     auto page = parse_page(call.req, 20);
     if (!page.ok()) {
         return page.error();
@@ -105,16 +105,16 @@ Result<json> App::list_training_runs(Call & call) {
     return json{{"training_runs", list}, {"cursor", cursor_json(*page, runs->second)}};
 }
 
-Result<json> App::get_training_run(Call & call) {
-    auto row = find_run_row(call.tenant, call.params["run_id"], accessible_scope(call.req));
+Result<json> TinkerRoutes::get_training_run(Call & call) {
+    auto row = registry_->find_run_row(call.tenant, call.params["run_id"], accessible_scope(call.req));
     if (!row.ok()) {
         return row.error();
     }
     return training_run_json(*row, call.tenant);
 }
 
-Result<json> App::list_run_checkpoints(Call & call) {
-    auto row = find_run_row(call.tenant, call.params["run_id"], true);
+Result<json> TinkerRoutes::list_run_checkpoints(Call & call) {
+    auto row = registry_->find_run_row(call.tenant, call.params["run_id"], true);
     if (!row.ok()) {
         return row.error();
     }
@@ -131,7 +131,7 @@ Result<json> App::list_run_checkpoints(Call & call) {
     return json{{"checkpoints", list}, {"cursor", nullptr}};
 }
 
-Result<json> App::list_user_checkpoints(Call & call) {
+Result<json> TinkerRoutes::list_user_checkpoints(Call & call) {
     auto page = parse_page(call.req, 100);
     if (!page.ok()) {
         return page.error();
@@ -147,12 +147,12 @@ Result<json> App::list_user_checkpoints(Call & call) {
     return json{{"checkpoints", list}, {"cursor", cursor_json(*page, checkpoints->second)}};
 }
 
-Result<json> App::delete_checkpoint(Call & call) {
+Result<json> TinkerRoutes::delete_checkpoint(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["checkpoint_id"]);
     if (!path.ok()) {
         return path.error();
     }
-    auto checkpoint = find_checkpoint(call.tenant, *path, false);
+    auto checkpoint = registry_->find_checkpoint(call.tenant, *path, false);
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -169,10 +169,10 @@ Result<json> App::delete_checkpoint(Call & call) {
     return json::object();
 }
 
-Result<json> App::publish_checkpoint(Call & call) {
+Result<json> TinkerRoutes::publish_checkpoint(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -180,10 +180,10 @@ Result<json> App::publish_checkpoint(Call & call) {
     return json::object();
 }
 
-Result<json> App::unpublish_checkpoint(Call & call) {
+Result<json> TinkerRoutes::unpublish_checkpoint(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -191,10 +191,10 @@ Result<json> App::unpublish_checkpoint(Call & call) {
     return json::object();
 }
 
-Result<json> App::set_checkpoint_ttl(Call & call) {
+Result<json> TinkerRoutes::set_checkpoint_ttl(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, false) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
@@ -214,19 +214,16 @@ Result<json> App::set_checkpoint_ttl(Call & call) {
 }
 
 // A one-time URL on this server, valid for archive_url_ttl_seconds, that needs no key.
-Result<json> App::checkpoint_archive(Call & call) {
+Result<json> TinkerRoutes::checkpoint_archive(Call & call) {
     auto path = parse_checkpoint_id(call.params["run_id"], call.params["kind"] + "/" + call.params["name"]);
     auto checkpoint =
-        path.ok() ? find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
+        path.ok() ? registry_->find_checkpoint(call.tenant, *path, true) : Result<store::CheckpointRow>(path.error());
     if (!checkpoint.ok()) {
         return checkpoint.error();
     }
     const std::string token = random_hex(40);
     const double expires_at = now_seconds() + options_.archive_url_ttl_seconds;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        archive_tokens_[token] = {checkpoint->dir, expires_at};
-    }
+    registry_->add_archive_token(token, checkpoint->dir, expires_at);
     std::string host = call.req.header("host");
     if (host.empty()) {
         host = "127.0.0.1";
@@ -234,19 +231,13 @@ Result<json> App::checkpoint_archive(Call & call) {
     return json{{"url", "http://" + host + "/api/v1/archive_downloads/" + token}, {"expires", iso_time(expires_at)}};
 }
 
-void App::download_archive(Call & call, http::Respond respond) {
-    ArchiveToken token;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = archive_tokens_.find(call.params["token"]);
-        if (it == archive_tokens_.end() || it->second.expires_at < now_seconds()) {
-            respond(error_response(404, "archive link unknown, already used or expired"));
-            return;
-        }
-        token = it->second;
-        archive_tokens_.erase(it);
+void TinkerRoutes::download_archive(Call & call, http::Respond respond) {
+    const auto dir = registry_->take_archive_token(call.params["token"], now_seconds());
+    if (!dir) {
+        respond(error_response(404, "archive link unknown, already used or expired"));
+        return;
     }
-    auto tar = store::tar_directory(token.dir);
+    auto tar = store::tar_directory(*dir);
     if (!tar.ok()) {
         respond(error_response(tar.error()));
         return;
@@ -258,7 +249,7 @@ void App::download_archive(Call & call, http::Respond respond) {
     respond(std::move(response));
 }
 
-Result<json> App::list_sessions(Call & call) {
+Result<json> TinkerRoutes::list_sessions(Call & call) {
     auto page = parse_page(call.req, 20);
     if (!page.ok()) {
         return page.error();
@@ -274,8 +265,8 @@ Result<json> App::list_sessions(Call & call) {
     return json{{"sessions", ids}};
 }
 
-Result<json> App::get_session(Call & call) {
-    auto session = find_session(call.tenant, call.params["session_id"]);
+Result<json> TinkerRoutes::get_session(Call & call) {
+    auto session = registry_->find_session(call.tenant, call.params["session_id"]);
     if (!session.ok()) {
         return session.error();
     }
@@ -295,12 +286,12 @@ Result<json> App::get_session(Call & call) {
     return json{{"training_run_ids", run_ids}, {"sampler_ids", sampler_ids}};
 }
 
-Result<json> App::set_session_project(Call & call) {
-    TRY_STATUS(find_session(call.tenant, call.params["session_id"]));
+Result<json> TinkerRoutes::set_session_project(Call & call) {
+    TRY_STATUS(registry_->find_session(call.tenant, call.params["session_id"]));
     return json::object();
 }
 
-Result<json> App::get_sampler(Call & call) {
+Result<json> TinkerRoutes::get_sampler(Call & call) {
     auto row = db_->get_sampler(call.params["sampler_id"]);
     if (!row.ok()) {
         return row.error();

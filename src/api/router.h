@@ -1,6 +1,7 @@
 // Router: maps (method, path) to a handler. Patterns are "/"-separated segments where "{name}" captures
 // one segment and a final "{name...}" captures the rest, slashes included (checkpoint ids such as
-// "weights/ckpt-1" keep their slash; run ids such as "sess-1:train:0" keep their colons).
+// "weights/ckpt-1" keep their slash; run ids such as "sess-1:train:0" keep their colons). Call and
+// Route: what every route part (App's Tinker routes, OpenAiRoutes) registers and App::handle dispatches.
 #pragma once
 
 #include <functional>
@@ -8,6 +9,10 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "api/json_util.h"
+#include "common/status.h"
+#include "http/server.h"
 
 namespace tinkerd::api {
 
@@ -93,6 +98,22 @@ class Router {
     }
 
     std::vector<Route> routes_;
+};
+
+// One matched request as its handler sees it.
+struct Call {
+    const http::Request & req;
+    std::string tenant;  // set when the route needs a key
+    PathParams params;
+    json body;  // parsed JSON body ({} for GET and protobuf bodies)
+};
+
+// What a route runs: a handler answering at once (sync) or through `respond` later (async).
+struct Route {
+    std::function<Result<json>(Call &)> sync;
+    std::function<void(Call &, http::Respond)> async;
+    bool needs_auth = true;
+    bool json_body = true;
 };
 
 }  // namespace tinkerd::api

@@ -1,12 +1,12 @@
 // asample (and compute_logprobs, which is asample with max_tokens 1 and prompt_logprobs): parses the
 // request (prompt chunks, sampling params, stop strings checked through the tokenizer, SDK 0.38's
 // top-k sampled logprobs and prompt_logprobs_last_n; refuses the 0.38 fields the engine lacks), applies
-// backpressure (429), and hands it to the model's sample pump (sample_pump.cpp). The answer carries one
-// sample_sequence_id per sample.
+// backpressure (429), and hands it to the SamplingService (sampling_service.h), so to the model's worker. The answer
+// carries one sample_sequence_id per sample.
 #include <cmath>
 #include <utility>
 
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 #include "wire/sample_codec.h"
 
@@ -205,7 +205,7 @@ Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(cons
         });
 }
 
-Result<json> App::asample(Call & call) {
+Result<json> TinkerRoutes::asample(Call & call) {
     auto sampler_id = get_string(call.body, "sampling_session_id");
     if (!sampler_id.ok()) {
         return sampler_id.error();
@@ -214,7 +214,7 @@ Result<json> App::asample(Call & call) {
     if (!sampler.ok() || !sampler->has_value() || (*sampler)->tenant != call.tenant) {
         return not_found("sampling session '" + *sampler_id + "' not found");
     }
-    ServedModel * model = find_model((*sampler)->base_model);
+    ServedModel * model = registry_->find_model((*sampler)->base_model);
     if (model == nullptr) {
         return not_found("base model '" + (*sampler)->base_model + "' of the sampler is not served any more");
     }
@@ -226,19 +226,26 @@ Result<json> App::asample(Call & call) {
     wire::SampleEncoding encoding{request->prompt_logprobs, request->topk_prompt_logprobs};
     TRY_STATUS(parse_sample_extensions(call.body, *request, encoding));
     request->top_logprobs = encoding.topk_sample_logprobs;
-    TRY_STATUS(check_sample_capacity());
-    PendingSample pending;
-    pending.sampler = **sampler;
-    pending.request = std::move(request).value();
-    pending.encoding = encoding;
-    pending.request_id = create_future(call.tenant, "Sample");
-    const std::string request_id = pending.request_id;
-    const int64_t num_samples = pending.request.num_samples;
-    enqueue_sample(*model, std::move(pending));
+    TRY_STATUS(sampling_->check_capacity());
+    const std::string request_id = create_future(call.tenant, "Sample");
+    const int64_t num_samples = request->num_samples;
+    SampleSubmission submission;
+    submission.sampler = **sampler;
+    submission.request = std::move(request).value();
+    // On the output thread: the future gets the encoded result (protobuf and legacy JSON) or the error.
+    submission.sink = std::make_shared<FunctionSink>([this, request_id, encoding](Result<engine::SampleOutput> output) {
+        if (!output.ok()) {
+            fail_future(request_id, output.error());
+            return;
+        }
+        futures_->complete(request_id, wire::encode_sample_response_json(*output, encoding).dump(),
+                           wire::encode_sample_response_proto(*output, encoding));
+    });
+    sampling_->submit(*model, std::move(submission));
     return json{{"request_id", request_id}, {"sample_sequence_ids", sample_sequence_ids(request_id, num_samples)}};
 }
 
-Result<engine::SampleRequest> App::parse_sample_request(const json & body, const ServedModel & model) {
+Result<engine::SampleRequest> TinkerRoutes::parse_sample_request(const json & body, const ServedModel & model) {
     engine::SampleRequest request;
     auto tokens = prompt_tokens(body.value("prompt", json()));
     auto num_samples = get_optional_int(body, "num_samples");

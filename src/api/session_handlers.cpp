@@ -3,12 +3,12 @@
 // with header values), and the 400 for SDK 0.38 endpoints this server does not implement.
 #include <map>
 
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
 
-Result<json> App::client_config(Call & call) {
+Result<json> TinkerRoutes::client_config(Call & call) {
     // pyqwest cannot be installed from Debian; plain httpx works. JWT exchange off; chunks in parallel
     // (the scheduler orders them by seq_id); protobuf bodies uncompressed (zstd is still accepted).
     // SDK 0.38 flags, all off: per-request retrieve_future polls (no retrieve_futures), custom losses run
@@ -21,16 +21,16 @@ Result<json> App::client_config(Call & call) {
                 {"sample_join_sampling_session", false}};
 }
 
-Result<json> App::dynamic_config(Call & call) {
+Result<json> TinkerRoutes::dynamic_config(Call & call) {
     // SDK 0.38: no cancel_future requests (a hung-up sample is freed when its session expires).
     return json{{"refresh_interval_sec", 300}, {"sample_cancel_enabled", false}};
 }
 
 // POST /sessions/{id}/finish (SDK 0.38 ServiceClient.close / `with ServiceClient()`): the session ends
 // now, as if its heartbeat had stopped: its models leave memory, its checkpoints stay.
-Result<json> App::finish_session(Call & call) {
+Result<json> TinkerRoutes::finish_session(Call & call) {
     const std::string session_id = call.params["session_id"];
-    auto session = find_session(call.tenant, session_id);
+    auto session = registry_->find_session(call.tenant, session_id);
     if (!session.ok()) {
         return session.error();
     }
@@ -47,7 +47,7 @@ Result<json> App::finish_session(Call & call) {
 
 // Endpoints of SDK 0.38 that this server does not implement: 400 naming the feature (never a bare 404,
 // which the SDK reports like a missing object).
-Result<json> App::unsupported_endpoint(Call & call) {
+Result<json> TinkerRoutes::unsupported_endpoint(Call & call) {
     static const std::map<std::string, std::string> features = {
         {"copy_weights", "copy_weights (copying checkpoints between projects)"},
         {"save_weights_external", "save_weights_external (external / Hugging Face format checkpoints)"},
@@ -71,13 +71,13 @@ Result<json> App::unsupported_endpoint(Call & call) {
     return unsupported(feature + " is not supported by this server");
 }
 
-Result<json> App::healthz(Call & call) {
+Result<json> TinkerRoutes::healthz(Call & call) {
     return json{{"status", "ok"}};
 }
 
-Result<json> App::server_capabilities(Call & call) {
+Result<json> TinkerRoutes::server_capabilities(Call & call) {
     json models = json::array();
-    for (const auto & model : models_) {
+    for (const auto & model : registry_->models()) {
         models.push_back({{"model_name", model->name},
                           {"max_context_length", model->engine->config().max_position_embeddings},
                           {"trainable", true},
@@ -86,7 +86,7 @@ Result<json> App::server_capabilities(Call & call) {
     return json{{"supported_models", models}};
 }
 
-Result<json> App::create_session(Call & call) {
+Result<json> TinkerRoutes::create_session(Call & call) {
     auto tags = call.body.value("tags", json::array());
     if (!tags.is_array()) {
         return invalid_argument("tags: expected a list of strings");
@@ -114,18 +114,18 @@ Result<json> App::create_session(Call & call) {
     row.created_at = now_seconds();
     row.last_heartbeat = row.created_at;
     TRY_STATUS(db_->insert_session(row));
-    note_session_activity(row.session_id);
+    registry_->note_session_activity(row.session_id);
     LOG_INF("api", "session %s created (tenant %s, sdk %s)", row.session_id.c_str(), call.tenant.c_str(),
             row.sdk_version.c_str());
     return json{{"session_id", row.session_id}, {"type", "create_session"}};
 }
 
-Result<json> App::session_heartbeat(Call & call) {
+Result<json> TinkerRoutes::session_heartbeat(Call & call) {
     auto session_id = get_string(call.body, "session_id");
     if (!session_id.ok()) {
         return session_id.error();
     }
-    auto session = find_session(call.tenant, *session_id);
+    auto session = registry_->find_session(call.tenant, *session_id);
     if (!session.ok()) {
         return session.error();
     }
@@ -134,14 +134,14 @@ Result<json> App::session_heartbeat(Call & call) {
                          std::to_string(static_cast<int>(options_.session_timeout_seconds)) +
                          " s); its models were unloaded, its checkpoints are kept");
     }
-    note_session_activity(*session_id);
+    registry_->note_session_activity(*session_id);
     TRY_STATUS(db_->touch_session(*session_id, now_seconds()));
     return json{{"type", "session_heartbeat"}};
 }
 
 // One log line per telemetry event: kind, severity and, for errors, the type and message. Event
 // payloads may carry request headers (API keys), so nothing else is logged.
-Result<json> App::telemetry(Call & call) {
+Result<json> TinkerRoutes::telemetry(Call & call) {
     const std::string session = call.body.value("session_id", "?");
     auto events = call.body.value("events", json::array());
     if (!events.is_array()) {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -36,14 +36,14 @@ std::string mib(int64_t bytes) {
 
 }  // namespace
 
-std::string App::snapshot_dir(const std::string & sampler_id) const {
+std::string TinkerRoutes::snapshot_dir(const std::string & sampler_id) const {
     return (fs::path(options_.data_dir) / "snapshots" / sampler_id).string();
 }
 
 // The budget counts what the database records plus what is queued; refusing is a user-category failure
 // of the request's future (the SDK raises it at once; retrying would not help, space comes back only when
 // sessions end), and the message names the flag.
-Result<void> App::queue_snapshot(SnapshotWrite write) {
+Result<void> TinkerRoutes::queue_snapshot(SnapshotWrite write) {
     write.snapshot->bytes = tensor_bytes(write.snapshot->tensors);
     const int64_t needed = write.snapshot->bytes + SNAPSHOT_FILE_OVERHEAD;
     auto existing = db_->get_sampler(write.row.sampler_id);
@@ -71,7 +71,7 @@ Result<void> App::queue_snapshot(SnapshotWrite write) {
 }
 
 // The writer thread: drains the queue; at stop() it finishes what is queued before returning.
-void App::snapshot_writer_loop() {
+void TinkerRoutes::snapshot_writer_loop() {
     std::unique_lock<std::mutex> lock(snapshot_mutex_);
     while (true) {
         snapshot_wake_.wait(lock, [this] { return snapshot_writer_stopping_ || !snapshot_queue_.empty(); });
@@ -89,7 +89,7 @@ void App::snapshot_writer_loop() {
 
 // Files first, then the row: a crash in between leaves a directory without a row, which the next start
 // removes; a row always has its files.
-void App::write_snapshot(SnapshotWrite & write) {
+void TinkerRoutes::write_snapshot(SnapshotWrite & write) {
     const auto started = std::chrono::steady_clock::now();
     if (auto room = check_disk_room(); !room.ok()) {
         fail_future(write.request_id, room.error());
@@ -112,7 +112,7 @@ void App::write_snapshot(SnapshotWrite & write) {
     if (session.ok() && session->has_value() && (*session)->expired) {  // it ended while this was queued
         (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
     }
-    keep_snapshot(write.row.sampler_id, write.snapshot);
+    registry_->keep_snapshot(write.row.sampler_id, write.snapshot);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     LOG_INF("api", "snapshot %s written (%s, %.1f ms)", write.row.sampler_id.c_str(), mib(*size).c_str(), ms);
     futures_->complete(
@@ -120,32 +120,7 @@ void App::write_snapshot(SnapshotWrite & write) {
         json{{"sampling_session_id", write.row.sampler_id}, {"type", "save_weights_for_sampler"}}.dump());
 }
 
-void App::keep_snapshot(const std::string & sampler_id, std::shared_ptr<SamplerSnapshot> snapshot) {
-    snapshot->created_at = now_seconds();
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::string run_id = snapshot->run_id;
-    snapshots_[sampler_id] = std::move(snapshot);
-    // (created_at, id), newest first: a run keeps its newest few, everything together stays under the cap.
-    std::vector<std::pair<double, std::string>> order;
-    for (const auto & [id, s] : snapshots_) {
-        order.emplace_back(s->created_at, id);
-    }
-    std::sort(order.rbegin(), order.rend());
-    std::map<std::string, size_t> per_run;
-    int64_t total = 0;
-    for (const auto & [created_at, id] : order) {
-        const SamplerSnapshot & s = *snapshots_[id];
-        total += s.bytes;
-        const bool keep = ++per_run[s.run_id] <= MAX_CACHED_SNAPSHOTS_PER_RUN &&
-                          (id == sampler_id || total <= MAX_CACHED_SNAPSHOT_BYTES);
-        if (!keep) {
-            total -= s.bytes;
-            snapshots_.erase(id);  // still on disk
-        }
-    }
-}
-
-Result<void> App::recover_snapshots() {
+Result<void> TinkerRoutes::recover_snapshots() {
     auto scheduled = db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
     if (!scheduled.ok()) {
         return scheduled.error();
@@ -183,7 +158,7 @@ Result<void> App::recover_snapshots() {
 
 // Row first, then files (as for checkpoints): a crash in between leaves an unrecorded directory, which
 // the next start removes. A sampler adapter still loaded in an engine's LRU is dropped by the LRU.
-void App::expire_snapshots(double now) {
+void TinkerRoutes::expire_snapshots(double now) {
     auto expired = db_->expired_snapshots(now);
     if (!expired.ok()) {
         LOG_ERR("sweeper", "%s", expired.error().message.c_str());
@@ -193,10 +168,7 @@ void App::expire_snapshots(double now) {
         if (!db_->delete_sampler(row.sampler_id).ok()) {
             continue;
         }
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            snapshots_.erase(row.sampler_id);
-        }
+        { registry_->forget_snapshot(row.sampler_id); }
         auto removed = store::remove_checkpoint(row.dir);
         if (!removed.ok()) {
             LOG_ERR("sweeper", "cannot delete snapshot %s: %s", row.dir.c_str(), removed.error().message.c_str());

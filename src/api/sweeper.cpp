@@ -1,7 +1,7 @@
 // The sweeper: a background thread that expires sessions without a heartbeat (their models leave memory,
 // their checkpoints stay, their sampler snapshots stay --snapshot-ttl-seconds more), deletes checkpoints
 // whose TTL has passed and snapshots whose session has been over that long, and prunes old finished futures.
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -10,7 +10,7 @@ namespace {
 constexpr double FUTURE_RETENTION_SECONDS = 24 * 3600.0;  // results stay pollable for a day
 }
 
-void App::sweeper_loop() {
+void TinkerRoutes::sweeper_loop() {
     std::unique_lock<std::mutex> lock(sweeper_mutex_);
     while (!stopping_) {
         sweeper_wake_.wait_for(lock, std::chrono::duration<double>(options_.sweep_interval_seconds));
@@ -27,32 +27,20 @@ void App::sweeper_loop() {
             LOG_ERR("api", "start-up recovery failed after the disk had room again");
         }
         disk_reserve_->restore_if_room();  // after a full disk was freed
-        {
-            std::lock_guard<std::mutex> guard(mutex_);
-            for (auto it = archive_tokens_.begin(); it != archive_tokens_.end();) {
-                it = it->second.expires_at < now ? archive_tokens_.erase(it) : std::next(it);
-            }
-        }
+        registry_->expire_archive_tokens(now);
         lock.lock();
     }
 }
 
 // A session is live while it heartbeats or its models receive requests.
-void App::expire_sessions(double now) {
+void TinkerRoutes::expire_sessions(double now) {
     auto stale = db_->stale_sessions(now - options_.session_timeout_seconds);
     if (!stale.ok()) {
         LOG_ERR("sweeper", "%s", stale.error().message.c_str());
         return;
     }
     for (const auto & session : *stale) {
-        double last_seen = 0;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            auto it = session_last_seen_.find(session.session_id);
-            if (it != session_last_seen_.end()) {
-                last_seen = it->second;
-            }
-        }
+        const double last_seen = registry_->session_last_seen(session.session_id).value_or(0);
         if (last_seen > now - options_.session_timeout_seconds) {
             (void)db_->touch_session(session.session_id, last_seen);
             continue;
@@ -63,27 +51,20 @@ void App::expire_sessions(double now) {
 
 // Marks the session expired, unloads its models (checkpoints stay) and schedules the deletion of its
 // sampler snapshots.
-void App::end_session(const std::string & session_id, const std::string & why) {
+void TinkerRoutes::end_session(const std::string & session_id, const std::string & why) {
     (void)db_->mark_session_expired(session_id);
     (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
-    std::vector<RunPtr> runs;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        session_last_seen_.erase(session_id);
-        for (const auto & [id, run] : runs_) {
-            if (run->row.session_id == session_id) {
-                runs.push_back(run);
-            }
-        }
-    }
+    registry_->forget_session(session_id);
+    const std::vector<RunPtr> runs =
+        registry_->runs_where([&](const RunState & run) { return run.row.session_id == session_id; });
     for (const auto & run : runs) {
-        unload_run(run, "session " + session_id + " " + why);
+        registry_->unload_run(run, "session " + session_id + " " + why);
     }
     LOG_INF("api", "session %s %s; %zu model(s) unloaded, checkpoints kept", session_id.c_str(), why.c_str(),
             runs.size());
 }
 
-void App::expire_checkpoints(double now) {
+void TinkerRoutes::expire_checkpoints(double now) {
     auto expired = db_->expired_checkpoints(now);
     if (!expired.ok()) {
         LOG_ERR("sweeper", "%s", expired.error().message.c_str());

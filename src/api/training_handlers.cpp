@@ -2,7 +2,7 @@
 // unload_model, forward_backward (protobuf, zstd or legacy JSON), forward (legacy) and optim_step.
 #include <cmath>
 
-#include "api/app.h"
+#include "api/tinker_routes.h"
 #include "common/log.h"
 #include "engine/adam_params.h"
 #include "wire/forward_backward_codec.h"
@@ -71,11 +71,11 @@ store::TrainingRunRow new_run_row(const std::string & tenant, const std::string 
 
 }  // namespace
 
-void App::fail_future(const std::string & request_id, const Error & error) {
+void TinkerRoutes::fail_future(const std::string & request_id, const Error & error) {
     futures_->fail(request_id, error.message, error_category(error));
 }
 
-Result<json> App::create_model(Call & call) {
+Result<json> TinkerRoutes::create_model(Call & call) {
     auto session_id = get_string(call.body, "session_id");
     auto model_seq = get_int(call.body, "model_seq_id");
     auto base_model = get_string(call.body, "base_model");
@@ -89,21 +89,17 @@ Result<json> App::create_model(Call & call) {
         return invalid_argument("model_seq_id: must be 0.." + std::to_string(MAX_MODEL_SEQ_ID) + " (got " +
                                 std::to_string(*model_seq) + ")");
     }
-    auto session = find_session(call.tenant, *session_id);
+    auto session = registry_->find_session(call.tenant, *session_id);
     if (!session.ok() || session->expired) {
         return session.ok() ? not_found("session '" + *session_id + "' expired; create a new one") : session.error();
     }
-    ServedModel * model = find_model(*base_model);
+    ServedModel * model = registry_->find_model(*base_model);
     if (model == nullptr) {
         return invalid_argument("base_model '" + *base_model + "' is not served here (see get_server_capabilities)");
     }
     const std::string run_id = *session_id + ":train:" + std::to_string(*model_seq);
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(run_id);
-        if (it != runs_.end()) {  // a resent create_model: the same future
-            return json{{"request_id", it->second->create_request_id}, {"model_id", run_id}};
-        }
+    if (RunPtr resent = registry_->find_run(run_id)) {  // a resent create_model: the same future
+        return json{{"request_id", resent->create_request_id}, {"model_id", run_id}};
     }
     auto existing = db_->get_run(run_id);
     if (existing.ok() && existing->has_value()) {
@@ -112,21 +108,22 @@ Result<json> App::create_model(Call & call) {
     }
     store::TrainingRunRow row = new_run_row(call.tenant, run_id, *session_id, *base_model, *spec, *metadata);
     TRY_STATUS(db_->insert_run(row));
-    RunPtr run = register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
+    RunPtr run =
+        registry_->register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
     model->worker->open_run(run_id, 1, call.tenant);
-    note_session_activity(*session_id);
+    registry_->note_session_activity(*session_id);
     start_adapter_creation(run);
     return json{{"request_id", run->create_request_id}, {"model_id", run_id}};
 }
 
 // On the engine thread: creates the run's adapter, then the run accepts operations.
-void App::start_adapter_creation(const RunPtr & run) {
+void TinkerRoutes::start_adapter_creation(const RunPtr & run) {
     run->model->worker->post([this, run](engine::Engine & engine) {
         const std::string & request_id = run->create_request_id;
         auto adapter = guarded_engine_call<AdapterId>([&] { return engine.create_adapter(run->spec); });
         if (!adapter.ok()) {
             fail_future(request_id, adapter.error());
-            unload_run(run, "creation failed");
+            registry_->unload_run(run, "creation failed");
             return;
         }
         if (!run->loaded) {  // unloaded (expired session, shutdown) before this task ran
@@ -142,24 +139,21 @@ void App::start_adapter_creation(const RunPtr & run) {
     });
 }
 
-Result<json> App::get_info(Call & call) {
+Result<json> TinkerRoutes::get_info(Call & call) {
     auto model_id = get_string(call.body, "model_id");
     if (!model_id.ok()) {
         return model_id.error();
     }
-    auto row = find_run_row(call.tenant, *model_id, false);
+    auto row = registry_->find_run_row(call.tenant, *model_id, false);
     if (!row.ok()) {
         return row.error();
     }
-    {  // a training client exists only while its model is in memory (REST get_training_run still works)
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = runs_.find(*model_id);
-        if (it == runs_.end() || !it->second->loaded) {
-            return not_found("model '" + *model_id + "' is not loaded (unloaded, expired session or restart)");
-        }
+    // a training client exists only while its model is in memory (REST get_training_run still works)
+    if (RunPtr run = registry_->find_run(*model_id); !run || !run->loaded) {
+        return not_found("model '" + *model_id + "' is not loaded (unloaded, expired session or restart)");
     }
     std::string arch;
-    if (ServedModel * model = find_model(row->base_model)) {
+    if (ServedModel * model = registry_->find_model(row->base_model)) {
         arch = model->engine->config().architecture;
     }
     json model_data = {{"arch", arch}, {"model_name", row->base_model}, {"tokenizer_id", row->base_model}};
@@ -167,14 +161,14 @@ Result<json> App::get_info(Call & call) {
                 {"lora_rank", row->lora_rank}, {"model_name", row->base_model}, {"type", "get_info"}};
 }
 
-Result<json> App::unload_model(Call & call) {
+Result<json> TinkerRoutes::unload_model(Call & call) {
     auto run = run_of_body(call);
     if (!run.ok()) {
         return run.error();
     }
     const std::string model_id = run.value()->row.run_id;
     const std::string request_id = create_future(call.tenant, "UnloadModel", model_id);
-    unload_run(*run, "unload_model");
+    registry_->unload_run(*run, "unload_model");
     futures_->complete(request_id, json{{"model_id", model_id}, {"type", "unload_model"}}.dump());
     return json{{"request_id", request_id}, {"model_id", model_id}};
 }
@@ -182,7 +176,7 @@ Result<json> App::unload_model(Call & call) {
 // Decodes the body by Content-Type / Content-Encoding (protobuf, zstd, or the legacy JSON form).
 // A request refused for its data still names its model and seq_id: that seq_id is released (skip_seq)
 // so the run's later operations do not wait behind it forever.
-Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
+Result<wire::ForwardBackwardRequest> TinkerRoutes::decode_forward_backward(Call & call) {
     const http::Request & req = call.req;
     if (req.header("content-type").find("application/x-protobuf") == std::string::npos) {
         auto body = parse_json_body(req.body);
@@ -221,7 +215,7 @@ Result<wire::ForwardBackwardRequest> App::decode_forward_backward(Call & call) {
 
 // The vocabulary of the run's base model bounds token ids and top-K widths; an unknown run gets only the
 // element budget (its request is refused as not found right after decoding).
-wire::DecodeLimits App::decode_limits(const std::string & tenant, const std::string & model_id) {
+wire::DecodeLimits TinkerRoutes::decode_limits(const std::string & tenant, const std::string & model_id) {
     wire::DecodeLimits limits;
     if (auto run = find_live_run(tenant, model_id); run.ok()) {
         limits.vocab_size = (*run)->model->engine->config().vocab_size;
@@ -229,7 +223,7 @@ wire::DecodeLimits App::decode_limits(const std::string & tenant, const std::str
     return limits;
 }
 
-void App::release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id) {
+void TinkerRoutes::release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id) {
     if (!seq_id.is_number_integer()) {
         return;
     }
@@ -239,7 +233,7 @@ void App::release_refused_seq(const std::string & tenant, const std::string & mo
     }
 }
 
-Result<json> App::forward_backward(Call & call) {
+Result<json> TinkerRoutes::forward_backward(Call & call) {
     auto decoded = decode_forward_backward(call);
     if (!decoded.ok()) {
         return decoded.error();
@@ -271,7 +265,7 @@ Result<json> App::forward_backward(Call & call) {
     });
 }
 
-Result<json> App::optim_step(Call & call) {
+Result<json> TinkerRoutes::optim_step(Call & call) {
     auto target = ordered_target(call);
     if (!target.ok()) {
         return target.error();

@@ -1,11 +1,13 @@
-// Test doubles for the scheduler tests: FakeEngine (a torch-free engine::Engine that records its
-// forward_backward calls and can hold the first one) and Recorder (a thread-safe event list).
+// Test doubles for the scheduler and api tests: FakeEngine (a torch-free engine::Engine that records its
+// forward_backward calls and can hold the first one, and samples deterministic tokens one per step) and
+// Recorder (a thread-safe event list).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -63,8 +65,16 @@ class FakeEngine : public engine::Engine {
 
     const model::ModelConfig & config() const override { return config_; }
     std::string compute_dtype_name() const override { return "fp32"; }
-    Result<AdapterId> create_adapter(const engine::LoraSpec &) override { return next_adapter_++; }
-    Result<void> remove_adapter(AdapterId) override { return {}; }
+    Result<AdapterId> create_adapter(const engine::LoraSpec &) override {
+        std::lock_guard lock(mu_);
+        live_adapters_.insert(next_adapter_);
+        return next_adapter_++;
+    }
+    Result<void> remove_adapter(AdapterId id) override {
+        std::lock_guard lock(mu_);
+        live_adapters_.erase(id);
+        return {};
+    }
     Result<engine::LoraSpec> adapter_spec(AdapterId) const override { return engine::LoraSpec{}; }
     Result<engine::OptimStepOutput> optim_step(AdapterId, const engine::AdamParams &) override {
         return engine::OptimStepOutput{};
@@ -78,12 +88,29 @@ class FakeEngine : public engine::Engine {
     Result<std::map<std::string, engine::HostTensor>> export_gradients(AdapterId) const override {
         return std::map<std::string, engine::HostTensor>{};
     }
-    Result<engine::SampleHandle> sample_submit(engine::SampleRequest) override {
-        return unsupported("fake engine: no sampling");
+    // Sampling: sample i of a request gets token (prompt.back() + 1 + i + step) % vocab at each step, with
+    // logprob -0.5, until max_tokens; a prompt token kThrowingToken makes sample_step throw.
+    static constexpr int64_t kThrowingToken = 13;
+    Result<engine::SampleHandle> sample_submit(engine::SampleRequest request) override {
+        if (request.prompt.empty() || request.num_samples < 1) {
+            return invalid_argument("fake engine: empty prompt or no samples");
+        }
+        std::lock_guard lock(mu_);
+        sampling_[next_handle_] = Sampling{std::move(request), {}};
+        return next_handle_++;
     }
-    std::vector<engine::FinishedSample> sample_step() override { return {}; }
-    bool sample_cancel(engine::SampleHandle) override { return false; }
-    engine::SampleStats sample_stats() const override { return {}; }
+    std::vector<engine::FinishedSample> sample_step() override;
+    bool sample_cancel(engine::SampleHandle handle) override {
+        std::lock_guard lock(mu_);
+        cancelled_.push_back(handle);
+        return sampling_.erase(handle) > 0;
+    }
+    engine::SampleStats sample_stats() const override {
+        std::lock_guard lock(mu_);
+        engine::SampleStats stats;
+        stats.running = static_cast<int64_t>(sampling_.size());
+        return stats;
+    }
     Result<std::vector<float>> last_logits(AdapterId, const std::vector<int64_t> &) override {
         return std::vector<float>{};
     }
@@ -94,6 +121,7 @@ class FakeEngine : public engine::Engine {
         {
             std::unique_lock lock(mu_);
             calls_.push_back(call);
+            log_.push_back("fb");
             entered_++;
             cv_.notify_all();
             if (hold_first_ && calls_.size() == 1) {
@@ -127,6 +155,23 @@ class FakeEngine : public engine::Engine {
         std::lock_guard lock(mu_);
         return calls_;
     }
+    // "fb" per forward_backward call and "sample" per sample_step, in call order.
+    std::vector<std::string> log() const {
+        std::lock_guard lock(mu_);
+        return log_;
+    }
+    std::set<AdapterId> live_adapters() const {
+        std::lock_guard lock(mu_);
+        return live_adapters_;
+    }
+    std::vector<engine::SampleHandle> cancelled() const {
+        std::lock_guard lock(mu_);
+        return cancelled_;
+    }
+    size_t sampling_requests() const {
+        std::lock_guard lock(mu_);
+        return sampling_.size();
+    }
 
   private:
     static FbCall describe(const std::vector<ForwardBackwardInput> & inputs, bool backward) {
@@ -143,8 +188,18 @@ class FakeEngine : public engine::Engine {
         return call;
     }
 
+    struct Sampling {
+        engine::SampleRequest request;
+        engine::SampleOutput output;
+    };
+
     model::ModelConfig config_;
     AdapterId next_adapter_ = 1;
+    engine::SampleHandle next_handle_ = 1;
+    std::map<engine::SampleHandle, Sampling> sampling_;
+    std::set<AdapterId> live_adapters_;
+    std::vector<engine::SampleHandle> cancelled_;
+    std::vector<std::string> log_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::vector<FbCall> calls_;
@@ -152,5 +207,37 @@ class FakeEngine : public engine::Engine {
     bool hold_first_ = false;
     bool released_ = false;
 };
+
+inline std::vector<engine::FinishedSample> FakeEngine::sample_step() {
+    std::vector<engine::FinishedSample> finished;
+    std::lock_guard lock(mu_);
+    log_.push_back("sample");
+    for (auto & [handle, s] : sampling_) {
+        if (s.request.prompt.front() == kThrowingToken) {
+            throw std::runtime_error("sampling exploded");
+        }
+        s.output.sequences.resize(static_cast<size_t>(s.request.num_samples));
+        for (size_t i = 0; i < s.output.sequences.size(); ++i) {
+            auto & seq = s.output.sequences[i];
+            if (static_cast<int64_t>(seq.tokens.size()) >= s.request.params.max_tokens) {
+                continue;
+            }
+            const int64_t token =
+                (s.request.prompt.back() + 1 + static_cast<int64_t>(i + seq.tokens.size())) % config_.vocab_size;
+            seq.tokens.push_back(token);
+            seq.logprobs.push_back(-0.5f);
+            if (s.request.on_token) {
+                s.request.on_token(static_cast<int64_t>(i), token, -0.5f, {});
+            }
+        }
+        if (static_cast<int64_t>(s.output.sequences.front().tokens.size()) >= s.request.params.max_tokens) {
+            finished.push_back({handle, std::move(s.output)});
+        }
+    }
+    for (const auto & f : finished) {
+        sampling_.erase(f.handle);
+    }
+    return finished;
+}
 
 }  // namespace tinkerd::scheduler::fakes

@@ -2,6 +2,8 @@
 // See tinker-protocol.md §4.9: ops run strictly in seq_id order; identical resends are answered once.
 #include "scheduler/run_queue.h"
 
+#include <algorithm>
+
 namespace tinkerd::scheduler {
 
 Admission RunQueue::admit(int64_t seq_id, const std::string & body_hash, const std::string & request_id, Op & op) {
@@ -108,6 +110,47 @@ int64_t op_tokens(const Op & op) {
         tokens += static_cast<int64_t>(datum.tokens.size());
     }
     return tokens;
+}
+
+namespace {
+
+// Rotates `items` (sorted by key) so that it starts after `last`.
+template <typename T, typename Key>
+void rotate_after(std::vector<T> & items, const std::string & last, Key key) {
+    auto first = std::find_if(items.begin(), items.end(), [&](const T & item) { return key(item) > last; });
+    std::rotate(items.begin(), first, items.end());
+}
+
+std::string value_or_empty(const std::map<std::string, std::string> & map, const std::string & key) {
+    auto it = map.find(key);
+    return it == map.end() ? std::string() : it->second;
+}
+
+}  // namespace
+
+std::vector<ReadyRun> fair_order(std::vector<ReadyRun> ready, const std::map<std::string, std::string> & tenant_of,
+                                 const std::string & last_tenant,
+                                 const std::map<std::string, std::string> & last_run_of) {
+    std::map<std::string, std::vector<ReadyRun>> by_tenant;
+    for (ReadyRun run : ready) {
+        by_tenant[value_or_empty(tenant_of, run->first)].push_back(run);
+    }
+    std::vector<std::pair<std::string, std::vector<ReadyRun>>> tenants(by_tenant.begin(), by_tenant.end());
+    rotate_after(tenants, last_tenant, [](const auto & t) { return t.first; });
+    size_t most = 0;
+    for (auto & [tenant, list] : tenants) {
+        rotate_after(list, value_or_empty(last_run_of, tenant), [](ReadyRun r) { return r->first; });
+        most = std::max(most, list.size());
+    }
+    std::vector<ReadyRun> order;
+    for (size_t round = 0; round < most; ++round) {
+        for (auto & [tenant, list] : tenants) {
+            if (round < list.size()) {
+                order.push_back(list[round]);
+            }
+        }
+    }
+    return order;
 }
 
 }  // namespace tinkerd::scheduler

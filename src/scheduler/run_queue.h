@@ -1,6 +1,7 @@
 // RunQueue: one training run's ops, held in seq_id order. Decides admission (ACCEPTED, DUPLICATE,
 // CONFLICT, STALE), remembers which seq_ids were admitted or skipped, and releases the op at next_seq.
-// Not thread-safe: the EngineWorker guards it with its own mutex.
+// fair_order: the round-robin order (tenants, then runs within a tenant) in which the worker serves ready
+// runs. Not thread-safe: the EngineWorker guards them with its own mutex.
 #pragma once
 
 #include <chrono>
@@ -76,5 +77,15 @@ class RunQueue {
 
 // Tokens of a forward_backward op (sum of its datums' input lengths).
 int64_t op_tokens(const Op & op);
+
+// A run (id and queue) as the EngineWorker holds it.
+using ReadyRun = std::pair<const std::string, RunQueue> *;
+
+// The worker policy's (2) order of `ready` runs: tenants (tenant_of) in round-robin order starting after
+// `last_tenant`, each tenant's runs in round-robin order starting after last_run_of[tenant], interleaved
+// one run per tenant a round.
+std::vector<ReadyRun> fair_order(std::vector<ReadyRun> ready, const std::map<std::string, std::string> & tenant_of,
+                                 const std::string & last_tenant,
+                                 const std::map<std::string, std::string> & last_run_of);
 
 }  // namespace tinkerd::scheduler

@@ -1,6 +1,7 @@
-// EngineWorker implementation: the engine thread's loop. Picks work round-robin across runs, batches the
-// ready forward_backward ops of many runs into one engine call, runs generic ops and posted tasks alone,
-// and keeps every exception inside the thread (the affected ops fail or are cancelled with a reason).
+// EngineWorker implementation: the engine thread's one loop (plan_locked -> execute -> update). Picks the
+// kind of each step (training, sampling, posted task) in turn, training work round-robin across tenants
+// and runs, batches the ready forward_backward ops of many runs into one engine call, drives the sampling
+// side (sampling.cpp), and keeps every exception inside the thread (the affected ops fail with a reason).
 #include "scheduler/worker.h"
 
 #include <algorithm>
@@ -32,13 +33,22 @@ struct RunOp {
     QueuedOp queued;
 };
 
-// One unit of work taken from the queues under the lock and executed outside it.
-struct Work {
-    Task task;               // a posted task, or
-    std::vector<RunOp> ops;  // one GENERIC op, or a batch of FORWARD_BACKWARD ops
+// One iteration of the loop, decided under the lock from the queues' state alone (plan_locked).
+struct StepPlan {
+    enum class Kind { TRAIN = 0, SAMPLE = 1, TASK = 2, NONE = 3 };  // TRAIN..TASK: the policy's cycle
+    Kind kind = Kind::NONE;
+    Task task;               // TASK
+    std::vector<RunOp> ops;  // TRAIN: one GENERIC op, or a batch of FORWARD_BACKWARD ops
     bool fb_batch = false;
     bool forward_only = false;
     int64_t tokens = 0;
+    std::vector<SampleJob> admit;  // SAMPLE: the queued jobs that join the engine's batch this step
+};
+
+// What execute() did, for update() to report.
+struct StepOutcome {
+    std::vector<FbResult> fb_results;  // TRAIN batch: one per op
+    SampleStepOutcome sample;          // SAMPLE
 };
 
 std::string exception_text(std::exception_ptr ptr) {
@@ -87,7 +97,8 @@ struct EngineWorker::Impl {
     std::string rr_tenant;                         // the tenant served first by the previous pick
     std::map<std::string, std::string> rr_run_of;  // tenant -> its run served first most recently
     std::deque<Task> tasks;
-    bool last_was_task = false;
+    SampleScheduler sampling;
+    StepPlan::Kind last_kind = StepPlan::Kind::TASK;  // the kind of the previous step (TRAIN comes first)
     bool started = false;
     bool stopping = false;
     std::thread thread;
@@ -95,76 +106,72 @@ struct EngineWorker::Impl {
     std::atomic<int64_t> batches{0};
     std::atomic<int64_t> fb_ops{0};
     std::atomic<int64_t> max_runs{0};
+    std::atomic<int64_t> sample_steps{0};
 
-    Impl(engine::Engine & e, std::string n, WorkerOptions o) : engine(e), name(std::move(n)), options(o) {}
+    Impl(engine::Engine & e, std::string n, WorkerOptions o)
+        : engine(e), name(std::move(n)), options(o), sampling(o.max_sampler_adapters, o.max_queued_samples) {}
 
     bool any_ready_locked() const {
         return std::any_of(runs.begin(), runs.end(), [](const auto & kv) { return kv.second.ready(); });
     }
 
-    // Rotates `items` (sorted by key) so that it starts after `last`.
-    template <typename T, typename Key>
-    static void rotate_after(std::vector<T> & items, const std::string & last, Key key) {
-        auto first = std::find_if(items.begin(), items.end(), [&](const T & item) { return key(item) > last; });
-        std::rotate(items.begin(), first, items.end());
-    }
-
-    // The runs whose next op is queued: tenants in round-robin order (starting after rr_tenant), each
-    // tenant's runs in round-robin order (after rr_run_of[tenant]), interleaved one run per tenant a round.
-    std::vector<std::pair<const std::string, RunQueue> *> ready_runs_locked() {
-        using Entry = std::pair<const std::string, RunQueue> *;
-        std::map<std::string, std::vector<Entry>> by_tenant;
+    // The runs whose next op is queued, in the policy's (2) tenant/run round-robin order.
+    std::vector<ReadyRun> ready_runs_locked() {
+        std::vector<ReadyRun> ready;
         for (auto & entry : runs) {
             if (entry.second.ready()) {
-                by_tenant[tenant_of[entry.first]].push_back(&entry);
+                ready.push_back(&entry);
             }
         }
-        std::vector<std::pair<std::string, std::vector<Entry>>> tenants(by_tenant.begin(), by_tenant.end());
-        rotate_after(tenants, rr_tenant, [](const auto & t) { return t.first; });
-        size_t most = 0;
-        for (auto & [tenant, list] : tenants) {
-            rotate_after(list, rr_run_of[tenant], [](Entry e) { return e->first; });
-            most = std::max(most, list.size());
-        }
-        std::vector<Entry> order;
-        for (size_t round = 0; round < most; ++round) {
-            for (auto & [tenant, list] : tenants) {
-                if (round < list.size()) {
-                    order.push_back(list[round]);
-                }
-            }
-        }
-        return order;
+        return fair_order(std::move(ready), tenant_of, rr_tenant, rr_run_of);
     }
 
-    // Takes the next unit of work; the caller knows that a task or a ready op exists.
-    Work next_work_locked() {
-        Work work;
-        bool ops_ready = any_ready_locked();
-        if (!tasks.empty() && (!ops_ready || !last_was_task)) {
-            work.task = std::move(tasks.front());
-            tasks.pop_front();
-            last_was_task = true;
-            return work;
+    // Policy (1): the kind after the previous step's in the cycle TRAIN -> SAMPLE -> TASK that has work.
+    StepPlan::Kind next_kind_locked() const {
+        const bool has_work[3] = {any_ready_locked(), sampling.has_work(), !tasks.empty()};
+        const int last = static_cast<int>(last_kind);
+        for (int i = 1; i <= 3; ++i) {
+            const int kind = (last + i) % 3;
+            if (has_work[kind]) {
+                return static_cast<StepPlan::Kind>(kind);
+            }
         }
-        last_was_task = false;
+        return StepPlan::Kind::NONE;
+    }
+
+    // The next step; the caller knows that some kind has work.
+    StepPlan plan_locked() {
+        StepPlan plan;
+        plan.kind = last_kind = next_kind_locked();
+        if (plan.kind == StepPlan::Kind::TASK) {
+            plan.task = std::move(tasks.front());
+            tasks.pop_front();
+        } else if (plan.kind == StepPlan::Kind::SAMPLE) {
+            plan.admit = sampling.take_queued();
+        } else if (plan.kind == StepPlan::Kind::TRAIN) {
+            plan_training_locked(plan);
+        }
+        return plan;
+    }
+
+    // Policy (2): the first ready run in tenant/run round-robin order; its generic op alone, or a batch.
+    void plan_training_locked(StepPlan & plan) {
         auto order = ready_runs_locked();
         auto & [first_id, first_run] = *order.front();
         rr_tenant = tenant_of[first_id];
         rr_run_of[rr_tenant] = first_id;
         if (first_run.head().op.kind == Op::Kind::GENERIC) {
-            work.ops.push_back({first_id, first_run.pop_head()});
-            return work;
+            plan.ops.push_back({first_id, first_run.pop_head()});
+            return;
         }
-        work.fb_batch = true;
-        work.forward_only = first_run.head().op.forward_only;
-        gather_fb_locked(order, work);
-        return work;
+        plan.fb_batch = true;
+        plan.forward_only = first_run.head().op.forward_only;
+        gather_fb_locked(order, plan);
     }
 
     // For each ready run in order, takes its contiguous chain of FB ops of the batch's kind from
     // next_seq while the token budget allows (the first op is always taken).
-    void gather_fb_locked(const std::vector<std::pair<const std::string, RunQueue> *> & order, Work & work) {
+    void gather_fb_locked(const std::vector<ReadyRun> & order, StepPlan & work) {
         for (auto * entry : order) {
             RunQueue & run = entry->second;
             while (run.ready()) {
@@ -189,7 +196,7 @@ struct EngineWorker::Impl {
                 return false;
             }
             expire_gaps_locked();
-            if (!tasks.empty() || any_ready_locked()) {
+            if (next_kind_locked() != StepPlan::Kind::NONE) {
                 return true;
             }
             std::optional<RunQueue::Clock::time_point> deadline;
@@ -221,25 +228,43 @@ struct EngineWorker::Impl {
 
     void loop() {
         for (;;) {
-            Work work;
+            StepPlan plan;
             {
                 std::unique_lock lock(mu);
                 if (!wait_for_work_locked(lock)) {
                     return;
                 }
-                work = next_work_locked();
+                plan = plan_locked();
             }
-            execute(work);
+            StepOutcome outcome = execute(plan);
+            update(plan, outcome);
         }
     }
 
-    void execute(Work & work) {
-        if (work.task) {
-            run_task(work.task);
-        } else if (work.fb_batch) {
-            run_fb_batch(work);
+    // The engine calls of a step, without the lock (generic ops and tasks complete inside their closure).
+    StepOutcome execute(StepPlan & plan) {
+        StepOutcome outcome;
+        if (plan.kind == StepPlan::Kind::TASK) {
+            run_task(plan.task);
+        } else if (plan.kind == StepPlan::Kind::SAMPLE) {
+            outcome.sample = sampling.execute(engine, plan.admit);
+            sample_steps += outcome.sample.step ? 1 : 0;
+        } else if (plan.fb_batch) {
+            outcome.fb_results = run_fb_batch(plan);
         } else {
-            run_generic(work.ops.front());
+            run_generic(plan.ops.front());
+        }
+        return outcome;
+    }
+
+    // A step's completions, without the lock: forward_backward results, sample events, adapters freed.
+    void update(StepPlan & plan, StepOutcome & outcome) {
+        if (plan.kind == StepPlan::Kind::SAMPLE) {
+            sampling.update(engine, outcome.sample);
+        } else if (plan.fb_batch) {
+            for (size_t i = 0; i < plan.ops.size(); i++) {
+                deliver_fb(plan.ops[i].queued.op, std::move(outcome.fb_results[i]));
+            }
         }
     }
 
@@ -290,7 +315,7 @@ struct EngineWorker::Impl {
         return results;
     }
 
-    void run_fb_batch(Work & work) {
+    std::vector<FbResult> run_fb_batch(StepPlan & work) {
         std::vector<engine::ForwardBackwardInput> inputs;
         std::set<std::string> run_ids;
         inputs.reserve(work.ops.size());
@@ -305,9 +330,7 @@ struct EngineWorker::Impl {
         LOG_DBG("worker", "%s: %s batch runs=%zu ops=%zu tokens=%lld %.1f ms", name.c_str(),
                 work.forward_only ? "forward" : "forward_backward", run_ids.size(), inputs.size(),
                 static_cast<long long>(work.tokens), ms);
-        for (size_t i = 0; i < work.ops.size(); i++) {
-            deliver_fb(work.ops[i].queued.op, std::move(results[i]));
-        }
+        return results;
     }
 
     void record_batch(int64_t n_runs, int64_t n_ops) {
@@ -337,6 +360,7 @@ void EngineWorker::start() {
 
 void EngineWorker::stop() {
     std::vector<QueuedOp> cancelled;
+    std::vector<SampleJob> jobs;
     {
         std::lock_guard lock(impl_->mu);
         impl_->stopping = true;
@@ -353,6 +377,13 @@ void EngineWorker::stop() {
     }
     for (auto & queued : cancelled) {
         cancel_op(queued.op, "server shutting down");
+    }
+    {
+        std::lock_guard lock(impl_->mu);  // the engine thread is gone: its running jobs are ours now
+        jobs = impl_->sampling.drain();
+    }
+    for (auto & job : jobs) {
+        finish_job(job, unavailable("server shutting down"));
     }
 }
 
@@ -426,6 +457,25 @@ void EngineWorker::post(std::function<void(engine::Engine &)> task) {
         impl_->tasks.push_back(std::move(task));
     }
     impl_->cv.notify_one();
+}
+
+void EngineWorker::submit_sample(SampleJob job) {
+    Result<void> queued = internal_error("the engine worker is stopped");
+    {
+        std::lock_guard lock(impl_->mu);
+        if (!impl_->stopping) {
+            queued = impl_->sampling.enqueue(job);
+        }
+    }
+    if (!queued.ok()) {
+        finish_job(job, queued.error());
+        return;
+    }
+    impl_->cv.notify_one();
+}
+
+int64_t EngineWorker::sample_steps_run() const {
+    return impl_->sample_steps.load();
 }
 
 int64_t EngineWorker::batches_run() const {

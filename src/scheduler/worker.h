@@ -1,14 +1,35 @@
-// EngineWorker: the one thread that owns an Engine (one base model). It keeps one queue per training
-// run, releases each run's operations strictly in seq_id order (early arrivals wait; identical resends
-// are answered once; a different body under a used seq_id is refused), and batches ready
-// forward_backward operations of several runs into one engine call. One run's gap never blocks another.
-// Policy: (1) a run's ops run in seq_id order only; (2) the first op of each pick goes to the next TENANT
-// in round-robin order, and within a tenant to its next run in round-robin order, so a tenant with ten
-// runs gets the same share of picks as a tenant with one; (3) a batch then gathers ready forward_backward
-// ops of every tenant's runs in that order up to max_batch_tokens; (4) posted tasks (sampling steps,
-// adapter creation) alternate with training picks, so neither starves the other; (5) each run holds at
-// most max_queued_ops_per_run waiting ops (QUEUE_FULL beyond, a 429 the SDK retries); (6) a missing
-// seq_id is given up after seq_gap_timeout.
+// EngineWorker: the one thread that owns an Engine (one base model) and its ONE scheduling loop. Training
+// runs get one queue each: a run's operations are released strictly in seq_id order (early arrivals wait;
+// identical resends are answered once; a different body under a used seq_id is refused), and ready
+// forward_backward operations of several runs are batched into one engine call. Sample requests
+// (SampleJob, sampling.h) join the engine's continuous batch. Posted tasks run outside any order.
+//
+// Each iteration is plan -> execute -> update (as vLLM's schedule() / update_from_output()):
+//   plan_locked()  under the lock, from the queues' state only: which KIND of step, and what it takes
+//                  (the training ops of one batch, the sample jobs to admit, or one posted task);
+//   execute(plan)  without the lock, on the engine thread: the engine calls and nothing else;
+//   update(plan)   without the lock: completion callbacks, sample events, freed sampler adapters.
+//
+// Policy.
+// (1) Kinds: the kinds with work take turns in the fixed cycle TRAINING -> SAMPLING -> TASK, each turn one
+//     step: a training pick (one generic op, or one batched forward_backward), ONE engine sample_step
+//     (after admitting every queued job and dropping cancelled ones), or one posted task. So when training
+//     and sampling both have work they alternate strictly, and no kind with work waits for more than two
+//     steps of the others: neither starves.
+// (2) Training picks: a run's ops run in seq_id order only; the first op of each pick goes to the next
+//     TENANT in round-robin order, and within a tenant to its next run in round-robin order, so a tenant
+//     with ten runs gets the same share of picks as a tenant with one; a batch then gathers ready
+//     forward_backward ops of every tenant's runs in that order up to max_batch_tokens.
+// (3) Sampling: every queued job is submitted to the engine at the next sampling step (its sampler
+//     adapter resolved first: BASE_MODEL, a run's live adapter, or the LRU of imported samplers, at most
+//     max_sampler_adapters kept, never evicting one a running request samples from). Admission against
+//     the KV-cache budget (--kv-cache-mib) and preemption stay inside the engine's SampleLoop, the only
+//     place that knows bytes: a submitted request waits there until its cache fits, and the newest
+//     request is preempted (caches freed, tokens and RNG kept) when growing would pass the budget. A
+//     cancelled job is dropped at the next sampling step (its KV cache freed at once).
+// (4) Bounds: each run holds at most max_queued_ops_per_run waiting ops (QUEUE_FULL beyond, a 429 the SDK
+//     retries); at most max_queued_samples jobs wait to be admitted (more are refused, UNAVAILABLE); a
+//     missing seq_id is given up after seq_gap_timeout.
 #pragma once
 
 #include <chrono>
@@ -19,6 +40,7 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "scheduler/sampling.h"
 
 namespace tinkerd::scheduler {
 
@@ -55,6 +77,10 @@ struct WorkerOptions {
     // queued behind it run (--seq-gap-timeout-seconds; the SDK's own retries give up after 300 s).
     std::chrono::milliseconds seq_gap_timeout{330000};
     size_t max_queued_ops_per_run = 1024;  // a run's waiting ops at most (the SDK pipelines a few dozen)
+    size_t max_sampler_adapters = 8;       // imported sampler adapters kept (--max-sampler-adapters)
+    // Sample jobs waiting for the next sampling step at most: a safety bound far above the api's own
+    // 429 (--max-queued-samples counts requests, and one OpenAI request may carry many prompts).
+    size_t max_queued_samples = 65536;
 };
 
 class EngineWorker {
@@ -82,13 +108,19 @@ class EngineWorker {
     // seq_ids of the run are not blocked behind it.
     void skip(const std::string & run_id, int64_t seq_id);
 
-    // Runs `task` on the engine thread, outside every run's order (create_model, sampler snapshots).
+    // Runs `task` on the engine thread, outside every run's order (create_model, unload).
     void post(std::function<void(engine::Engine &)> task);
+
+    // Queues a sample request for the next sampling step. Its on_done is called exactly once: with the
+    // outcome, or with the reason it never ran (queue full, cancelled, worker stopped), possibly on the
+    // caller's thread when it is refused here.
+    void submit_sample(SampleJob job);
 
     // Counters for logs and tests.
     int64_t batches_run() const;          // engine forward_backward calls
     int64_t fb_ops_run() const;           // forward_backward ops executed
     int64_t max_runs_in_a_batch() const;  // most distinct runs seen in one batched call
+    int64_t sample_steps_run() const;     // engine sample_step calls
 
   private:
     struct Impl;

@@ -1,0 +1,77 @@
+// SamplingService: building a request's SampleJob (which adapter, how to read its weights, where its
+// events go), the in-flight count behind the 429, and reading a sampler's weights from the snapshot cache,
+// a snapshot's directory or a sampler checkpoint's.
+#include "api/sampling_service.h"
+
+#include <utility>
+
+#include "store/checkpoint_files.h"
+
+namespace tinkerd::api {
+
+Result<void> SamplingService::check_capacity() const {
+    if (in_flight_.load() >= max_in_flight_) {
+        return unavailable("too many sample requests queued (" + std::to_string(max_in_flight_) + "); retry shortly");
+    }
+    return {};
+}
+
+void SamplingService::submit(ServedModel & model, SampleSubmission s) {
+    scheduler::SampleJob job;
+    job.request = std::move(s.request);
+    if (s.live_adapter) {
+        job.adapter = *s.live_adapter;
+    } else if (!s.sampler.model_path.empty() || !s.sampler.run_id.empty()) {  // else: the base model
+        job.adapter_key = s.sampler.sampler_id;
+        job.load_weights = [this, sampler = s.sampler] { return sampler_weights(sampler); };
+    }
+    job.cancelled = std::move(s.cancelled);
+    if (s.stream_tokens) {  // engine thread: the step's tokens are moved to the output stage
+        job.on_tokens = [this, sink = s.sink](std::vector<GeneratedToken> tokens) {
+            output_.push_tokens(sink, std::move(tokens));
+        };
+    }
+    job.on_done = [this, sink = std::move(s.sink)](Result<engine::SampleOutput> output) mutable {
+        --in_flight_;
+        output_.push_done(std::move(sink), std::move(output));
+    };
+    ++in_flight_;
+    model.worker->submit_sample(std::move(job));
+}
+
+Result<scheduler::AdapterWeights> SamplingService::sampler_weights(const store::SamplerRow & sampler) const {
+    std::string dir = sampler.dir;
+    if (!sampler.run_id.empty()) {
+        if (auto snapshot = registry_.find_snapshot(sampler.sampler_id)) {
+            return scheduler::AdapterWeights{snapshot->spec, snapshot->tensors};
+        }
+        if (dir.empty()) {  // recorded by a tinkerd that kept snapshots in memory only
+            return not_found("the weights of sampler '" + sampler.sampler_id +
+                             "' were kept in memory only and are gone since the server restarted");
+        }
+    } else {
+        auto path = parse_tinker_path(sampler.model_path);
+        if (!path.ok()) {
+            return path.error();
+        }
+        auto row = db_.get_checkpoint(path->run_id, path->checkpoint_id());
+        if (!row.ok() || !row->has_value()) {
+            return not_found("checkpoint '" + sampler.model_path + "' of sampler '" + sampler.sampler_id +
+                             "' not found");
+        }
+        dir = (*row)->dir;
+    }
+    auto contents = store::read_checkpoint(dir, false);
+    if (!contents.ok()) {
+        return contents.error();
+    }
+    engine::LoraSpec spec;
+    spec.rank = contents->config.rank;
+    spec.alpha = contents->config.alpha;
+    spec.train_attn = contents->config.train_attn;
+    spec.train_mlp = contents->config.train_mlp;
+    spec.train_unembed = contents->config.train_unembed;
+    return scheduler::AdapterWeights{spec, std::move(contents->tensors)};
+}
+
+}  // namespace tinkerd::api

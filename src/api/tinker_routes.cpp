@@ -1,0 +1,191 @@
+// TinkerRoutes set-up: the /api/v1/ route table (SDK 0.38 endpoints we refuse by name included), start-up
+// recovery from the last process, the sweeper and snapshot writer threads' start and stop, and the helpers
+// every Tinker handler shares (futures recorded in SQLite, the disk-room check, a run's adapter config).
+#include "api/tinker_routes.h"
+
+#include "common/log.h"
+
+namespace tinkerd::api {
+
+TinkerRoutes::TinkerRoutes(AppOptions options, TinkerDeps deps)
+    : options_(std::move(options)),
+      db_(deps.db),
+      disk_reserve_(deps.disk_reserve),
+      futures_(deps.futures),
+      registry_(deps.registry),
+      sampling_(deps.sampling) {}
+
+void TinkerRoutes::start() {
+    sweeper_ = std::thread([this] { sweeper_loop(); });
+    snapshot_writer_ = std::thread([this] { snapshot_writer_loop(); });
+}
+
+void TinkerRoutes::stop_sweeper() {
+    shutting_down_ = true;
+    {
+        std::lock_guard<std::mutex> lock(sweeper_mutex_);
+        stopping_ = true;
+    }
+    sweeper_wake_.notify_all();
+    if (sweeper_.joinable()) {
+        sweeper_.join();
+    }
+}
+
+void TinkerRoutes::stop_snapshot_writer() {
+    {
+        std::lock_guard<std::mutex> lock(snapshot_mutex_);
+        snapshot_writer_stopping_ = true;
+    }
+    snapshot_wake_.notify_all();
+    if (snapshot_writer_.joinable()) {
+        snapshot_writer_.join();
+    }
+}
+
+void TinkerRoutes::add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body) {
+    Route route;
+    route.sync = [this, handler](Call & call) { return (this->*handler)(call); };
+    route.json_body = json_body;
+    router_->add(method, "/api/v1/" + path, route);
+}
+
+void TinkerRoutes::add_async(const std::string & method, const std::string & path, AsyncHandler handler,
+                             bool needs_auth, bool json_body) {
+    Route route;
+    route.async = [this, handler](Call & call, http::Respond respond) { (this->*handler)(call, std::move(respond)); };
+    route.needs_auth = needs_auth;
+    route.json_body = json_body;
+    router_->add(method, "/api/v1/" + path, route);
+}
+
+void TinkerRoutes::add_routes(Router<Route> & router) {
+    router_ = &router;
+    register_unsupported_routes();  // first: "sessions/search" before "sessions/{session_id}"
+    add_sync("POST", "client/config", &TinkerRoutes::client_config);
+    add_sync("POST", "client/dynamic_config", &TinkerRoutes::dynamic_config);
+    add_sync("GET", "get_server_capabilities", &TinkerRoutes::server_capabilities);
+    add_sync("POST", "create_session", &TinkerRoutes::create_session);
+    add_sync("POST", "session_heartbeat", &TinkerRoutes::session_heartbeat);
+    add_sync("POST", "telemetry", &TinkerRoutes::telemetry);
+    add_sync("POST", "create_model", &TinkerRoutes::create_model);
+    add_sync("POST", "get_info", &TinkerRoutes::get_info);
+    add_sync("POST", "unload_model", &TinkerRoutes::unload_model);
+    add_sync("POST", "forward_backward", &TinkerRoutes::forward_backward, false);
+    add_sync("POST", "forward", &TinkerRoutes::forward_backward, false);  // SDK <= 0.24: {"forward_input": ...}
+    add_sync("POST", "optim_step", &TinkerRoutes::optim_step);
+    add_sync("POST", "save_weights", &TinkerRoutes::save_weights);
+    add_sync("POST", "save_weights_for_sampler", &TinkerRoutes::save_weights_for_sampler);
+    add_sync("POST", "load_weights", &TinkerRoutes::load_weights);
+    add_sync("POST", "weights_info", &TinkerRoutes::weights_info);
+    add_sync("POST", "create_sampling_session", &TinkerRoutes::create_sampling_session);
+    add_sync("POST", "asample", &TinkerRoutes::asample);
+    add_async("POST", "retrieve_future", &TinkerRoutes::retrieve_future, true, true);
+    add_sync("GET", "training_runs", &TinkerRoutes::list_training_runs);
+    add_sync("GET", "training_runs/{run_id}", &TinkerRoutes::get_training_run);
+    add_sync("GET", "training_runs/{run_id}/checkpoints", &TinkerRoutes::list_run_checkpoints);
+    add_sync("POST", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &TinkerRoutes::publish_checkpoint);
+    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &TinkerRoutes::unpublish_checkpoint);
+    add_sync("PUT", "training_runs/{run_id}/checkpoints/{kind}/{name}/ttl", &TinkerRoutes::set_checkpoint_ttl);
+    add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/archive", &TinkerRoutes::checkpoint_archive);
+    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{checkpoint_id...}", &TinkerRoutes::delete_checkpoint);
+    add_sync("GET", "checkpoints", &TinkerRoutes::list_user_checkpoints);
+    add_sync("GET", "sessions", &TinkerRoutes::list_sessions);
+    add_sync("GET", "sessions/{session_id}", &TinkerRoutes::get_session);
+    add_sync("PUT", "sessions/{session_id}/project", &TinkerRoutes::set_session_project);
+    add_sync("GET", "samplers/{sampler_id}", &TinkerRoutes::get_sampler);
+    add_sync("POST", "sessions/{session_id}/finish", &TinkerRoutes::finish_session);
+    add_async("GET", "archive_downloads/{token}", &TinkerRoutes::download_archive, false, false);
+    Route health;
+    health.sync = [this](Call & call) { return healthz(call); };
+    health.needs_auth = false;
+    router_->add("GET", "/api/v1/healthz", health);
+}
+
+// SDK 0.38 endpoints answered with a 400 naming the feature (session_handlers.cpp).
+void TinkerRoutes::register_unsupported_routes() {
+    for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
+                              "cancel_future", "join_sampling_session", "sessions/search"}) {
+        add_sync("POST", path, &TinkerRoutes::unsupported_endpoint);
+    }
+    add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/external_weights_urls",
+             &TinkerRoutes::unsupported_endpoint);
+    for (const char * path : {"billing/usage/checkpoints/current", "billing/usage/events", "audit"}) {
+        add_sync("GET", path, &TinkerRoutes::unsupported_endpoint);
+    }
+}
+
+// Nothing is in memory after a start, so the last process's pending futures can never finish and its runs
+// are not loaded; snapshots get their expiry. On a full disk these writes wait for the sweeper to retry
+// them (the server starts and serves reads and deletes meanwhile); other failures stop the start.
+Result<void> TinkerRoutes::recover_from_last_process() {
+    auto failed = db_->fail_pending_futures("server restarted before this request finished", now_seconds());
+    Result<void> recovered = failed.ok() ? db_->mark_all_runs_unloaded() : Result<void>(failed.error());
+    if (recovered.ok()) {
+        recovered = recover_snapshots();
+    }
+    if (!recovered.ok() && store::is_disk_full(recovered.error())) {
+        LOG_ERR("api",
+                "disk full: the restart's bookkeeping (failing pending requests, unloading runs) waits "
+                "until there is room; delete checkpoints to free space");
+        recovery_pending_ = true;
+        return {};
+    }
+    if (failed.ok() && *failed > 0) {
+        LOG_WRN("api", "%lld request(s) pending at the last shutdown are now failed (server restarted)",
+                static_cast<long long>(*failed));
+    }
+    recovery_pending_ = false;
+    return recovered;
+}
+
+// Checkpoint files never eat the bytes a released reserve left for SQLite: while the reserve is gone, a
+// write needs at least its size free (a user error: deleting checkpoints is what helps, not retrying).
+Result<void> TinkerRoutes::check_disk_room() const {
+    if (disk_reserve_->bytes() == 0 || disk_reserve_->held()) {
+        return {};
+    }
+    const uint64_t free_bytes = store::free_disk_bytes(options_.data_dir);
+    if (free_bytes >= disk_reserve_->bytes()) {
+        return {};
+    }
+    return invalid_argument("disk full: " + std::to_string(free_bytes >> 20) +
+                            " MiB free in the data dir, the rest kept for the database; delete checkpoints "
+                            "to free space");
+}
+
+std::string TinkerRoutes::create_future(const std::string & tenant, const std::string & request_type,
+                                        const std::string & run_id) {
+    const std::string request_id = futures_->create(tenant, request_type);
+    store::FutureRow row;
+    row.request_id = request_id;
+    row.tenant = tenant;
+    row.request_type = request_type;
+    row.run_id = run_id;
+    row.state = "pending";
+    row.created_at = now_seconds();
+    (void)db_->insert_future(row);
+    return request_id;
+}
+
+store::AdapterConfig TinkerRoutes::adapter_config(const RunState & run) const {
+    store::AdapterConfig config;
+    config.base_model = run.row.base_model;
+    config.rank = run.spec.rank;
+    config.alpha = run.spec.alpha;
+    config.train_attn = run.spec.train_attn;
+    config.train_mlp = run.spec.train_mlp;
+    config.train_unembed = run.spec.train_unembed;
+    if (run.spec.train_attn) {
+        config.target_modules.insert(config.target_modules.end(), {"q_proj", "k_proj", "v_proj", "o_proj"});
+    }
+    if (run.spec.train_mlp) {
+        config.target_modules.insert(config.target_modules.end(), {"gate_proj", "up_proj", "down_proj"});
+    }
+    if (run.spec.train_unembed) {
+        config.target_modules.push_back("lm_head");
+    }
+    return config;
+}
+
+}  // namespace tinkerd::api

@@ -1,0 +1,201 @@
+// TinkerRoutes: the Tinker API under /api/v1/: sessions, training (ordered operations on each base
+// model's EngineWorker), checkpoints and sampler snapshots (with their writer thread), asample (through
+// the SamplingService), the REST metadata and retrieve_future; and the sweeper thread that ends idle
+// sessions and expires checkpoints and snapshots. Handlers live in the *_handlers.cpp files it names.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "api/app_options.h"
+#include "api/registry.h"
+#include "api/router.h"
+#include "api/sampling_service.h"
+#include "scheduler/futures.h"
+#include "store/checkpoint_files.h"
+#include "store/database.h"
+#include "store/disk_reserve.h"
+#include "wire/forward_backward_codec.h"
+
+namespace tinkerd::api {
+
+using scheduler::guarded_engine_call;
+using AdapterId = engine::AdapterId;
+
+// What the Tinker routes use, owned by the App.
+struct TinkerDeps {
+    store::Database * db = nullptr;
+    store::DiskReserve * disk_reserve = nullptr;
+    scheduler::FutureTable * futures = nullptr;
+    Registry * registry = nullptr;
+    SamplingService * sampling = nullptr;
+};
+
+class TinkerRoutes {
+  public:
+    TinkerRoutes(AppOptions options, TinkerDeps deps);
+    void add_routes(Router<Route> & router);
+
+    // The last process's pending futures failed, its runs unloaded, its snapshots recovered (a full
+    // disk postpones this to the sweeper).
+    Result<void> recover_from_last_process();
+    // The sweeper and snapshot writer threads. stop_sweeper() comes first at shutdown (queued ops are
+    // then cancelled as the server's doing); stop_snapshot_writer() after the workers, which queue snapshots.
+    void start();
+    void stop_sweeper();
+    void stop_snapshot_writer();
+
+  private:
+    using SyncHandler = Result<json> (TinkerRoutes::*)(Call &);
+    using AsyncHandler = void (TinkerRoutes::*)(Call &, http::Respond);
+    void register_unsupported_routes();
+    void add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body = true);
+    void add_async(const std::string & method, const std::string & path, AsyncHandler handler, bool needs_auth,
+                   bool json_body);
+
+    // session_handlers.cpp: configuration, sessions, telemetry, capabilities.
+    Result<json> client_config(Call & call);
+    Result<json> dynamic_config(Call & call);
+    Result<json> healthz(Call & call);
+    Result<json> server_capabilities(Call & call);
+    Result<json> create_session(Call & call);
+    Result<json> session_heartbeat(Call & call);
+    Result<json> telemetry(Call & call);
+    Result<json> finish_session(Call & call);
+    Result<json> unsupported_endpoint(Call & call);
+
+    // training_handlers.cpp: models and training steps.
+    Result<json> create_model(Call & call);
+    void start_adapter_creation(const RunPtr & run);
+    Result<json> get_info(Call & call);
+    Result<json> unload_model(Call & call);
+    Result<json> forward_backward(Call & call);
+    Result<wire::ForwardBackwardRequest> decode_forward_backward(Call & call);
+    wire::DecodeLimits decode_limits(const std::string & tenant, const std::string & model_id);
+    void release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id);
+    Result<json> optim_step(Call & call);
+
+    // checkpoint_handlers.cpp: saving and loading weights.
+    Result<json> save_weights(Call & call);
+    Result<json> save_weights_for_sampler(Call & call);
+    Result<json> load_weights(Call & call);
+    Result<void> import_checkpoint(engine::Engine & engine, const RunState & run, const std::string & dir,
+                                   bool with_optimizer);
+    static Result<void> check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint,
+                                       bool with_optimizer);
+    // On the engine thread: write a checkpoint's files and row, then complete the future.
+    void store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
+                          const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,
+                          const std::string & request_id, const std::string & result_type);
+    Result<json> create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
+                                              bool with_optimizer);
+    Result<json> weights_info(Call & call);
+    Result<json> create_sampling_session(Call & call);
+
+    // sampling_handlers.cpp: asample / compute_logprobs.
+    Result<json> asample(Call & call);
+    Result<engine::SampleRequest> parse_sample_request(const json & body, const ServedModel & model);
+
+    // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.
+    Result<json> list_training_runs(Call & call);
+    Result<json> get_training_run(Call & call);
+    Result<json> list_run_checkpoints(Call & call);
+    Result<json> list_user_checkpoints(Call & call);
+    Result<json> delete_checkpoint(Call & call);
+    Result<json> publish_checkpoint(Call & call);
+    Result<json> unpublish_checkpoint(Call & call);
+    Result<json> set_checkpoint_ttl(Call & call);
+    Result<json> checkpoint_archive(Call & call);
+    Result<json> list_sessions(Call & call);
+    Result<json> get_session(Call & call);
+    Result<json> set_session_project(Call & call);
+    Result<json> get_sampler(Call & call);
+    Result<TinkerPath> owned_checkpoint_path(Call & call);
+    void download_archive(Call & call, http::Respond respond);
+
+    // futures_handler.cpp: retrieve_future and the ordered submission of operations.
+    void retrieve_future(Call & call, http::Respond respond);
+    // Submits `op` as (run, seq_id) under a new future of `request_type`; answers {"request_id", "model_id"}.
+    Result<json> submit_ordered(Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
+                                const std::function<scheduler::Op(const std::string & request_id)> & make_op);
+    // find_live_run of the body's "model_id".
+    Result<RunPtr> run_of_body(Call & call);
+    // The live run and the seq_id of an ordered operation's body ("model_id", "seq_id").
+    struct OrderedTarget {
+        RunPtr run;
+        int64_t seq_id = 0;
+    };
+    Result<OrderedTarget> ordered_target(Call & call);
+    // The run named by the body's model_id, owned by the caller, loaded and ready.
+    Result<RunPtr> find_live_run(const std::string & tenant, const std::string & model_id);
+    // Marks a seq_id as used when its request is refused at submission (so later ones still run).
+    void skip_seq(const RunPtr & run, const std::optional<int64_t> & seq_id);
+    void fail_future(const std::string & request_id, const Error & error);
+
+    // Shared helpers (app.cpp).
+    // A new pending future, also recorded in the database (so a restart can answer it).
+    std::string create_future(const std::string & tenant, const std::string & request_type,
+                              const std::string & run_id = "");
+    json checkpoint_json(const store::CheckpointRow & row) const;
+    json training_run_json(const store::TrainingRunRow & row, const std::string & tenant);
+    store::AdapterConfig adapter_config(const RunState & run) const;
+
+    // snapshots.cpp: unnamed sampler snapshots: a memory cache in front of their files, the disk budget,
+    // the writer thread, start-up recovery and deletion after their session.
+    struct SnapshotWrite {
+        store::SamplerRow row;  // with dir; size_bytes once written
+        std::shared_ptr<SamplerSnapshot> snapshot;
+        store::AdapterConfig config;
+        std::string request_id;
+    };
+    // On the engine thread: refuses a snapshot the disk budget cannot hold (the error names the flag),
+    // else reserves its bytes and queues its write; the writer thread then writes the files, records the
+    // row, caches the snapshot and completes the future.
+    Result<void> queue_snapshot(SnapshotWrite write);
+    void snapshot_writer_loop();
+    void write_snapshot(SnapshotWrite & write);
+    std::string snapshot_dir(const std::string & sampler_id) const;
+    // At start-up: schedules the deletion of ended sessions' snapshots, removes unrecorded directories
+    // (a crash between write and row, temp dirs) and rows without files.
+    Result<void> recover_snapshots();
+    void expire_snapshots(double now);
+
+    // sweeper.cpp: session expiry, checkpoint TTLs, pruning.
+    void sweeper_loop();
+    void expire_sessions(double now);
+    void end_session(const std::string & session_id, const std::string & why);
+    void expire_checkpoints(double now);
+
+    Result<void> check_disk_room() const;
+
+    AppOptions options_;
+    Router<Route> * router_ = nullptr;  // while add_routes() runs
+    store::Database * db_;
+    store::DiskReserve * disk_reserve_;
+    scheduler::FutureTable * futures_;
+    Registry * registry_;
+    SamplingService * sampling_;
+    std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
+
+    std::thread snapshot_writer_;
+    std::mutex snapshot_mutex_;  // guards the four below
+    std::condition_variable snapshot_wake_;
+    std::deque<SnapshotWrite> snapshot_queue_;
+    int64_t snapshot_reserved_bytes_ = 0;  // of queued snapshots, not yet in the database
+    bool snapshot_writer_stopping_ = false;
+
+    std::thread sweeper_;
+    std::mutex sweeper_mutex_;
+    std::condition_variable sweeper_wake_;
+    bool stopping_ = false;
+    std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace tinkerd::api
