@@ -17,10 +17,14 @@ int64_t SequenceLayout::n_tokens() const {
     return n;
 }
 
+int64_t rotary_dim(const model::ModelConfig & c) {
+    return static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+}
+
 torch::Tensor rope_inv_freq(const model::ModelConfig & c) {
-    const int64_t dim = c.head_dim;
+    const int64_t dim = rotary_dim(c);
     torch::Tensor exponent = torch::arange(0, dim, 2, torch::kFloat64) / static_cast<double>(dim);
-    torch::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, exponent);  // [D/2]
+    torch::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, exponent);  // [Dr/2]
     if (c.rope_scaling.type != "llama3") {
         return inv_freq;
     }
@@ -43,8 +47,8 @@ RopeTables::RopeTables(const model::ModelConfig & config, torch::ScalarType dtyp
 
 void RopeTables::grow(int64_t n_positions) {
     torch::Tensor pos = torch::arange(n_positions, torch::kFloat64);  // [n]
-    torch::Tensor freqs = torch::outer(pos, inv_freq_);               // [n, D/2]
-    torch::Tensor emb = torch::cat({freqs, freqs}, -1);               // [n, D]
+    torch::Tensor freqs = torch::outer(pos, inv_freq_);               // [n, Dr/2]
+    torch::Tensor emb = torch::cat({freqs, freqs}, -1);               // [n, Dr]
     cos_ = emb.cos().to(device_, dtype_);
     sin_ = emb.sin().to(device_, dtype_);
 }
@@ -59,6 +63,16 @@ std::pair<torch::Tensor, torch::Tensor> RopeTables::lookup(const torch::Tensor &
 
 torch::Tensor apply_rope(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin) {
     return fused_rope(x, cos, sin);
+}
+
+torch::Tensor apply_partial_rope(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin) {
+    const int64_t D = x.size(-1), Dr = cos.size(-1);
+    if (Dr == D) {
+        return fused_rope(x, cos, sin);
+    }
+    // split (not narrow): the backward is one cat, not a zero-filled [T, heads, D] per part.
+    auto parts = x.split_with_sizes({Dr, D - Dr}, -1);
+    return torch::cat({fused_rope(parts[0], cos, sin), parts[1]}, -1);  // [T, heads, D]
 }
 
 // Attention for B sequences of the same length L. q [B, L, H, D], k/v [B, L, KV, D] -> [B, L, H*D].

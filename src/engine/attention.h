@@ -18,26 +18,33 @@ struct SequenceLayout {
     int64_t n_tokens() const;
 };
 
-// cos/sin tables for positions 0..n-1, [n, D] in dtype; built in float64 and cast.
+// cos/sin tables for positions 0..n-1, [n, Dr] in dtype (Dr = rotary_dim(config)); built in float64 and cast.
 class RopeTables {
   public:
     RopeTables(const model::ModelConfig & config, torch::ScalarType dtype, torch::Device device);
-    // Tables for the given positions [T] -> cos, sin [T, 1, D] (broadcast over heads).
+    // Tables for the given positions [T] -> cos, sin [T, 1, Dr] (broadcast over heads).
     std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor & positions);
 
   private:
     void grow(int64_t n_positions);
-    torch::Tensor inv_freq_;   // [D/2] float64
-    torch::Tensor cos_, sin_;  // [n, D]
+    torch::Tensor inv_freq_;   // [Dr/2] float64
+    torch::Tensor cos_, sin_;  // [n, Dr]
     torch::ScalarType dtype_;
     torch::Device device_;
 };
 
-// Inverse frequencies [D/2] (float64), with llama3 scaling when the config asks for it.
+// The rotated dims of each head: int(head_dim · partial_rotary_factor) (Qwen3.5: a quarter; others: all).
+int64_t rotary_dim(const model::ModelConfig & config);
+
+// Inverse frequencies [Dr/2] (float64), with llama3 scaling when the config asks for it.
 torch::Tensor rope_inv_freq(const model::ModelConfig & config);
 
-// x [T, heads, D] rotated with rotate_half convention: x·cos + rotate_half(x)·sin.
+// x [T, heads, D] rotated with rotate_half convention: x·cos + rotate_half(x)·sin (cos, sin [T, 1, D]).
 torch::Tensor apply_rope(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin);
+
+// Partial rotary embedding (transformers' apply_rotary_pos_emb when cos is narrower than the head): the first
+// Dr dims of x [T, heads, D] rotated as apply_rope, the other D - Dr passed through; cos, sin [T, 1, Dr].
+torch::Tensor apply_partial_rope(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin);
 
 // Causal GQA attention per sequence. q [T, H, D], k and v [T, KV, D]; returns [T, H*D].
 // Query head h uses key/value head h / (H / KV). Sequences of equal length are batched together.

@@ -122,6 +122,11 @@ Result<void> EngineImpl::remove_adapter(AdapterId id) {
 }
 
 Result<SampleHandle> EngineImpl::sample_submit(SampleRequest request) {
+    if (!transformer_->family().supports_cached_decode()) {
+        return unsupported(std::string("sampling is not supported yet for ") + config().architecture + " (" +
+                           transformer_->family().name() +
+                           ": no KV-cached decode of its Gated DeltaNet layers); training (forward_backward) is");
+    }
     const Adapter * adapter = nullptr;
     if (request.adapter != BASE_MODEL) {
         auto it = adapters_.find(request.adapter);

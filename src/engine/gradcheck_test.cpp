@@ -1,7 +1,8 @@
 // Finite-difference checks in float64 of the LoRA gradients the engine computes for every loss
 // (cross_entropy 1-D / 2-D, importance_sampling, ppo with clipped and unclipped tokens, cispo with its
 // stop-gradient weight, dro), on tiny random llama and qwen3 models with random nonzero A and B, and of
-// every expert LoRA tensor (shared-outer factors) of a tiny Qwen3-MoE.
+// every expert LoRA tensor (shared-outer factors) of a tiny Qwen3-MoE, and of the Qwen3.5 hybrid's Gated
+// DeltaNet LoRAs (in_proj_q/k/v on the fused in_proj_qkv, in_proj_z, out_proj) and its gated q_proj.
 // Central differences (eps 1e-6) of "loss:sum" must agree with export_gradients to 1e-6 relative.
 #include <algorithm>
 #include <cmath>
@@ -192,6 +193,17 @@ std::vector<double> uniform(std::mt19937 & rng, size_t n, double lo, double hi) 
     return v;
 }
 
+// A cross_entropy input of two random datums (9 and 6 tokens) with weights in [-0.5, 1.5).
+ForwardBackwardInput weighted_ce_input(GradCheck & gc) {
+    ForwardBackwardInput in{gc.id(), {}, "cross_entropy", {}};
+    for (int64_t n : {9, 6}) {
+        in.datums.push_back({gc.random_tokens(n),
+                             {{"target_tokens", engine::make_host_tensor_i64({n}, gc.random_tokens(n))},
+                              {"weights", f64_tensor({n}, uniform(gc.rng(), n, -0.5, 1.5))}}});
+    }
+    return in;
+}
+
 // An RL input (logprobs + advantages) whose per-token ratio exp(lp - q) equals ratios[i % size].
 ForwardBackwardInput rl_input(GradCheck & gc, const std::string & loss, const std::vector<double> & ratios,
                               const std::vector<double> & advantages, std::map<std::string, double> config = {}) {
@@ -337,15 +349,27 @@ TEST(GradCheck, MoeExpertLoraTensorsAndTheRoutingWeights) {
     }
     keys.insert(keys.end(), {layer_key(0, "q_proj", "A"), layer_key(0, "v_proj", "B"), layer_key(1, "down_proj", "A"),
                              head_key("B")});
-    ForwardBackwardInput in{gc.id(), {}, "cross_entropy", {}};
-    for (int64_t n : {9, 6}) {
-        in.datums.push_back({gc.random_tokens(n),
-                             {{"target_tokens", engine::make_host_tensor_i64({n}, gc.random_tokens(n))},
-                              {"weights", f64_tensor({n}, uniform(gc.rng(), n, -0.5, 1.5))}}});
-    }
+    const ForwardBackwardInput in = weighted_ce_input(gc);
     gc.check_keys(in, in, keys);
     const auto ppo = rl_input(gc, "ppo", {1.05, 1.6, 0.5, 0.9}, {1.3, 0.7, -0.9, -1.1});
     gc.check_keys(ppo, ppo, keys);
+}
+
+TEST(GradCheck, Qwen35LinearAttentionAndGatedQueryLoraTensors) {
+    // Layer 0 is Gated DeltaNet: the three LoRAs on the row slices of in_proj_qkv, in_proj_z and out_proj,
+    // A and B each; layer 1 is gated full attention: q_proj's LoRA covers query and gate.
+    GradCheck gc(TinyFamily::QWEN3_5);
+    std::vector<std::string> keys;
+    for (const char * module : {"in_proj_q", "in_proj_k", "in_proj_v", "in_proj_z", "out_proj"}) {
+        for (const char * ab : {"A", "B"}) {
+            keys.push_back(std::string("base_model.model.model.layers.0.linear_attn.") + module + ".lora_" + ab +
+                           ".weight");
+        }
+    }
+    keys.insert(keys.end(), {layer_key(1, "q_proj", "A"), layer_key(1, "q_proj", "B"), layer_key(1, "k_proj", "B"),
+                             layer_key(0, "down_proj", "A"), head_key("B")});
+    const ForwardBackwardInput in = weighted_ce_input(gc);
+    gc.check_keys(in, in, keys);
 }
 
 }  // namespace

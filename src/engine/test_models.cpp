@@ -37,7 +37,11 @@ struct Dims {
     int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim;
     bool explicit_head_dim, tied, bias, qk_norm;
     int64_t experts = 0, top_k = 0, moe_inter = 0;  // layer 0 sparse when experts > 0
+    bool hybrid = false;                            // Qwen3.5: layer 0 linear attention, layer 1 gated full
 };
+
+// Qwen3.5's Gated DeltaNet sizes of the tiny hybrid: HK, HV, Dk, Dv, conv kernel.
+constexpr int64_t kLinKHeads = 2, kLinVHeads = 4, kLinKDim = 4, kLinVDim = 4, kLinConv = 4;
 
 Dims dims_of(TinyFamily family) {
     switch (family) {
@@ -49,6 +53,8 @@ Dims dims_of(TinyFamily family) {
             return {"Qwen2ForCausalLM", 47, 12, 20, 2, 3, 1, 4, false, false, true, false};
         case TinyFamily::QWEN3_MOE:
             return {"Qwen3MoeForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, false, false, true, 4, 2, 12};
+        case TinyFamily::QWEN3_5:
+            return {"Qwen3_5ForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, true, false, true, 0, 0, 0, true};
     }
     throw std::runtime_error("unknown tiny family");
 }
@@ -80,6 +86,23 @@ model::OwnedTensor make_tensor(const std::vector<double> & values, std::vector<i
     return t;
 }
 
+// The linear_attn.* tensors of a Qwen3.5 linear-attention layer, by add(name, shape, std, offset).
+template <typename Add>
+void add_linear_attention(Add & add, const std::string & p, int64_t hidden) {
+    const int64_t key_dim = kLinKHeads * kLinKDim, value_dim = kLinVHeads * kLinVDim;
+    const int64_t conv_dim = 2 * key_dim + value_dim;
+    const double in_std = 1.0 / std::sqrt(static_cast<double>(hidden));
+    add(p + "in_proj_qkv.weight", {conv_dim, hidden}, in_std, 0.0);
+    add(p + "in_proj_z.weight", {value_dim, hidden}, in_std, 0.0);
+    add(p + "in_proj_b.weight", {kLinVHeads, hidden}, in_std, 0.0);
+    add(p + "in_proj_a.weight", {kLinVHeads, hidden}, in_std, 0.0);
+    add(p + "conv1d.weight", {conv_dim, 1, kLinConv}, 0.5, 0.0);
+    add(p + "dt_bias", {kLinVHeads}, 0.3, 0.5);
+    add(p + "A_log", {kLinVHeads}, 0.5, 0.0);
+    add(p + "norm.weight", {kLinVDim}, 0.1, 1.0);
+    add(p + "out_proj.weight", {hidden, value_dim}, 1.0 / std::sqrt(static_cast<double>(value_dim)), 0.0);
+}
+
 }  // namespace
 
 std::string tiny_config_json(TinyFamily family) {
@@ -109,6 +132,16 @@ std::string tiny_config_json(TinyFamily family) {
         c["decoder_sparse_step"] = 1;
         c["mlp_only_layers"] = {1};
     }
+    if (d.hybrid) {
+        c["layer_types"] = {"linear_attention", "full_attention"};
+        c["linear_num_key_heads"] = kLinKHeads;
+        c["linear_num_value_heads"] = kLinVHeads;
+        c["linear_key_head_dim"] = kLinKDim;
+        c["linear_value_head_dim"] = kLinVDim;
+        c["linear_conv_kernel_dim"] = kLinConv;
+        c["attn_output_gate"] = true;
+        c["partial_rotary_factor"] = 0.5;
+    }
     return c.dump(2);
 }
 
@@ -129,23 +162,28 @@ std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, 
     };
     const int64_t q_dim = d.heads * d.head_dim, kv_dim = d.kv_heads * d.head_dim;
     const auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+    const double norm_offset = d.hybrid ? 0.0 : 1.0;  // Qwen3.5's RMSNorm scales by (1 + weight)
     add("model.embed_tokens.weight", {d.vocab, d.hidden}, 1.0, 0.0);
     for (int64_t l = 0; l < d.layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        add(p + "input_layernorm.weight", {d.hidden}, 0.1, 1.0);
-        add(p + "post_attention_layernorm.weight", {d.hidden}, 0.1, 1.0);
-        add(p + "self_attn.q_proj.weight", {q_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
-        add(p + "self_attn.k_proj.weight", {kv_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
-        add(p + "self_attn.v_proj.weight", {kv_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
-        add(p + "self_attn.o_proj.weight", {d.hidden, q_dim}, inv_sqrt(q_dim), 0.0);
+        add(p + "input_layernorm.weight", {d.hidden}, 0.1, norm_offset);
+        add(p + "post_attention_layernorm.weight", {d.hidden}, 0.1, norm_offset);
+        if (d.hybrid && l == 0) {
+            add_linear_attention(add, p + "linear_attn.", d.hidden);
+        } else {
+            add(p + "self_attn.q_proj.weight", {(d.hybrid ? 2 : 1) * q_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
+            add(p + "self_attn.k_proj.weight", {kv_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
+            add(p + "self_attn.v_proj.weight", {kv_dim, d.hidden}, inv_sqrt(d.hidden), 0.0);
+            add(p + "self_attn.o_proj.weight", {d.hidden, q_dim}, inv_sqrt(q_dim), 0.0);
+        }
         if (d.bias) {
             add(p + "self_attn.q_proj.bias", {q_dim}, 0.1, 0.0);
             add(p + "self_attn.k_proj.bias", {kv_dim}, 0.1, 0.0);
             add(p + "self_attn.v_proj.bias", {kv_dim}, 0.1, 0.0);
         }
-        if (d.qk_norm) {
-            add(p + "self_attn.q_norm.weight", {d.head_dim}, 0.1, 1.0);
-            add(p + "self_attn.k_norm.weight", {d.head_dim}, 0.1, 1.0);
+        if (d.qk_norm && !(d.hybrid && l == 0)) {
+            add(p + "self_attn.q_norm.weight", {d.head_dim}, 0.1, norm_offset);
+            add(p + "self_attn.k_norm.weight", {d.head_dim}, 0.1, norm_offset);
         }
         if (d.experts > 0 && l == 0) {
             add(p + "mlp.gate.weight", {d.experts, d.hidden}, 1.0, 0.0);  // spread-out routing probabilities
@@ -161,7 +199,7 @@ std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, 
         add(p + "mlp.up_proj.weight", {d.inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
         add(p + "mlp.down_proj.weight", {d.hidden, d.inter}, inv_sqrt(d.inter), 0.0);
     }
-    add("model.norm.weight", {d.hidden}, 0.1, 1.0);
+    add("model.norm.weight", {d.hidden}, 0.1, norm_offset);
     if (!d.tied) {
         add("lm_head.weight", {d.vocab, d.hidden}, inv_sqrt(d.hidden), 0.0);
     }

@@ -25,16 +25,20 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model
     auto family = make_family(config->family);
     if (!family) {
         return unsupported("config.json: architecture '" + config->architecture +
-                           "' (Qwen3.5: Gated DeltaNet linear attention) is not supported yet; supported: "
-                           "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM");
+                           "' (Qwen3.5-MoE: Gated DeltaNet hybrid with routed experts) is not supported yet; "
+                           "supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                           "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text only)");
     }
     auto file = model::SafetensorsFile::open_model_dir(model_dir);
     if (!file.ok()) {
         return file.error();
     }
-    auto embed = (*file)->get("model.embed_tokens.weight");
+    WeightLoader names(*file, torch::kFloat32, torch::kFloat32, device);
+    names.choose_model_prefix();
+    const std::string embed_name = names.resolve("model.embed_tokens.weight");
+    auto embed = (*file)->get(embed_name);
     if (!requested && !embed.ok()) {
-        return not_found("missing tensor 'model.embed_tokens.weight' in the checkpoint");
+        return not_found("missing tensor '" + embed_name + "' in the checkpoint");
     }
     // AUTO: a BF16 checkpoint runs in bf16, anything else in exact fp32.
     const torch::ScalarType compute =
@@ -48,6 +52,7 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model
 Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsFile> & file) {
     file_ = file;
     WeightLoader loader(file, compute_, act_, device_);
+    loader.choose_model_prefix();
     const auto & c = config_;
     auto embed = loader.matrix("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
     if (!embed.ok()) {
@@ -69,6 +74,9 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         return norm.error();
     }
     weights_.final_norm = std::move(norm).value();
+    if (family_->norm_weight_offset() != 0.0) {
+        weights_.final_norm = weights_.final_norm + family_->norm_weight_offset();  // not in place: may be mapped
+    }
     if (c.tie_word_embeddings && !loader.contains("lm_head.weight")) {
         weights_.lm_head = weights_.embed;
     } else {
@@ -84,41 +92,19 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
     return {};
 }
 
-std::array<torch::Tensor, 3> Transformer::attention_inputs(int64_t layer, const torch::Tensor & h,
-                                                           const std::vector<RowSegment> & seg,
-                                                           const torch::Tensor & cos, const torch::Tensor & sin) const {
-    const LayerWeights & w = weights_.layers[layer];
-    const auto & c = config_;
-    const int64_t T = h.size(0);
-    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-    torch::Tensor qkv = kernels::base_linear(h, w.w_qkv);  // [T, q_dim + 2 kv_dim]
-    if (w.b_qkv.defined()) {
-        qkv = qkv + w.b_qkv;
-    }
-    // split (not narrow): its backward is one cat instead of a zero-filled [T, q_dim + 2 kv_dim] per part.
-    auto parts = qkv.split_with_sizes({q_dim, kv_dim, kv_dim}, 1);
-    auto adapted = add_lora_shared_input({parts[0], parts[1], parts[2]}, h, seg, layer,
-                                         {LoraTarget::Q, LoraTarget::K, LoraTarget::V});
-    torch::Tensor q = adapted[0].reshape({T, c.n_heads, c.head_dim});
-    torch::Tensor k = adapted[1].reshape({T, c.n_kv_heads, c.head_dim});
-    torch::Tensor v = adapted[2].reshape({T, c.n_kv_heads, c.head_dim});
-    family_->prepare_qk(w, c, q, k);
-    return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
-}
-
-torch::Tensor Transformer::layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & attn,
+torch::Tensor Transformer::layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & mixed,
                                         const std::vector<RowSegment> & seg) const {
     const LayerWeights & w = weights_.layers[layer];
-    torch::Tensor x2 = x + lora_linear(attn, w.wo, {}, seg, layer, LoraTarget::O);
+    torch::Tensor x2 = x + mixed;
     return x2 + family_->mlp(w, config_, rms_norm(x2, w.post_norm, config_.rms_norm_eps), seg, layer);
 }
 
 torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
                                          const torch::Tensor & cos, const torch::Tensor & sin) const {
-    torch::Tensor h = rms_norm(x, weights_.layers[layer].input_norm, config_.rms_norm_eps);  // [T, C]
-    auto [q, k, v] = attention_inputs(layer, h, batch.segments, cos, sin);
-    torch::Tensor attn = packed_causal_attention(q, k, v, batch.layout);  // [T, H*D]
-    return layer_output(layer, x, attn, batch.segments);
+    const LayerWeights & w = weights_.layers[layer];
+    torch::Tensor h = rms_norm(x, w.input_norm, config_.rms_norm_eps);  // [T, C]
+    const MixerContext ctx{batch.segments, batch.layout, cos, sin};
+    return layer_output(layer, x, family_->token_mixer(w, config_, h, ctx, layer), batch.segments);
 }
 
 torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
@@ -136,6 +122,7 @@ SequenceCache Transformer::make_cache() const {
 
 torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
     torch::NoGradGuard no_grad;  // sampling never needs a graph
+    TORCH_CHECK(family_->supports_cached_decode(), "the ", family_->name(), " family has no KV-cached decode");
     std::vector<int64_t> positions;
     for (size_t s = 0; s < batch.caches.size(); ++s) {
         const int64_t start = batch.caches[s]->length();
@@ -148,9 +135,11 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
     torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);              // [T, C]
     auto [cos, sin] = rope_.lookup(torch::tensor(positions, torch::kInt64).to(device_));  // [T, 1, D]
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-        torch::Tensor h = rms_norm(x, weights_.layers[layer].input_norm, config_.rms_norm_eps);  // [T, C]
-        auto [q, k, v] = attention_inputs(layer, h, batch.segments, cos, sin);
-        x = layer_output(layer, x, attention.run(layer, q, k, v), batch.segments);
+        const LayerWeights & w = weights_.layers[layer];
+        torch::Tensor h = rms_norm(x, w.input_norm, config_.rms_norm_eps);  // [T, C]
+        auto [q, k, v] = family_->attention_inputs(w, config_, h, batch.segments, cos, sin, layer);
+        torch::Tensor attn = attention.run(layer, q, k, v);  // [T, H*D]
+        x = layer_output(layer, x, lora_linear(attn, w.wo, {}, batch.segments, layer, LoraTarget::O), batch.segments);
     }
     for (size_t s = 0; s < batch.caches.size(); ++s) {
         batch.caches[s]->advance(batch.lengths[s]);

@@ -43,6 +43,7 @@ class Transformer {
                                                      std::optional<torch::ScalarType> requested, torch::Device device);
 
     const model::ModelConfig & config() const { return config_; }
+    const DecoderFamily & family() const { return *family_; }
     torch::ScalarType compute_dtype() const { return compute_; }
     torch::ScalarType act_dtype() const { return act_; }
     torch::Device device() const { return device_; }
@@ -51,6 +52,7 @@ class Transformer {
     torch::Tensor hidden_states(const PackedBatch & batch);
     // Incremental forward without autograd: runs the new rows against each sequence's cached K/V,
     // appends their K/V, and returns their final-norm hidden states [T, C] in the act dtype.
+    // Only for families with supports_cached_decode() (not Qwen3.5; Engine::sample_submit refuses it).
     torch::Tensor hidden_states_cached(const CachedBatch & batch);
     // An empty cache shaped for this model.
     SequenceCache make_cache() const;
@@ -67,12 +69,8 @@ class Transformer {
     Result<void> load_weights(const std::shared_ptr<model::SafetensorsFile> & file);
     torch::Tensor layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
                                 const torch::Tensor & cos, const torch::Tensor & sin) const;
-    // q [T, H, D] and k, v [T, KV, D] of one layer from its normed input h [T, C] (LoRA, q/k norm, RoPE).
-    std::array<torch::Tensor, 3> attention_inputs(int64_t layer, const torch::Tensor & h,
-                                                  const std::vector<RowSegment> & segments, const torch::Tensor & cos,
-                                                  const torch::Tensor & sin) const;
-    // The residual stream after the o-projection of attn [T, H*D] and the MLP.
-    torch::Tensor layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & attn,
+    // The residual stream after adding the token mixer's output mixed [T, C], then the MLP.
+    torch::Tensor layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & mixed,
                                const std::vector<RowSegment> & segments) const;
 
     model::ModelConfig config_;

@@ -13,8 +13,21 @@ std::string shape_string(const std::vector<int64_t> & shape) {
     return out + "]";
 }
 
-Result<torch::Tensor> WeightLoader::fetch(const std::string & name, const std::vector<int64_t> & shape,
+void WeightLoader::choose_model_prefix() {
+    model_prefix_ = file_->contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+}
+
+std::string WeightLoader::resolve(const std::string & name) const {
+    static const std::string kModel = "model.";
+    if (model_prefix_ == kModel || name.rfind(kModel, 0) != 0) {
+        return name;
+    }
+    return model_prefix_ + name.substr(kModel.size());
+}
+
+Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std::vector<int64_t> & shape,
                                           torch::ScalarType dtype) const {
+    const std::string name = resolve(hf_name);
     auto view = file_->get(name);
     if (!view.ok()) {
         return not_found("missing tensor '" + name + "' in the checkpoint");
@@ -51,7 +64,9 @@ Result<torch::Tensor> WeightLoader::vector(const std::string & name, int64_t siz
 }
 
 void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file) {
-    w.w_qkv = torch::cat({w.wq, w.wk, w.wv}, 0);
+    if (w.wq.defined()) {  // a linear-attention layer has its own (already fused) projections
+        w.w_qkv = torch::cat({w.wq, w.wk, w.wv}, 0);
+    }
     if (w.bq.defined()) {
         w.b_qkv = torch::cat({w.bq, w.bk, w.bv}, 0);
     }

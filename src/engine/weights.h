@@ -35,6 +35,14 @@ struct LayerWeights {
     torch::Tensor router;           // [E, C] act dtype (routing is computed in fp32)
     torch::Tensor experts_gate_up;  // [E, 2F, C] compute dtype: each expert's cat(gate, up)
     torch::Tensor experts_down;     // [E, C, F] compute dtype
+    // A Gated DeltaNet (linear-attention) layer instead of the attention tensors (arch/qwen3_5.cpp); Cc =
+    // 2·HK·Dk + HV·Dv conv channels, Vd = HV·Dv:
+    torch::Tensor w_lin_in;   // [Cc + Vd + 2·HV, C] compute dtype: cat(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)
+    torch::Tensor w_lin_out;  // [C, Vd] out_proj
+    torch::Tensor conv1d;     // [Cc, K] act dtype (the checkpoint's [Cc, 1, K])
+    torch::Tensor dt_bias;    // [HV] act dtype
+    torch::Tensor A_log;      // [HV] act dtype
+    torch::Tensor lin_norm;   // [Dv] act dtype: the gated RMSNorm's weight
     // Fused copies made after loading (one GEMM instead of three / two); the parts are then released.
     torch::Tensor w_qkv;      // [H*D + 2*KV*D, C] = cat(wq, wk, wv)
     torch::Tensor b_qkv;      // [H*D + 2*KV*D] or undefined
@@ -59,13 +67,20 @@ class WeightLoader {
                  torch::Device device)
         : file_(std::move(file)), compute_(compute), act_(act), device_(device) {}
 
+    // Names are given as a Hugging Face *ForCausalLM names them ("model.layers.0...."); a checkpoint of a
+    // *ForConditionalGeneration keeps its text model under "model.language_model.". Chosen from the file:
+    // "model.language_model." when it holds that embedding, else "model.".
+    void choose_model_prefix();
+    // The name in the checkpoint of a text-model tensor named as above.
+    std::string resolve(const std::string & name) const;
+
     // A matrix used in matmuls, in the compute dtype (aliasing the mapping when dtypes match on CPU).
     Result<torch::Tensor> matrix(const std::string & name, std::vector<int64_t> shape) const;
     // A matrix kept in the activation dtype (the MoE router: routing decisions in fp32).
     Result<torch::Tensor> act_matrix(const std::string & name, std::vector<int64_t> shape) const;
     // A small vector (norm weights, biases) in the activation dtype.
     Result<torch::Tensor> vector(const std::string & name, int64_t size) const;
-    bool contains(const std::string & name) const { return file_->contains(name); }
+    bool contains(const std::string & name) const { return file_->contains(resolve(name)); }
     // Lets the kernel drop the mapped pages of a tensor that was copied elsewhere (no-op unless t aliases them).
     void release(const torch::Tensor & t) const { file_->release_pages(t.data_ptr(), t.nbytes()); }
 
@@ -77,6 +92,7 @@ class WeightLoader {
     torch::ScalarType compute_;
     torch::ScalarType act_;
     torch::Device device_;
+    std::string model_prefix_ = "model.";
 };
 
 std::string shape_string(const std::vector<int64_t> & shape);

@@ -1,6 +1,7 @@
-# Hugging Face second reference, model side: seeded tiny random Llama / Qwen2 / Qwen3 / Qwen3-MoE built by
-# `transformers` from configs (save_pretrained, fp32), stories260K, PEFT LoRA adapters with seeded non-zero
-# weights, and the cross-entropy-sum forward/backward through transformers + peft (float64 by default).
+# Hugging Face second reference, model side: seeded tiny random Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3.5 built
+# by `transformers` from configs (save_pretrained, fp32), stories260K, PEFT LoRA adapters with seeded non-zero
+# weights (plus Tinker's three LoRAs on Qwen3.5's fused in_proj_qkv, as forward hooks: PEFT has no such module),
+# and the cross-entropy-sum forward/backward through transformers + peft (float64 by default).
 import json
 import os
 import warnings
@@ -8,8 +9,8 @@ import warnings
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+                          Qwen2ForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config,
+                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _COMMON = dict(num_hidden_layers=2, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1,
@@ -38,8 +39,19 @@ CASES = {
         num_attention_heads=4, head_dim=16, rms_norm_eps=1e-6, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), 4,
         ["q_proj", "k_proj", "v_proj", "o_proj", "lm_head"]),
+    # Qwen3.5 dense: three Gated DeltaNet layers (HV = 2·HK) then one gated full-attention layer (partial
+    # rotary: 8 of 16 dims), tied embeddings. PEFT's targets exclude the fused in_proj_qkv (one PEFT LoRA there
+    # is not Tinker's three); add_split_qkv_lora adds those three as hooks.
+    "hf_qwen3_5_tiny": (1606, Qwen3_5TextConfig, Qwen3_5ForCausalLM, dict(
+        vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,
+        head_dim=16, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5}), 4,
+        ALL_TARGETS + ["in_proj_z", "out_proj", "lm_head"]),
     "hf_stories260K": (1404, None, None, None, 8, ALL_TARGETS + ["lm_head"]),
 }
+SPLIT_QKV = ("in_proj_q", "in_proj_k", "in_proj_v")  # Tinker's LoRAs on the row slices of in_proj_qkv
 
 
 def use_eager_experts(model):
@@ -64,6 +76,10 @@ def legacy_rope_config(config: dict) -> dict:
     out = dict(config)
     rope = dict(out.pop("rope_parameters"))
     out["rope_theta"] = rope.pop("rope_theta")
+    if "partial_rotary_factor" in rope:  # Qwen3.5: top level in older configs; mrope is text-only identity
+        out["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
+        rope.pop("mrope_section", None)
+        rope.pop("mrope_interleaved", None)
     out["rope_scaling"] = rope if rope.get("rope_type", "default") != "default" else None
     return out
 
@@ -72,14 +88,15 @@ def build_tiny_model(case: str, out_dir: str):
     """Seeded random model written with save_pretrained (fp32) to out_dir/model, plus out_dir/model_compat
     (config.json with legacy rope keys, weights symlinked). -> (model in float32, model dir)."""
     seed, config_cls, model_cls, kwargs, _, _ = CASES[case]
-    config = config_cls(**kwargs, **_COMMON)
+    config = config_cls(**{**_COMMON, **kwargs})
     torch.manual_seed(seed)
     model = use_eager_experts(model_cls(config).float().eval())
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():  # HF's N(0, 0.02) init gives near-uniform outputs; make every part matter
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+            if name.endswith("norm.weight"):  # Qwen3_5RMSNorm scales by (1 + weight); its gated norm by weight
+                one_plus = case == "hf_qwen3_5_tiny" and not name.endswith("linear_attn.norm.weight")
+                p.copy_((0 if one_plus else 1) + 0.1 * torch.randn(p.shape, generator=gen))
             elif p.dim() == 1:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
@@ -134,6 +151,34 @@ def add_seeded_lora(model, rank: int, targets, seed: int):
     return peft_model, init
 
 
+def add_split_qkv_lora(peft_model, rank: int, seed: int, alpha: float = 32):
+    """Tinker's LoRA of every Gated DeltaNet in_proj_qkv: three LoRAs (in_proj_q/k/v) whose deltas are added to
+    the q, k and v row slices of its output, as forward hooks; A ~ N(0, 1/sqrt(fan_in)), B ~ N(0, 0.05).
+    -> ({adapter key: leaf tensor requiring grad}, state dict: state["on"] = False turns the hooks off)."""
+    gen = torch.Generator().manual_seed(seed)
+    params, state = {}, {"on": True}
+    for name, module in list(peft_model.named_modules()):
+        if not name.endswith("linear_attn.in_proj_qkv"):
+            continue
+        mixer = peft_model.get_submodule(name.rsplit(".", 1)[0])
+        w = module.weight
+        pairs = []
+        for proj, out in zip(SPLIT_QKV, (mixer.key_dim, mixer.key_dim, mixer.value_dim)):
+            a = (torch.randn(rank, w.shape[1], generator=gen) / w.shape[1] ** 0.5).to(w.dtype).requires_grad_()
+            b = (0.05 * torch.randn(out, rank, generator=gen)).to(w.dtype).requires_grad_()
+            key = name.replace("in_proj_qkv", proj)
+            params[peft_key(key + ".lora_A.weight")], params[peft_key(key + ".lora_B.weight")] = a, b
+            pairs.append((a, b))
+
+        def hook(_module, inputs, output, pairs=pairs):
+            if not state["on"]:
+                return output
+            x = inputs[0]
+            return output + (alpha / rank) * torch.cat([(x @ a.T) @ b.T for a, b in pairs], dim=-1)
+        module.register_forward_hook(hook)
+    return params, state
+
+
 def load_peft(base_model, adapter_dir: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -146,10 +191,14 @@ def full_logprobs(model, tokens):
     return torch.log_softmax(logits, dim=-1), logits
 
 
-def ce_sum_and_grads(peft_model, datums):
+def ce_sum_and_grads(peft_model, datums, extra=None):
     """loss = -sum over datums of sum_i w_i * logprob(target_i); one forward per datum (no padding).
+    extra: {adapter key: leaf tensor} trained outside PEFT (add_split_qkv_lora).
     -> (loss, [per-datum target logprobs], {PEFT key: gradient})."""
     peft_model.zero_grad(set_to_none=True)
+    extra = extra or {}
+    for t in extra.values():
+        t.grad = None
     loss = 0
     lps = []
     for d in datums:
@@ -159,6 +208,7 @@ def ce_sum_and_grads(peft_model, datums):
         lps.append(picked.detach().clone())
     loss.backward()
     grads = {peft_key(n): p.grad.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
+    grads.update({k: t.grad.detach().clone() for k, t in extra.items()})
     return float(loss.detach()), lps, grads
 
 

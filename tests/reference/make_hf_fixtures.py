@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Writes the Hugging Face second-reference fixtures into OUT_DIR/hf/: per model case (tiny random Llama,
-# Qwen2, Qwen3 from transformers configs; stories260K) case.json + tensors.safetensors with transformers'
+# Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 from transformers configs; stories260K) case.json + tensors.safetensors with transformers'
 # float64 logprobs and PEFT LoRA gradients; tokenizer_ids.json (ids by `tokenizers`) and chat_renders.json
 # (apply_chat_template on the real Qwen3 tokenizer). Usage: .venv/bin/python make_hf_fixtures.py OUT_DIR
 import argparse
@@ -41,15 +41,19 @@ def make_model_case(case, out_dir, shared):
         compat_dir = os.path.join(case_dir, "model_compat")
     model64 = copy.deepcopy(model).double()
     peft64, init = hm.add_seeded_lora(model64, rank, targets, seed + 1)
+    extra, hooks = hm.add_split_qkv_lora(peft64, rank, seed + 4)  # Qwen3.5's in_proj_q/k/v; else none
+    init.update({k: t.detach().float().clone() for k, t in extra.items()})
     datums = hm.random_datums(model.config.vocab_size, seed + 2)
-    loss, lps, grads = hm.ce_sum_and_grads(peft64, datums)
+    loss, lps, grads = hm.ce_sum_and_grads(peft64, datums, extra)
     tensors = {f"init/{k}": v.contiguous() for k, v in init.items()}
     tensors.update({f"grad/{k}": v.contiguous() for k, v in grads.items()})
     with torch.no_grad():
         for d, datum in enumerate(datums):
             tensors[f"logprobs/{d}"] = lps[d]
+            hooks["on"] = False
             with peft64.disable_adapter():
                 lp, _ = hm.full_logprobs(peft64, datum["tokens"])
+            hooks["on"] = True
             tensors[f"base_logprobs/{d}"] = lp.gather(1, torch.tensor(datum["targets"])[:, None])[:, 0].clone()
     save_file(tensors, os.path.join(case_dir, "tensors.safetensors"))
     case_json = {"model_dir": os.path.abspath(model_dir), "model_compat_dir": os.path.abspath(compat_dir),

@@ -1,18 +1,29 @@
-// DecoderFamily: what differs between model families (tensor names, q/k normalisation, the MLP).
-// One file per family: llama.cpp (the base behaviour), qwen2.cpp, qwen3.cpp, qwen3_moe.cpp. A new family
-// subclasses and overrides only what differs, then registers itself in registry.cpp.
+// DecoderFamily: what differs between model families (tensor names, q/k normalisation, the token mixer,
+// the MLP). One file per family: llama.cpp (the base behaviour), qwen2.cpp, qwen3.cpp, qwen3_moe.cpp,
+// qwen3_5.cpp. A new family subclasses and overrides only what differs, then registers itself in registry.cpp.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "engine/attention.h"
 #include "engine/lora.h"
 #include "engine/weights.h"
 #include "model/model_config.h"
 
 namespace tinkerd::engine {
+
+// What a layer's token mixer sees besides its weights: the packed rows' adapters, where the sequences
+// lie, and the RoPE tables of the rows' positions.
+struct MixerContext {
+    const std::vector<RowSegment> & segments;
+    const SequenceLayout & layout;
+    const torch::Tensor & cos;  // [T, 1, Dr] (Dr = rotary_dim(config))
+    const torch::Tensor & sin;  // [T, 1, Dr]
+};
 
 class DecoderFamily {
   public:
@@ -29,24 +40,49 @@ class DecoderFamily {
     // Per-head transform of q [T, H, D] and k [T, KV, D] before RoPE. Default: none.
     virtual void prepare_qk(const LayerWeights & weights, const model::ModelConfig & config, torch::Tensor & q,
                             torch::Tensor & k) const {}
+    // The token mixer of one layer on its normed input h [T, C] -> [T, C] (added to the residual stream).
+    // Default: causal self-attention (attention_inputs, packed attention, o_proj with LoRA).
+    virtual torch::Tensor token_mixer(const LayerWeights & weights, const model::ModelConfig & config,
+                                      const torch::Tensor & h, const MixerContext & ctx, int64_t layer) const;
+    // q [T, H, D] and k, v [T, KV, D] of one attention layer from h [T, C]: the fused q/k/v product with
+    // LoRA, prepare_qk, RoPE. Also used by the KV-cached decode path.
+    std::array<torch::Tensor, 3> attention_inputs(const LayerWeights & weights, const model::ModelConfig & config,
+                                                  const torch::Tensor & h, const std::vector<RowSegment> & segments,
+                                                  const torch::Tensor & cos, const torch::Tensor & sin,
+                                                  int64_t layer) const;
+    // Added to every RMSNorm weight when loading (Qwen3.5 multiplies by 1 + weight). Default: 0.
+    virtual double norm_weight_offset() const { return 0.0; }
+    // Whether the KV-cached forward (sampling) can run this family. Default: yes.
+    virtual bool supports_cached_decode() const { return true; }
     // The feed-forward block on x [T, C] -> [T, C]. Default: SwiGLU down(silu(gate(x)) * up(x)).
     virtual torch::Tensor mlp(const LayerWeights & weights, const model::ModelConfig & config, const torch::Tensor & x,
                               const std::vector<RowSegment> & segments, int64_t layer) const;
 
   protected:
-    // The attention tensors shared by every family; biases only when with_bias.
+    // The attention tensors shared by every family; biases only when with_bias. q_proj has
+    // model::projection_shape(config, Q).out rows (twice H·D with Qwen3.5's output gate).
     Result<void> load_attention(const WeightLoader & loader, const model::ModelConfig & config, int64_t layer,
                                 bool with_bias, LayerWeights & out) const;
+    // input_layernorm and post_attention_layernorm.
+    Result<void> load_norms(const WeightLoader & loader, const model::ModelConfig & config, int64_t layer,
+                            LayerWeights & out) const;
 };
 
 std::unique_ptr<DecoderFamily> make_llama_family();
 std::unique_ptr<DecoderFamily> make_qwen2_family();
 std::unique_ptr<DecoderFamily> make_qwen3_family();
 std::unique_ptr<DecoderFamily> make_qwen3_moe_family();
-// The family for a parsed config; nullptr for a family tinkerd parses but cannot run yet (Qwen3.5).
+std::unique_ptr<DecoderFamily> make_qwen3_5_family();
+// The family for a parsed config; nullptr for a family tinkerd parses but cannot run yet (Qwen3.5-MoE).
 std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family);
 
 // x * rsqrt(mean(x², last dim) + eps) * weight, computed in x's dtype.
 torch::Tensor rms_norm(const torch::Tensor & x, const torch::Tensor & weight, double eps);
+
+// The fused q/k/v product of an attention layer with its q/k/v LoRA: h [T, C] -> q [T, q_rows], k, v
+// [T, KV·D] (q_rows = projection_shape(config, Q).out), before any reshape.
+std::array<torch::Tensor, 3> project_qkv(const LayerWeights & weights, const model::ModelConfig & config,
+                                         const torch::Tensor & h, const std::vector<RowSegment> & segments,
+                                         int64_t layer);
 
 }  // namespace tinkerd::engine

@@ -14,6 +14,7 @@ Result<void> DecoderFamily::load_attention(const WeightLoader & loader, const mo
                                            bool with_bias, LayerWeights & out) const {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     const int64_t q_dim = c.n_heads * c.head_dim;
+    const int64_t q_rows = model::projection_shape(c, LoraTarget::Q).out;  // 2·q_dim with an output gate
     const int64_t kv_dim = c.n_kv_heads * c.head_dim;
     auto assign = [](torch::Tensor & dst, Result<torch::Tensor> src) -> Result<void> {
         if (!src.ok()) {
@@ -22,12 +23,12 @@ Result<void> DecoderFamily::load_attention(const WeightLoader & loader, const mo
         dst = std::move(src).value();
         return {};
     };
-    TRY_STATUS(assign(out.wq, loader.matrix(p + "self_attn.q_proj.weight", {q_dim, c.hidden_size})));
+    TRY_STATUS(assign(out.wq, loader.matrix(p + "self_attn.q_proj.weight", {q_rows, c.hidden_size})));
     TRY_STATUS(assign(out.wk, loader.matrix(p + "self_attn.k_proj.weight", {kv_dim, c.hidden_size})));
     TRY_STATUS(assign(out.wv, loader.matrix(p + "self_attn.v_proj.weight", {kv_dim, c.hidden_size})));
     TRY_STATUS(assign(out.wo, loader.matrix(p + "self_attn.o_proj.weight", {c.hidden_size, q_dim})));
     if (with_bias) {
-        TRY_STATUS(assign(out.bq, loader.vector(p + "self_attn.q_proj.bias", q_dim)));
+        TRY_STATUS(assign(out.bq, loader.vector(p + "self_attn.q_proj.bias", q_rows)));
         TRY_STATUS(assign(out.bk, loader.vector(p + "self_attn.k_proj.bias", kv_dim)));
         TRY_STATUS(assign(out.bv, loader.vector(p + "self_attn.v_proj.bias", kv_dim)));
     }
@@ -38,6 +39,13 @@ Result<LayerWeights> DecoderFamily::load_layer(const WeightLoader & loader, cons
                                                int64_t layer) const {
     LayerWeights w;
     TRY_STATUS(load_attention(loader, c, layer, c.attention_bias, w));
+    TRY_STATUS(load_norms(loader, c, layer, w));
+    TRY_STATUS(load_mlp(loader, c, layer, w));
+    return w;
+}
+
+Result<void> DecoderFamily::load_norms(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
+                                       LayerWeights & w) const {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     auto input_norm = loader.vector(p + "input_layernorm.weight", c.hidden_size);
     TRY_STATUS(input_norm);
@@ -45,8 +53,7 @@ Result<LayerWeights> DecoderFamily::load_layer(const WeightLoader & loader, cons
     TRY_STATUS(post_norm);
     w.input_norm = std::move(input_norm).value();
     w.post_norm = std::move(post_norm).value();
-    TRY_STATUS(load_mlp(loader, c, layer, w));
-    return w;
+    return {};
 }
 
 Result<void> DecoderFamily::load_mlp(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
@@ -78,6 +85,41 @@ torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const model::ModelConfi
     auto adapted = add_lora_shared_input({parts[0], parts[1]}, x, segments, layer, {LoraTarget::GATE, LoraTarget::UP});
     return lora_linear(fused_swiglu(adapted[0], adapted[1]), w.w_down, {}, segments, layer,
                        LoraTarget::DOWN);  // [T, C]
+}
+
+std::array<torch::Tensor, 3> project_qkv(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
+                                         const std::vector<RowSegment> & seg, int64_t layer) {
+    const int64_t q_rows = model::projection_shape(c, LoraTarget::Q).out, kv_dim = c.n_kv_heads * c.head_dim;
+    torch::Tensor qkv = kernels::base_linear(h, w.w_qkv);  // [T, q_rows + 2 kv_dim]
+    if (w.b_qkv.defined()) {
+        qkv = qkv + w.b_qkv;
+    }
+    // split (not narrow): its backward is one cat instead of a zero-filled [T, q_rows + 2 kv_dim] per part.
+    auto parts = qkv.split_with_sizes({q_rows, kv_dim, kv_dim}, 1);
+    auto adapted = add_lora_shared_input({parts[0], parts[1], parts[2]}, h, seg, layer,
+                                         {LoraTarget::Q, LoraTarget::K, LoraTarget::V});
+    return {adapted[0], adapted[1], adapted[2]};
+}
+
+std::array<torch::Tensor, 3> DecoderFamily::attention_inputs(const LayerWeights & w, const model::ModelConfig & c,
+                                                             const torch::Tensor & h,
+                                                             const std::vector<RowSegment> & seg,
+                                                             const torch::Tensor & cos, const torch::Tensor & sin,
+                                                             int64_t layer) const {
+    const int64_t T = h.size(0);
+    auto [q_rows, k_rows, v_rows] = project_qkv(w, c, h, seg, layer);
+    torch::Tensor q = q_rows.reshape({T, c.n_heads, c.head_dim});
+    torch::Tensor k = k_rows.reshape({T, c.n_kv_heads, c.head_dim});
+    torch::Tensor v = v_rows.reshape({T, c.n_kv_heads, c.head_dim});
+    prepare_qk(w, c, q, k);
+    return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
+}
+
+torch::Tensor DecoderFamily::token_mixer(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
+                                         const MixerContext & ctx, int64_t layer) const {
+    auto [q, k, v] = attention_inputs(w, c, h, ctx.segments, ctx.cos, ctx.sin, layer);
+    torch::Tensor attn = packed_causal_attention(q, k, v, ctx.layout);  // [T, H*D]
+    return lora_linear(attn, w.wo, {}, ctx.segments, layer, LoraTarget::O);
 }
 
 namespace {

@@ -14,8 +14,9 @@ std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family) {
         case model::ArchFamily::QWEN3_MOE:
             return make_qwen3_moe_family();
         case model::ArchFamily::QWEN3_5:
+            return make_qwen3_5_family();
         case model::ArchFamily::QWEN3_5_MOE:
-            return nullptr;  // Gated DeltaNet hybrids: parsed (LoRA layout, counts), not run yet
+            return nullptr;  // parsed (LoRA layout, counts), not run yet
     }
     return nullptr;
 }
