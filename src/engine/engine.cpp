@@ -125,7 +125,8 @@ Result<SampleHandle> EngineImpl::sample_submit(SampleRequest request) {
     if (!transformer_->family().supports_cached_decode()) {
         return unsupported(std::string("sampling is not supported yet for ") + config().architecture + " (" +
                            transformer_->family().name() +
-                           ": no KV-cached decode of its Gated DeltaNet layers); training (forward_backward) is");
+                           ": no KV-cached decode of its Gated DeltaNet layers yet); training (forward_backward, "
+                           "optim_step, checkpoints) works");
     }
     const Adapter * adapter = nullptr;
     if (request.adapter != BASE_MODEL) {
