@@ -218,6 +218,7 @@ TEST_F(AppTest, AnAsampleIsAnsweredWithTheEnginesTokens) {
 }
 
 TEST_F(AppTest, AnOpenAiStreamWhoseClientGoesAwayFreesItsRequest) {
+    engine_.set_sample_step_delay(2ms);  // 4000 instant steps could finish before the hang-up (seen under load)
     http::Request req;
     req.method = "POST";
     req.path = "/v1/completions";

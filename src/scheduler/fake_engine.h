@@ -3,6 +3,7 @@
 // Recorder (a thread-safe event list).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -10,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -91,6 +93,9 @@ class FakeEngine : public engine::Engine {
     // Sampling: sample i of a request gets token (prompt.back() + 1 + i + step) % vocab at each step, with
     // logprob -0.5, until max_tokens; a prompt token kThrowingToken makes sample_step throw.
     static constexpr int64_t kThrowingToken = 13;
+    // Each sample_step first sleeps this long (a test that must act while a generation runs sets it, so the
+    // fake's instant steps cannot finish the generation first).
+    void set_sample_step_delay(std::chrono::microseconds delay) { sample_step_delay_ = delay; }
     Result<engine::SampleHandle> sample_submit(engine::SampleRequest request) override {
         if (request.prompt.empty() || request.num_samples < 1) {
             return invalid_argument("fake engine: empty prompt or no samples");
@@ -198,6 +203,7 @@ class FakeEngine : public engine::Engine {
     engine::SampleHandle next_handle_ = 1;
     std::map<engine::SampleHandle, Sampling> sampling_;
     std::set<AdapterId> live_adapters_;
+    std::atomic<std::chrono::microseconds> sample_step_delay_{std::chrono::microseconds(0)};
     std::vector<engine::SampleHandle> cancelled_;
     std::vector<std::string> log_;
     mutable std::mutex mu_;
@@ -209,6 +215,9 @@ class FakeEngine : public engine::Engine {
 };
 
 inline std::vector<engine::FinishedSample> FakeEngine::sample_step() {
+    if (const auto delay = sample_step_delay_.load(); delay.count() > 0) {
+        std::this_thread::sleep_for(delay);
+    }
     std::vector<engine::FinishedSample> finished;
     std::lock_guard lock(mu_);
     log_.push_back("sample");
