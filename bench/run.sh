@@ -64,3 +64,10 @@ echo "bench: Tinker API round trip and 1,000 held retrieve_future polls (tests/e
 
 echo "bench: OpenAI /v1/completions, 1/16/64 concurrent clients (stories260K, 8 tokens each)" >&2
 "$PYTHON" bench/openai_load.py "$BUILD" --seconds "${BENCH_OPENAI_SECONDS:-10}"
+
+# Qwen3-MoE (issue 12): a Qwen3-30B-A3B-shaped model cut to 2 layers, bf16 (~3.7 GB written once, ~10 min per
+# run on 2 cores), tinkerd vs transformers eager and grouped_mm in the same run. Opt in with BENCH_MOE=1.
+if [[ "${BENCH_MOE:-0}" != 0 ]]; then
+    echo "bench: Qwen3-MoE, 2 layers of Qwen3-30B-A3B (bench/moe_bench.py)" >&2
+    "$PYTHON" bench/moe_bench.py "$MODELS/qwen3moe-30b-a3b-2l" --build "$BUILD" --steps "$STEPS"
+fi
