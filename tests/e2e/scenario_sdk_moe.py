@@ -15,21 +15,13 @@ LR = 1e-2
 
 def write_model(out_dir):
     """A seeded tiny Qwen3-MoE saved by transformers (one safetensors tensor per expert, as on the Hub)."""
-    import torch
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     config = Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
                             num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                             max_position_embeddings=256, tie_word_embeddings=False, bos_token_id=1,
                             eos_token_id=2)
-    torch.manual_seed(11)
-    model = Qwen3MoeForCausalLM(config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.2)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    return out_dir
+    return sdk.save_random_hf_model(Qwen3MoeForCausalLM, config, 11, out_dir)
 
 
 def check_capabilities(svc):
@@ -39,12 +31,7 @@ def check_capabilities(svc):
 
 def check_learns(svc, batch):
     tc = sdk.resolved(sdk.new_training_client(svc, rank=8, seed=0, base_model=MODEL))
-    nll = []
-    for _ in range(12):
-        fb, _ = sdk.step(tc, batch, LR)
-        nll.append(sdk.mean_nll(fb, batch))
-    check(nll[-1] < 0.5 * nll[0], "NLL did not halve in 12 steps: %s" % [round(x, 3) for x in nll])
-    return tc, nll
+    return tc, sdk.learn_fixed_batch(tc, batch, LR)
 
 
 def check_sampler_matches_trainer(tc, batch):
@@ -57,13 +44,6 @@ def check_sampler_matches_trainer(tc, batch):
     out = sampler.sample(sdk.prompt(batch[0].model_input.to_ints()[:6]), 2,
                          sdk.params(max_tokens=8, temperature=1.0, seed=3)).result()
     check(len(out.sequences) == 2 and all(len(s.tokens) == 8 for s in out.sequences), "sample: %r" % out)
-
-
-def check_resume(svc, tc, batch):
-    path = tc.save_state("moe-state").result().path
-    continued = sdk.train(tc, batch, [LR] * 2)
-    resumed = sdk.train(sdk.resolved(svc.create_training_client_from_state_with_optimizer(path)), batch, [LR] * 2)
-    check(resumed == continued, "resume with optimizer: %r vs uninterrupted %r (bit-identical)" % (resumed, continued))
 
 
 def check_mixed_runs(svc, batch):
@@ -93,7 +73,7 @@ def run(ctx):
     if learned:
         tc, nll = learned
         ctx.case("sampler weights equal the trainer", check_sampler_matches_trainer, tc, batch)
-        ctx.case("resume with optimizer is bit-exact", check_resume, svc, tc, batch)
+        ctx.case("resume with optimizer is bit-exact", sdk.check_resume_bit_exact, svc, tc, batch, LR, "moe-state")
     ctx.case("mixed runs keep their own numbers", check_mixed_runs, svc, batch)
     ctx.finish()
     return "Qwen3-MoE (8 experts, top 2): NLL %.3f -> %.3f in 12 steps" % (nll[0], nll[-1]) if learned else "failed"

@@ -14,7 +14,6 @@ LR = 1e-2
 
 
 def write_model(out_dir):
-    import torch
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
     config = Qwen3_5TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
                                layer_types=["linear_attention"] * 3 + ["full_attention"],
@@ -24,27 +23,13 @@ def write_model(out_dir):
                                tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                 "partial_rotary_factor": 0.5})
-    torch.manual_seed(12)
-    model = Qwen3_5ForCausalLM(config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.2)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    return out_dir
+    return sdk.save_random_hf_model(Qwen3_5ForCausalLM, config, 12, out_dir)
 
 
 def check_learns_and_resumes(svc, batch):
     tc = sdk.resolved(sdk.new_training_client(svc, rank=8, seed=0, base_model=MODEL))
-    nll = []
-    for _ in range(12):
-        fb, _ = sdk.step(tc, batch, LR)
-        nll.append(sdk.mean_nll(fb, batch))
-    check(nll[-1] < 0.5 * nll[0], "NLL did not halve in 12 steps: %s" % [round(x, 3) for x in nll])
-    path = tc.save_state("q35-state").result().path
-    continued = sdk.train(tc, batch, [LR] * 2)
-    resumed = sdk.train(sdk.resolved(svc.create_training_client_from_state_with_optimizer(path)), batch, [LR] * 2)
-    check(resumed == continued, "resume with optimizer: %r vs uninterrupted %r" % (resumed, continued))
+    nll = sdk.learn_fixed_batch(tc, batch, LR)
+    sdk.check_resume_bit_exact(svc, tc, batch, LR, "q35-state")
     return tc, nll
 
 

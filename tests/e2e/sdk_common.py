@@ -130,3 +130,39 @@ def expect_api_error(fn, classes, msg):
 # What a clean user error looks like through the SDK: a 4xx at submission or a failed future.
 USER_ERRORS = (tinker.BadRequestError, tinker.NotFoundError, tinker.UnprocessableEntityError,
                tinker.RequestFailedError)
+
+
+# ---------------------------------------------------------------- served tiny Hugging Face families
+
+
+def save_random_hf_model(model_cls, config, seed, out_dir):
+    """A seeded random transformers model (every matrix N(0, 0.2), norms as built) saved with save_pretrained,
+    for scenarios that serve a family with --model NAME=DIR (sdk_moe, sdk_qwen35). Returns out_dir."""
+    import torch
+    torch.manual_seed(seed)
+    model = model_cls(config).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return out_dir
+
+
+def learn_fixed_batch(tc, batch, lr, steps=12):
+    """`steps` SFT steps on one batch; the mean NLL must at least halve. Returns the NLL of every step."""
+    nll = []
+    for _ in range(steps):
+        fb, _ = step(tc, batch, lr)
+        nll.append(mean_nll(fb, batch))
+    check(nll[-1] < 0.5 * nll[0], "NLL did not halve in %d steps: %s" % (steps, [round(x, 3) for x in nll]))
+    return nll
+
+
+def check_resume_bit_exact(svc, tc, batch, lr, name):
+    """save_state, two more steps, and the same two steps from create_training_client_from_state_with_optimizer:
+    bit-identical losses."""
+    path = tc.save_state(name).result().path
+    continued = train(tc, batch, [lr] * 2)
+    resumed = train(resolved(svc.create_training_client_from_state_with_optimizer(path)), batch, [lr] * 2)
+    check(resumed == continued, "resume with optimizer: %r vs uninterrupted %r (bit-identical)" % (resumed, continued))
