@@ -169,23 +169,8 @@ std::string TinkerRoutes::create_future(const std::string & tenant, const std::s
 }
 
 store::AdapterConfig TinkerRoutes::adapter_config(const RunState & run) const {
-    store::AdapterConfig config;
-    config.base_model = run.row.base_model;
-    config.rank = run.spec.rank;
-    config.alpha = run.spec.alpha;
-    config.train_attn = run.spec.train_attn;
-    config.train_mlp = run.spec.train_mlp;
-    config.train_unembed = run.spec.train_unembed;
-    if (run.spec.train_attn) {
-        config.target_modules.insert(config.target_modules.end(), {"q_proj", "k_proj", "v_proj", "o_proj"});
-    }
-    if (run.spec.train_mlp) {
-        config.target_modules.insert(config.target_modules.end(), {"gate_proj", "up_proj", "down_proj"});
-    }
-    if (run.spec.train_unembed) {
-        config.target_modules.push_back("lm_head");
-    }
-    return config;
+    return store::make_adapter_config(run.row.base_model, run.spec.rank, run.spec.alpha, run.spec.train_attn,
+                                      run.spec.train_mlp, run.spec.train_unembed);
 }
 
 }  // namespace tinkerd::api

@@ -98,6 +98,25 @@ bool has_any_module(const std::vector<std::string> & modules, std::initializer_l
     return false;
 }
 
+}  // namespace
+
+AdapterConfig make_adapter_config(std::string base_model, int64_t rank, double alpha, bool train_attn, bool train_mlp,
+                                  bool train_unembed) {
+    AdapterConfig config{std::move(base_model), rank, alpha, {}, train_attn, train_mlp, train_unembed};
+    if (train_attn) {
+        config.target_modules.insert(config.target_modules.end(), {"q_proj", "k_proj", "v_proj", "o_proj"});
+    }
+    if (train_mlp) {
+        config.target_modules.insert(config.target_modules.end(), {"gate_proj", "up_proj", "down_proj"});
+    }
+    if (train_unembed) {
+        config.target_modules.push_back("lm_head");
+    }
+    return config;
+}
+
+namespace {
+
 // Parses adapter_config.json. Without tinkerd's own section (an adapter from elsewhere) the trained
 // parts are inferred from target_modules.
 Result<AdapterConfig> config_from_json(const json & doc) {

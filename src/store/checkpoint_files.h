@@ -27,6 +27,11 @@ struct AdapterConfig {
     bool train_unembed = true;
 };
 
+// The config of an adapter training the given parts: target_modules lists their PEFT module names
+// (q/k/v/o_proj, gate/up/down_proj, lm_head).
+AdapterConfig make_adapter_config(std::string base_model, int64_t rank, double alpha, bool train_attn, bool train_mlp,
+                                  bool train_unembed);
+
 struct CheckpointContents {
     AdapterConfig config;
     Tensors tensors;  // PEFT keys; with the optimizer: also "<key>.exp_avg", "<key>.exp_avg_sq", "optimizer.step"

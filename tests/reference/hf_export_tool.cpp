@@ -16,23 +16,8 @@ namespace tinkerd::testing {
 namespace {
 
 store::AdapterConfig checkpoint_config(const HfCase & c) {
-    store::AdapterConfig config;
-    config.base_model = c.name;
-    config.rank = c.spec.rank;
-    config.alpha = c.spec.alpha;
-    config.train_attn = c.spec.train_attn;
-    config.train_mlp = c.spec.train_mlp;
-    config.train_unembed = c.spec.train_unembed;
-    if (c.spec.train_attn) {
-        config.target_modules.insert(config.target_modules.end(), {"q_proj", "k_proj", "v_proj", "o_proj"});
-    }
-    if (c.spec.train_mlp) {
-        config.target_modules.insert(config.target_modules.end(), {"gate_proj", "up_proj", "down_proj"});
-    }
-    if (c.spec.train_unembed) {
-        config.target_modules.push_back("lm_head");
-    }
-    return config;
+    return store::make_adapter_config(c.name, c.spec.rank, c.spec.alpha, c.spec.train_attn, c.spec.train_mlp,
+                                      c.spec.train_unembed);
 }
 
 template <typename T>
@@ -83,8 +68,7 @@ void export_experts(engine::Engine & eng, const HfCase & c) {
         t = engine::make_host_tensor_f32(t.shape, v);
     }
     check(eng.import_adapter(id, weights, false), "import_adapter (experts)");
-    store::AdapterConfig config = checkpoint_config(c);
-    config.train_mlp = config.train_attn = config.train_unembed = true;
+    const store::AdapterConfig config = store::make_adapter_config(c.name, spec.rank, spec.alpha, true, true, true);
     check(store::write_checkpoint(c.dir + "/export_experts", config, weights, true), "write_checkpoint (experts)");
     write_outputs(eng, id, c, c.dir + "/export_experts_ours.safetensors");
     std::printf("[%s] exported %zu LoRA tensors with expert factors to %s/export_experts\n", c.name.c_str(),
