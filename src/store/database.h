@@ -88,9 +88,9 @@ struct FutureRow {
 // One point of a run's metric curves: a completed forward_backward, forward or optim_step.
 struct MetricPoint {
     std::string run_id;
-    std::string op;     // "forward_backward", "forward" or "optim_step"
-    int64_t step = 0;   // the run's optimizer steps when the op ran (optim_step: the count after it)
-    double time = 0;    // when it completed
+    std::string op;    // "forward_backward", "forward" or "optim_step"
+    int64_t step = 0;  // the run's optimizer steps when the op ran (optim_step: the count after it)
+    double time = 0;   // when it completed
     double duration_s = 0;
     std::map<std::string, double> values;  // "loss:sum", ..., "num_tokens" or "learning_rate"
     int64_t merged = 1;                    // how many recorded ops this point stands for (downsampling)

@@ -76,9 +76,10 @@ MetricPoint merge_points(const MetricPoint & older, const MetricPoint & newer) {
 }
 
 Result<void> insert_point(sqlite3 * db, const MetricPoint & p) {
-    auto stmt = Statement::prepare(db, "INSERT INTO run_metrics (run_id, op, step, time, duration_s, values_json, merged)"
-                             " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                             "record_metric_point");
+    auto stmt = Statement::prepare(db,
+                                   "INSERT INTO run_metrics (run_id, op, step, time, duration_s, values_json, merged)"
+                                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                   "record_metric_point");
     TRY_STATUS(stmt);
     stmt->bind_text(1, p.run_id).bind_text(2, p.op).bind_int(3, p.step).bind_double(4, p.time);
     stmt->bind_double(5, std::isfinite(p.duration_s) ? p.duration_s : 0.0);
@@ -89,9 +90,10 @@ Result<void> insert_point(sqlite3 * db, const MetricPoint & p) {
 
 Result<void> replace_pair(sqlite3 * db, const StoredPoint & older, const StoredPoint & newer) {
     const MetricPoint merged = merge_points(older.point, newer.point);
-    auto update = Statement::prepare(db, "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
-                               " WHERE point_id = ?1",
-                               "merge metric points");
+    auto update = Statement::prepare(db,
+                                     "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
+                                     " WHERE point_id = ?1",
+                                     "merge metric points");
     TRY_STATUS(update);
     update->bind_int(1, newer.point_id).bind_double(2, merged.duration_s);
     update->bind_text(3, values_json(merged.values)).bind_int(4, merged.merged);
@@ -104,9 +106,9 @@ Result<void> replace_pair(sqlite3 * db, const StoredPoint & older, const StoredP
 
 // When (run, op) holds more than `max_points` points: its oldest half (an even number) becomes half as
 // many points, each pair merged into its newer member. Repeated thinning makes old history coarser.
-Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::string & op,
-                          int64_t max_points) {
-    auto count = Statement::prepare(db, "SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
+Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::string & op, int64_t max_points) {
+    auto count =
+        Statement::prepare(db, "SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
     TRY_STATUS(count);
     count->bind_text(1, run_id).bind_text(2, op);
     Result<int64_t> n = count_of(*count);
@@ -114,9 +116,11 @@ Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::s
     if (*n <= max_points) {
         return {};
     }
-    auto oldest = Statement::prepare(db, "SELECT " TINKERD_METRIC_COLUMNS " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
-                               " ORDER BY time, point_id LIMIT ?3",
-                               "oldest metric points");
+    auto oldest = Statement::prepare(db,
+                                     "SELECT " TINKERD_METRIC_COLUMNS
+                                     " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
+                                     " ORDER BY time, point_id LIMIT ?3",
+                                     "oldest metric points");
     TRY_STATUS(oldest);
     oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
     auto points = collect<StoredPoint>(*oldest, read_point);
@@ -145,7 +149,8 @@ Result<void> Database::record_metric_point(const MetricPoint & point, int64_t ma
 
 Result<std::vector<MetricPoint>> Database::metric_points(const std::string & run_id, int64_t since_step) {
     Lock lock(impl_->mutex);
-    auto stmt = impl_->prepare("SELECT " TINKERD_METRIC_COLUMNS " FROM run_metrics WHERE run_id = ?1 AND step >= ?2"
+    auto stmt = impl_->prepare("SELECT " TINKERD_METRIC_COLUMNS
+                               " FROM run_metrics WHERE run_id = ?1 AND step >= ?2"
                                " ORDER BY time, point_id",
                                "metric_points");
     TRY_STATUS(stmt);
@@ -162,8 +167,8 @@ Result<std::vector<MetricPoint>> Database::metric_points(const std::string & run
 
 Result<bool> Database::metrics_downsampled(const std::string & run_id) {
     Lock lock(impl_->mutex);
-    auto stmt = impl_->prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND merged > 1",
-                               "metrics_downsampled");
+    auto stmt =
+        impl_->prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND merged > 1", "metrics_downsampled");
     TRY_STATUS(stmt);
     stmt->bind_text(1, run_id);
     Result<int64_t> n = count_of(*stmt);
@@ -188,9 +193,10 @@ Result<void> Database::add_sampler_usage(const SamplerUsageRow & delta) {
 
 Result<std::vector<SamplerUsageRow>> Database::sampler_usage(const std::string & tenant) {
     Lock lock(impl_->mutex);
-    auto stmt = impl_->prepare("SELECT sampler_id, tenant, base_model, requests, tokens_sampled, last_used"
-                               " FROM sampler_usage WHERE ?1 = '' OR tenant = ?1 ORDER BY last_used DESC",
-                               "sampler_usage");
+    auto stmt = impl_->prepare(
+        "SELECT sampler_id, tenant, base_model, requests, tokens_sampled, last_used"
+        " FROM sampler_usage WHERE ?1 = '' OR tenant = ?1 ORDER BY last_used DESC",
+        "sampler_usage");
     TRY_STATUS(stmt);
     stmt->bind_text(1, tenant);
     return collect<SamplerUsageRow>(*stmt, [](const Statement & s) {

@@ -109,9 +109,9 @@ TEST_F(RunMetricsTest, DownsamplingKeepsTheBoundAndTheWeightedMean) {
     }
     EXPECT_LE(fb_points, bound);
     EXPECT_GE(fb_points, bound / 2);
-    EXPECT_EQ(fb_ops, 40);                // every op is still counted once
-    EXPECT_NEAR(weighted, sum, 1e-9);     // merging averages, it does not lose mass
-    EXPECT_EQ(all.back().step, 40);       // the newest points are never merged
+    EXPECT_EQ(fb_ops, 40);             // every op is still counted once
+    EXPECT_NEAR(weighted, sum, 1e-9);  // merging averages, it does not lose mass
+    EXPECT_EQ(all.back().step, 40);    // the newest points are never merged
     EXPECT_EQ(all.back().merged, 1);
     EXPECT_TRUE(db_->metrics_downsampled("run-1").value());
 }
