@@ -1,8 +1,10 @@
 // tinkerd entry point: reads flags (design.md §2), loads the served models (or generates the built-in
 // one), opens the data dir, and serves the Tinker API over HTTP until SIGINT/SIGTERM.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <pthread.h>
 #include <set>
@@ -259,6 +261,18 @@ TokenizerList load_tokenizers(const Flags & flags) {
     return tokenizers;
 }
 
+// The bytes of a model directory's *.safetensors files (what loading maps), for the load log line.
+double safetensors_bytes(const std::string & dir) {
+    std::error_code ec;
+    double total = 0;
+    for (const auto & entry : std::filesystem::directory_iterator(dir, ec)) {
+        if (entry.path().extension() == ".safetensors") {
+            total += static_cast<double>(entry.file_size(ec));
+        }
+    }
+    return total;
+}
+
 bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
     for (const auto & [name, dir] : flags.models) {
         LOG_INF("main", "loading model %s from %s ...", name.c_str(), dir.c_str());
@@ -267,6 +281,7 @@ bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & op
             // bf16 rounding is far below a 4- to 8-bit quantisation's error, and bf16 runs twice as fast
             model_options.dtype = tinkerd::engine::ComputeDType::BF16;
         }
+        const auto started = std::chrono::steady_clock::now();
         auto engine = tinkerd::engine::Engine::load(dir, model_options);
         if (!engine.ok()) {
             LOG_ERR("main", "cannot load %s: %s", name.c_str(), engine.error().message.c_str());
@@ -277,9 +292,12 @@ bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & op
             LOG_ERR("main", "self-check forward of %s failed: %s", name.c_str(), logits.error().message.c_str());
             return false;
         }
-        LOG_INF("main", "loaded %s (%s, %lld layers, vocab %lld, %s weights)", name.c_str(),
-                (*engine)->config().architecture.c_str(), static_cast<long long>((*engine)->config().n_layers),
-                static_cast<long long>((*engine)->config().vocab_size), (*engine)->compute_dtype_name().c_str());
+        LOG_INF("main", "loaded %s (%s, %lld layers, vocab %lld, %s weights; %.1f MiB of safetensors) in %.1f s",
+                name.c_str(), (*engine)->config().architecture.c_str(),
+                static_cast<long long>((*engine)->config().n_layers),
+                static_cast<long long>((*engine)->config().vocab_size), (*engine)->compute_dtype_name().c_str(),
+                safetensors_bytes(dir) / 1048576.0,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
         engines.push_back(std::move(engine).value());
     }
     return true;

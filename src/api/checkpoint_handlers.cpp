@@ -1,6 +1,7 @@
 // Handlers for weights: save_weights (adapter + Adam state), save_weights_for_sampler (a named PEFT
 // adapter, or an unnamed snapshot: snapshots.cpp), load_weights (into a live model, or creating one),
 // weights_info, and the sampling-session metadata. File writes run on the engine thread, in seq_id order.
+#include <chrono>
 #include <cstring>
 
 #include "api/tinker_routes.h"
@@ -67,6 +68,7 @@ void TinkerRoutes::store_checkpoint(const RunState & run, const std::string & te
         return;
     }
     // A directory without a row is what a crash between writing and recording leaves: replace it.
+    const auto started = std::chrono::steady_clock::now();
     auto size = store::write_checkpoint(row.dir, adapter_config(run), tensors, true);
     if (!size.ok()) {
         fail_future(request_id, size.error());
@@ -78,6 +80,8 @@ void TinkerRoutes::store_checkpoint(const RunState & run, const std::string & te
         fail_future(request_id, stored.error());
         return;
     }
+    LOG_INF("api", "checkpoint %s written (%.1f MiB, %.1f ms)", path.str().c_str(), *size / 1048576.0,
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
     futures_->complete(request_id, json{{"path", path.str()}, {"type", result_type}}.dump());
 }
 
