@@ -88,19 +88,24 @@ Result<void> insert_point(sqlite3 * db, const MetricPoint & p) {
     return {};
 }
 
-Result<void> replace_pair(sqlite3 * db, const StoredPoint & older, const StoredPoint & newer) {
-    const MetricPoint merged = merge_points(older.point, newer.point);
+// Each pair (older, newer) becomes one row: the newer one updated with the merge, the older one deleted.
+Result<void> merge_pairs(sqlite3 * db, const std::vector<StoredPoint> & points) {
     auto update = Statement::prepare(db,
                                      "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
                                      " WHERE point_id = ?1",
                                      "merge metric points");
-    TRY_STATUS(update);
-    update->bind_int(1, newer.point_id).bind_double(2, merged.duration_s);
-    update->bind_text(3, values_json(merged.values)).bind_int(4, merged.merged);
-    TRY_STATUS(update->run());
     auto remove = Statement::prepare(db, "DELETE FROM run_metrics WHERE point_id = ?1", "drop merged metric point");
+    TRY_STATUS(update);
     TRY_STATUS(remove);
-    TRY_STATUS(remove->bind_int(1, older.point_id).run());
+    for (size_t i = 0; i + 1 < points.size(); i += 2) {
+        const MetricPoint merged = merge_points(points[i].point, points[i + 1].point);
+        update->reset();
+        update->bind_int(1, points[i + 1].point_id).bind_double(2, merged.duration_s);
+        update->bind_text(3, values_json(merged.values)).bind_int(4, merged.merged);
+        TRY_STATUS(update->run());
+        remove->reset();
+        TRY_STATUS(remove->bind_int(1, points[i].point_id).run());
+    }
     return {};
 }
 
@@ -125,10 +130,7 @@ Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::s
     oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
     auto points = collect<StoredPoint>(*oldest, read_point);
     TRY_STATUS(points);
-    for (size_t i = 0; i + 1 < points->size(); i += 2) {
-        TRY_STATUS(replace_pair(db, (*points)[i], (*points)[i + 1]));
-    }
-    return {};
+    return merge_pairs(db, *points);
 }
 
 }  // namespace
