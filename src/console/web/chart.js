@@ -4,9 +4,10 @@
 // data-plotted (points drawn: a log axis leaves out values <= 0) for tests and assistive tools.
 import {svgEl, fmtNumber} from "./dom.js";
 
-const WIDTH = 720;
+const DEFAULT_WIDTH = 720;
 const HEIGHT = 300;
-const PAD = {left: 64, right: 16, top: 14, bottom: 34};
+const PAD = {left: 64, right: 16, top: 28, bottom: 34};
+let WIDTH = DEFAULT_WIDTH;  // the chart being drawn: its viewBox width is the box's CSS width, so text stays 11 px
 
 // EMA with weight w in [0, 1): smoothed_i = ema_i / (1 - w^(i+1)), so the first values are not pulled to 0.
 export function smooth(values, w) {
@@ -82,7 +83,8 @@ function pathOf(points, scales, values) {
 // The hover / keyboard read-out: a marker and a label on the point nearest to the pointer.
 function addReadout(svg, points, scales, smoothed, label) {
   const marker = svgEl("circle", {class: "marker", r: 4, visibility: "hidden"});
-  const text = svgEl("text", {class: "readout", x: PAD.left + 8, y: PAD.top + 12}, "");
+  const text = svgEl("text", {class: "readout", x: PAD.left, y: PAD.top - 10}, "");
+  const width = WIDTH;  // this chart's, for the handlers below
   let current = -1;
   const show = (i) => {
     current = Math.max(0, Math.min(points.length - 1, i));
@@ -95,7 +97,7 @@ function addReadout(svg, points, scales, smoothed, label) {
   };
   svg.addEventListener("mousemove", (event) => {
     const box = svg.getBoundingClientRect();
-    const x = ((event.clientX - box.left) / box.width) * WIDTH;
+    const x = ((event.clientX - box.left) / box.width) * width;
     let best = 0;
     points.forEach((p, i) => { if (Math.abs(scales.sx(p.x) - x) < Math.abs(scales.sx(points[best].x) - x)) best = i; });
     show(best);
@@ -109,9 +111,11 @@ function addReadout(svg, points, scales, smoothed, label) {
   svg.append(marker, text);
 }
 
-// A chart of `points` ([{x: step, y: value}], ordered by x) named `label`. options: {log, smoothing}.
+// A chart of `points` ([{x: step, y: value}], ordered by x) named `label`. options: {log, smoothing,
+// width (CSS pixels the chart will take; 720 when absent)}.
 export function lineChart(points, label, options) {
   const log = Boolean(options && options.log);
+  WIDTH = Math.max(300, Math.round((options && options.width) || DEFAULT_WIDTH));
   const plotted = log ? points.filter((p) => p.y > 0 && Number.isFinite(p.y)) : points.filter((p) => Number.isFinite(p.y));
   const svg = svgEl("svg", {
     class: "chart", viewBox: "0 0 " + WIDTH + " " + HEIGHT, role: "img", tabindex: 0, focusable: "true",

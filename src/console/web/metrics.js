@@ -54,10 +54,10 @@ export function lastLoss(points) {
   return null;
 }
 
-// Optimizer steps taken: an optim_step point carries the count before it ran, so it adds one.
+// Optimizer steps taken: the largest step recorded (an optim_step point carries the count after it ran).
 export function stepCount(points) {
   let steps = 0;
-  for (const p of points) steps = Math.max(steps, p.op === "optim_step" ? p.step + 1 : p.step);
+  for (const p of points) steps = Math.max(steps, p.step);
   return steps;
 }
 

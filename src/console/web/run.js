@@ -20,7 +20,7 @@ function facts(run, points, loaded) {
     ["Last loss", fmtNumber(lastLoss(points))],
     ["State", stateBadge(runState(run.training_run_id, loaded, points))],
   ];
-  return el("dl", {class: "facts"}, rows.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  return el("dl", {class: "tiles"}, rows.map(([k, v]) => el("div", {class: "tile"}, el("dt", {}, k), el("dd", {}, v))));
 }
 
 function metadata(run) {
@@ -48,7 +48,8 @@ function metricsSection(state) {
     }
     select.value = state.metric;
     const series = seriesOf(state.points, state.metric);
-    clear(chartBox).append(lineChart(series, state.metric, {log: state.log, smoothing: state.smoothing}));
+    const width = chartBox.clientWidth - 18;  // inside the box's padding and border
+    clear(chartBox).append(lineChart(series, state.metric, {log: state.log, smoothing: state.smoothing, width: width > 0 ? width : undefined}));
     summary.textContent = series.length + " points of " + state.metric + (state.downsampled ? " (older points downsampled)" : "") +
       (state.live ? "; live, every " + REFRESH_MS / 1000 + " s" : "; paused");
   };
