@@ -1,6 +1,6 @@
 // App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
-// service, Tinker and OpenAI routes, the console's page), start and stop in dependency order, and handle(): route match,
-// authentication, JSON body, handler call, log tag.
+// service, Tinker and OpenAI routes, the console's page), start and stop in dependency order, and
+// handle(): route match, authentication, JSON body, handler call, log tag.
 #include "api/app.h"
 
 #include <algorithm>

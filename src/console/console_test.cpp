@@ -1,15 +1,14 @@
 // The embedded console: every file is served with the Content-Type of its extension, an ETag and a 304
 // on revalidation; the page is index.html under a strict CSP; unknown names and paths with directories
 // are 404 JSON; every file the page and scripts reference is embedded; no script writes markup.
-#include <gtest/gtest.h>
+#include "console/console.h"
 
 #include <map>
 #include <regex>
 #include <set>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include "console/console.h"
 
 namespace tinkerd::console {
 namespace {
@@ -24,9 +23,11 @@ std::string header(const http::Response & r, const std::string & name) {
 }
 
 std::string expected_type(std::string_view name) {
-    static const std::map<std::string, std::string> types = {
-        {"html", "text/html; charset=utf-8"}, {"css", "text/css; charset=utf-8"},
-        {"js", "text/javascript; charset=utf-8"}, {"svg", "image/svg+xml"}, {"png", "image/png"}};
+    static const std::map<std::string, std::string> types = {{"html", "text/html; charset=utf-8"},
+                                                             {"css", "text/css; charset=utf-8"},
+                                                             {"js", "text/javascript; charset=utf-8"},
+                                                             {"svg", "image/svg+xml"},
+                                                             {"png", "image/png"}};
     const auto ext = std::string(name.substr(name.rfind('.') + 1));
     auto it = types.find(ext);
     return it == types.end() ? "(unexpected extension ." + ext + ")" : it->second;

@@ -17,7 +17,7 @@ from harness import check, shared_path
 from scenario_sdk_tenants import write_keys
 
 MODEL = "tiny-qwen3"
-STEPS = 6
+STEPS = 12
 MORE_STEPS = 2
 LR = 1e-2
 LOSS = "forward_backward · loss:sum"
