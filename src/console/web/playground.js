@@ -113,7 +113,8 @@ async function send(ui) {
   ui.status.textContent = "Streaming from " + model + "…";
   const result = await streamReply(ui, model, reply);
   ui.stop.disabled = true;
-  ui.history.push({role: "assistant", content: result.text});
+  if (result.error) ui.history.pop();  // the refused message leaves the conversation
+  else ui.history.push({role: "assistant", content: result.text});
   ui.status.textContent = result.error ? "Error: " + result.error : "Done (" + (result.finish || "stopped") + ", " + result.tokens + " tokens).";
   reply.dataset.done = "true";
 }
