@@ -175,6 +175,7 @@ def check_keyboard(env):
     from selenium.webdriver.common.keys import Keys
     b = env.browser
     b.get(env.base + "#/runs")
+    b.driver.refresh()  # a fresh document: the focus starts at the top (a hash change alone keeps it)
     b.wait_css("#runs-table")
     b.press(Keys.TAB)
     check(b.run_js("return document.activeElement.className") == "skip-link", "the first Tab stop is not the skip link")
