@@ -44,6 +44,7 @@ struct Flags {
     long long disk_reserve_mib = 64;
     double snapshot_ttl_seconds = 3600;
     long long snapshot_disk_mib = 10240;
+    long long max_metric_points = 2000;
 };
 
 const char * USAGE =
@@ -55,7 +56,7 @@ const char * USAGE =
     "               [--kv-cache-mib N] [--max-sampler-adapters N] [--seq-gap-timeout-seconds S]\n"
     "               [--disk-reserve-mib N]\n"
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
-    "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N]\n"
+    "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N] [--max-metric-points N]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -95,7 +96,10 @@ const char * USAGE =
     "                     disk in DATA_DIR/snapshots while their session lives and this long after it\n"
     "                     ends, then are deleted (default 3600)\n"
     "  --snapshot-disk-mib     disk budget of those snapshots; a new one that does not fit is refused\n"
-    "                     (default 10240)\n";
+    "                     (default 10240)\n"
+    "  --max-metric-points  recorded metric points kept per training run and op (forward_backward,\n"
+    "                     forward, optim_step); beyond it the oldest half is thinned by merging\n"
+    "                     neighbours (docs/console.md; default 2000, at least 4)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     if (flag == "--model") {
@@ -146,6 +150,8 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.snapshot_ttl_seconds = std::atof(value.c_str());
     } else if (flag == "--snapshot-disk-mib") {
         flags.snapshot_disk_mib = std::atoll(value.c_str());
+    } else if (flag == "--max-metric-points") {
+        flags.max_metric_points = std::atoll(value.c_str());
     } else {
         std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
         return false;
@@ -171,11 +177,12 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
         flags.seq_gap_timeout_seconds <= 0 || flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 ||
         flags.max_sampler_adapters < 1 || flags.header_timeout_seconds < 1 || flags.body_timeout_seconds < 1 ||
         flags.max_connections < 1 || flags.snapshot_ttl_seconds < 0 || flags.snapshot_disk_mib < 0 ||
-        flags.disk_reserve_mib < 0) {
+        flags.disk_reserve_mib < 0 || flags.max_metric_points < 4) {
         std::fprintf(stderr,
                      "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
                      "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1, "
-                     "--snapshot-ttl-seconds, --snapshot-disk-mib and --disk-reserve-mib >= 0\n");
+                     "--snapshot-ttl-seconds, --snapshot-disk-mib and --disk-reserve-mib >= 0, "
+                     "--max-metric-points >= 4\n");
         return false;
     }
     return true;
@@ -302,6 +309,7 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
         std::chrono::milliseconds(static_cast<long long>(flags.seq_gap_timeout_seconds * 1000));
     app_options.snapshot_ttl_seconds = flags.snapshot_ttl_seconds;
     app_options.snapshot_disk_bytes = static_cast<int64_t>(flags.snapshot_disk_mib) << 20;
+    app_options.max_metric_points = static_cast<int64_t>(flags.max_metric_points);
     auto app = tinkerd::api::App::create(app_options, std::move(auth), served);
     if (!app.ok()) {
         LOG_ERR("main", "cannot open data dir %s: %s", flags.data_dir.c_str(), app.error().message.c_str());

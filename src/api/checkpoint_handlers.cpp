@@ -1,6 +1,8 @@
 // Handlers for weights: save_weights (adapter + Adam state), save_weights_for_sampler (a named PEFT
 // adapter, or an unnamed snapshot: snapshots.cpp), load_weights (into a live model, or creating one),
 // weights_info, and the sampling-session metadata. File writes run on the engine thread, in seq_id order.
+#include <cstring>
+
 #include "api/tinker_routes.h"
 #include "common/log.h"
 
@@ -195,7 +197,15 @@ Result<void> TinkerRoutes::import_checkpoint(engine::Engine & engine, const RunS
         return invalid_argument("checkpoint has LoRA rank " + std::to_string(contents->config.rank) + " but model " +
                                 run.row.run_id + " has rank " + std::to_string(run.spec.rank));
     }
-    return engine.import_adapter(run.adapter.load(), contents->tensors, with_optimizer);
+    TRY_STATUS(engine.import_adapter(run.adapter.load(), contents->tensors, with_optimizer));
+    auto step = contents->tensors.find("optimizer.step");  // I64 [1]: the resumed run's step count
+    if (with_optimizer && step != contents->tensors.end() && step->second.dtype == model::DType::I64 &&
+        step->second.bytes.size() == sizeof(int64_t)) {
+        int64_t steps = 0;
+        std::memcpy(&steps, step->second.bytes.data(), sizeof(steps));
+        run.optim_steps = steps;
+    }
+    return {};
 }
 
 // What the official service allows: load_weights as a model's first request only, from a checkpoint
