@@ -41,8 +41,9 @@ function bindTooltip(reply, tooltip) {
     if (!span || !span.title) return;
     tooltip.textContent = span.title;
     const box = span.getBoundingClientRect();
-    tooltip.style.left = Math.min(window.scrollX + box.left, window.scrollX + window.innerWidth - 320) + "px";
-    tooltip.style.top = window.scrollY + box.bottom + 6 + "px";
+    const below = reply.getBoundingClientRect().bottom;  // under the whole reply: its text stays readable
+    tooltip.style.left = Math.max(0, Math.min(window.scrollX + box.left, window.scrollX + window.innerWidth - 330)) + "px";
+    tooltip.style.top = window.scrollY + below + 8 + "px";
     tooltip.hidden = false;
   };
   reply.addEventListener("mouseover", (e) => show(e.target.closest(".tok")));

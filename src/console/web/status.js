@@ -7,6 +7,10 @@ import {el, clear, table, message, fmtNumber, fmtBytes, fmtDuration, fmtPercent}
 
 const REFRESH_MS = 5000;
 
+function fmtSeconds(x) {
+  return x === null || x === undefined ? "—" : fmtNumber(x) + " s";
+}
+
 function meter(used, total) {
   if (!total) return fmtBytes(used);
   return el("span", {class: "meter-cell"},
@@ -43,7 +47,7 @@ async function sessionsView(status) {
     samplers.length === 0 ? message("No samplers have served requests yet.") : table("Samplers",
       ["Sampler", "Base model", "Requests", "Tokens sampled", "Latency p50", "Latency p95"],
       samplers.map((s) => [el("span", {class: "mono"}, s.sampler_id), s.base_model, String(s.requests), String(s.tokens_sampled),
-        fmtNumber(s.latency_p50_s) + " s", fmtNumber(s.latency_p95_s) + " s"]), {id: "samplers-table"}),
+        fmtSeconds(s.latency_p50_s), fmtSeconds(s.latency_p95_s)]), {id: "samplers-table"}),
     el("h2", {}, "Other sessions"),
     ended.length === 0 ? message("None.") : el("ul", {class: "plain mono"}, ended.map((id) => el("li", {}, id))),
   ];
