@@ -1,9 +1,10 @@
 # Scenario: the web console (GET /) in a real browser. Trains a few steps through the official tinker SDK
 # on a tiny random Qwen3 (real Qwen3 tokenizer and chat template), saves checkpoints, then drives headless
 # Chromium (console_browser.py): the run is listed, its loss curve has one point per step and grows
-# while training goes on (live refresh), a checkpoint deleted through the UI is gone from the API, the
-# playground streams a reply with token logprobs, the server and sessions views read server_status, the
-# page fits a 390 px phone, the keyboard reaches the views, and --api-keys asks for a key. Screenshots:
+# while training goes on (live refresh), a checkpoint deleted through the UI is gone from the API, one
+# published and given a TTL through it is so in the API and its archive link downloads, the playground
+# streams a reply with token logprobs, the server and sessions views read server_status, the page fits a
+# 390 px phone, the keyboard reaches the views, and --api-keys asks for a key. Screenshots:
 # <build>/e2e-artifacts/console/*.png.
 import json
 import os
@@ -139,6 +140,37 @@ def check_delete_checkpoint(env):
     return "left %r" % ids
 
 
+def checkpoint_row(env, checkpoint_id):
+    cells = [c for c in env.browser.css('[data-checkpoint="%s"]' % checkpoint_id)]
+    return cells[0].find_element("xpath", "./ancestor::tr") if cells else None
+
+
+def check_publish_and_archive(env):
+    """Publish and a TTL through the UI (the API then says so); the one-time archive link downloads a tar."""
+    b = env.browser
+    target = "sampler_weights/s1"
+    b.click(b.wait("the publish button of %s" % target, lambda: [x for x in checkpoint_row(env, target).find_elements(
+        "tag name", "button") if x.text == "Publish"])[0])
+    b.wait("the row to say public", lambda: "public" in checkpoint_row(env, target).text.split())
+    listed = api_json(env.srv, "/api/v1/training_runs/%s/checkpoints" % env.run_id)["checkpoints"]
+    check([c["public"] for c in listed if c["checkpoint_id"] == target] == [True], "published state %r" % listed)
+    ttl_input = b.wait_css("#ttl-sampler_weights-s1", "the TTL field of %s" % target)
+    ttl_input.send_keys("3600")
+    b.click([x for x in checkpoint_row(env, target).find_elements("tag name", "button") if x.text == "Set TTL"][0])
+    b.wait("the row to show the expiry", lambda: "expires in" in checkpoint_row(env, target).text)
+    listed = api_json(env.srv, "/api/v1/training_runs/%s/checkpoints" % env.run_id)["checkpoints"]
+    check([c["expires_at"] is not None for c in listed if c["checkpoint_id"] == target] == [True], "TTL %r" % listed)
+    b.click(b.wait_css('button[aria-label="Archive link for %s"]' % target))
+    link = b.wait_css("a.archive-link", "the archive download link")
+    href = link.get_attribute("href")
+    check("/api/v1/archive_downloads/" in href, "archive link %r" % href)
+    path = href.split("127.0.0.1:%d" % env.srv.port, 1)[1]
+    status, headers, body = http_get(env.srv, path)
+    check(status == 200 and headers.get("Content-Type") == "application/x-tar" and len(body) > 1024,
+          "archive download %d %r (%d bytes)" % (status, headers.get("Content-Type"), len(body)))
+    return "published, TTL set; archive %d bytes" % len(body)
+
+
 def check_playground(env):
     b = env.browser
     b.get(env.base + "#/playground/" + env.run_id)
@@ -167,6 +199,7 @@ def check_status_views(env):
     b.get(env.base + "#/sessions")
     session = env.run_id.split(":train:")[0]
     b.wait("the live session", lambda: session in b.wait_css("#sessions-table").text)
+    env.shot("sessions.png")
     return "server and sessions views"
 
 
@@ -240,6 +273,7 @@ def run(ctx):
                ctx.case("runs list shows the run", check_runs_list, env),
                ctx.case("run page: loss curve, log scale, smoothing, live refresh", check_run_page, env),
                ctx.case("delete a checkpoint through the UI", check_delete_checkpoint, env),
+               ctx.case("publish and archive download through the UI", check_publish_and_archive, env),
                ctx.case("playground streams a reply with token logprobs", check_playground, env),
                ctx.case("server and sessions views", check_status_views, env),
                ctx.case("keyboard navigation", check_keyboard, env),
