@@ -89,7 +89,8 @@ export function showRun(container, runId) {
     const factsBox = el("div", {}, facts(run, state.points, loaded));
     const charts = metricsSection(state);
     clear(container).append(el("p", {}, el("a", {href: "#/runs"}, "← All runs")),
-      el("h1", {class: "mono run-title"}, runId), factsBox, charts.section, checkpointsSection(runId), metadata(run));
+      el("h1", {class: "mono run-title"}, runId),
+      el("p", {}, el("a", {href: "#/playground/" + encodeURIComponent(runId)}, "Chat with this run's live weights")), factsBox, charts.section, checkpointsSection(runId), metadata(run));
     charts.redraw();
     const tick = async () => {
       if (state.live) {
