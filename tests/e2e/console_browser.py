@@ -115,3 +115,10 @@ class Browser:
     def click(self, element):
         self.run_js("arguments[0].scrollIntoView({block: 'center'});", element)
         element.click()
+
+    def click_found(self, what, find):
+        """Finds and clicks in one retried step: views that refresh replace their elements under us."""
+        def attempt():
+            self.click(find())
+            return True
+        self.wait(what, attempt)

@@ -89,11 +89,10 @@ def run_row(env):
 def check_runs_list(env):
     b = env.browser
     b.get(env.base + "#/runs")
-    row = b.wait("the run %s in the runs table" % env.run_id, lambda: run_row(env))
-    cells = [td.text for td in row.find_elements("tag name", "td")]
-    b.wait("the step count %d in the run's row" % STEPS, lambda: [td.text for td in run_row(env).find_elements(
-        "tag name", "td")][4] == str(STEPS))
-    cells = [td.text for td in run_row(env).find_elements("tag name", "td")]
+    b.wait("the run %s in the runs table" % env.run_id, lambda: run_row(env))
+    # the table is rebuilt every 5 s: read a row's cells in one go, inside the wait
+    cells = b.wait("the step count %d in the run's row" % STEPS, lambda: (lambda c: c if c[4] == str(STEPS) else None)(
+        [td.text for td in run_row(env).find_elements("tag name", "td")]))
     check(cells[1] == MODEL and cells[2] == "8", "run row %r" % cells)
     check(cells[5] not in ("", "—") and cells[6] in ("training", "idle"), "run row loss/state %r" % cells)
     env.shot("runs.png")
@@ -107,7 +106,7 @@ def chart_points(env, metric=LOSS):
 
 def check_run_page(env):
     b = env.browser
-    b.click(run_row(env).find_element("tag name", "a"))
+    b.click_found("the run's link", lambda: run_row(env).find_element("tag name", "a"))
     b.wait("the loss chart with %d points" % STEPS, lambda: chart_points(env) == STEPS)
     check("console e2e" in b.wait_css("#user-metadata").text, "user_metadata not shown")
     b.click(b.wait_css("#log-scale"))
