@@ -1,6 +1,6 @@
 // App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
-// service, Tinker and OpenAI routes), start and stop in dependency order, and handle(): route match,
-// authentication, JSON body, handler call, log tag.
+// service, Tinker and OpenAI routes, the console's page), start and stop in dependency order, and
+// handle(): route match, authentication, JSON body, handler call, log tag.
 #include "api/app.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "api/openai_generation.h"
 #include "common/log.h"
 #include "common/redact.h"
+#include "console/console.h"
 #include "store/disk_reserve.h"
 
 namespace tinkerd::api {
@@ -86,7 +87,25 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     app->openai_ = std::make_unique<OpenAiRoutes>(app->auth_, *app->registry_, *app->db_, *app->sampling_);
     app->tinker_->add_routes(app->router_);
     app->openai_->add_routes(app->router_);
+    add_console_routes(app->router_);
     return app;
+}
+
+// The web console (src/console/): the page and its files, no key needed (the page asks for one and sends
+// it on its own API calls).
+void App::add_console_routes(Router<Route> & router) {
+    Route page;
+    page.needs_auth = false;
+    page.json_body = false;
+    page.async = [](Call & call, http::Respond respond) {
+        respond(console::page_response(call.req.header("if-none-match")));
+    };
+    router.add("GET", "/", page);
+    Route asset = page;
+    asset.async = [](Call & call, http::Respond respond) {
+        respond(console::asset_response(call.params["asset"], call.req.header("if-none-match")));
+    };
+    router.add("GET", "/console/{asset...}", asset);
 }
 
 // One EngineWorker per served model: the one scheduling loop of its engine (scheduler/worker.h).

@@ -1,7 +1,8 @@
 // App: the thin owner of the api. create() prepares the data dir (disk reserve, interrupted writes),
 // opens the database, and wires the parts: the Registry, one EngineWorker per served model, the
-// SamplingService, the OutputStage, TinkerRoutes (/api/v1/) and OpenAiRoutes (/v1/, /oai/api/v1/) in one
-// Router. handle() matches a route, checks the key, parses the JSON body and calls the handler.
+// SamplingService, the OutputStage, TinkerRoutes (/api/v1/), OpenAiRoutes (/v1/, /oai/api/v1/) and the
+// console (GET /, /console/...) in one Router. handle() matches a route, checks the key, parses the JSON
+// body and calls the handler.
 #pragma once
 
 #include <memory>
@@ -43,6 +44,7 @@ class App {
     App() = default;
     void prepare_data_dir();
     void add_models(std::vector<ServedModelSpec> models);
+    static void add_console_routes(Router<Route> & router);
 
     AppOptions options_;
     Auth auth_;

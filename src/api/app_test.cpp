@@ -3,7 +3,8 @@
 // with 400s that leave the run usable: deep JSON, bad AdamW parameters, far and negative seq_ids, token
 // ids outside the vocabulary, another tenant's run, and a seq_id hole given up after its timeout. Sampling
 // through the SamplingService and the worker's loop: an asample answered with the fake engine's tokens,
-// and an OpenAI stream whose client goes away frees its engine request.
+// and an OpenAI stream whose client goes away frees its engine request. The console's page and files are
+// routed without a key.
 #include "api/app.h"
 
 #include <chrono>
@@ -156,6 +157,29 @@ TEST_F(AppTest, AnOpenAiStreamWhoseClientGoesAwayFreesItsRequest) {
     }
     EXPECT_EQ(engine_.sampling_requests(), 0u) << "the engine still samples for a client that went away";
     EXPECT_EQ(engine_.cancelled().size(), 1u);
+}
+
+// The console (src/console/) is wired into the router: the page and its files need no key, an unknown
+// file is a 404 JSON body, while the API next to it still asks for one.
+TEST_F(AppTest, ConsoleServedWithoutKey) {
+    const auto get = [&](const std::string & path) {
+        http::Request req;
+        req.method = "GET";
+        req.path = path;
+        std::promise<http::Response> answer;
+        app_->handle(std::move(req), [&answer](http::Response r) { answer.set_value(std::move(r)); });
+        return answer.get_future().get();
+    };
+    const auto page = get("/");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+    const auto script = get("/console/app.js");
+    EXPECT_EQ(script.status, 200);
+    EXPECT_EQ(script.content_type, "text/javascript; charset=utf-8");
+    const auto missing = get("/console/missing.js");
+    EXPECT_EQ(missing.status, 404);
+    EXPECT_EQ(json::parse(missing.body)["code"], "not_found");
+    EXPECT_EQ(get("/api/v1/training_runs").status, 401);
 }
 
 }  // namespace
