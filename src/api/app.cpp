@@ -1,12 +1,13 @@
 // App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
 // service, Tinker and OpenAI routes), start and stop in dependency order, and handle(): route match,
-// authentication, JSON body, handler call, log tag.
+// authentication, JSON body, handler call, log tag; GET /openapi.json from the finished route table.
 #include "api/app.h"
 
 #include <algorithm>
 #include <filesystem>
 
 #include "api/openai_generation.h"
+#include "api/openapi.h"
 #include "common/log.h"
 #include "common/redact.h"
 #include "store/disk_reserve.h"
@@ -84,7 +85,27 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     app->openai_ = std::make_unique<OpenAiRoutes>(app->auth_, *app->registry_, *app->db_, *app->sampling_);
     app->tinker_->add_routes(app->router_);
     app->openai_->add_routes(app->router_);
+    app->add_openapi_route();  // last: it describes every route added before it
     return app;
+}
+
+// GET /openapi.json (no key): generated once from the finished route table (openapi.h).
+void App::add_openapi_route() {
+    Route route;
+    route.sync = [this](Call &) -> Result<json> { return openapi_; };
+    route.needs_auth = false;
+    route.json_body = false;
+    route.doc = route_doc("meta", "This description: OpenAPI 3.1 of every route", "", "OpenApiDocument",
+                          KeyCheck::NONE);
+    router_.add("GET", "/openapi.json", route);
+    for (const auto & problem : api::openapi_problems(router_)) {
+        LOG_WRN("api", "openapi.json: %s", problem.c_str());
+    }
+    openapi_ = openapi_document(router_);
+}
+
+std::vector<std::string> App::openapi_problems() const {
+    return api::openapi_problems(router_);
 }
 
 // One EngineWorker per served model: the one scheduling loop of its engine (scheduler/worker.h).

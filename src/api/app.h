@@ -1,7 +1,8 @@
 // App: the thin owner of the api. create() prepares the data dir (disk reserve, interrupted writes),
 // opens the database, and wires the parts: the Registry, one EngineWorker per served model, the
 // SamplingService, the OutputStage, TinkerRoutes (/api/v1/) and OpenAiRoutes (/v1/, /oai/api/v1/) in one
-// Router. handle() matches a route, checks the key, parses the JSON body and calls the handler.
+// Router, described by GET /openapi.json. handle() matches a route, checks the key, parses the JSON body
+// and calls the handler.
 #pragma once
 
 #include <memory>
@@ -37,11 +38,14 @@ class App {
 
     // Introspection for logs and tests.
     size_t waiting_polls() const { return futures_->waiting_polls(); }
+    // What makes GET /openapi.json lie about the route table (openapi_problems); empty when none.
+    std::vector<std::string> openapi_problems() const;
 
   private:
     App() = default;
     void prepare_data_dir();
     void add_models(std::vector<ServedModelSpec> models);
+    void add_openapi_route();
 
     AppOptions options_;
     Auth auth_;
@@ -56,6 +60,7 @@ class App {
     std::unique_ptr<TinkerRoutes> tinker_;       // /api/v1/, the sweeper and the snapshot writer
     std::unique_ptr<OpenAiRoutes> openai_;       // /v1/ and /oai/api/v1/
     Router<Route> router_;
+    json openapi_;  // GET /openapi.json, generated from router_ once every route is in
     bool started_ = false;
 };
 
