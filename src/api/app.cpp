@@ -95,8 +95,8 @@ void App::add_openapi_route() {
     route.sync = [this](Call &) -> Result<json> { return openapi_; };
     route.needs_auth = false;
     route.json_body = false;
-    route.doc = route_doc("meta", "This description: OpenAPI 3.1 of every route", "", "OpenApiDocument",
-                          KeyCheck::NONE);
+    route.doc =
+        route_doc("meta", "This description: OpenAPI 3.1 of every route", "", "OpenApiDocument", KeyCheck::NONE);
     router_.add("GET", "/openapi.json", route);
     for (const auto & problem : api::openapi_problems(router_)) {
         LOG_WRN("api", "openapi.json: %s", problem.c_str());

@@ -31,8 +31,9 @@ void OpenAiRoutes::add_routes(Router<Route> & router) {
          false, doc("Text completion (SSE with stream: true)", "CompletionRequest", "Completion")});
     add("POST", "chat/completions",
         {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), true); }, false,
-         false, doc("Chat completion through the model's chat template (SSE with stream: true)",
-                    "ChatCompletionRequest", "ChatCompletion")});
+         false,
+         doc("Chat completion through the model's chat template (SSE with stream: true)", "ChatCompletionRequest",
+             "ChatCompletion")});
 }
 
 std::optional<std::string> OpenAiRoutes::tenant_of(const http::Request & request, http::Respond & respond) {

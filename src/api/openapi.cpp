@@ -118,8 +118,9 @@ json operation_of(const std::string & method, const std::string & pattern, const
     if (!doc.request.empty()) {
         op["requestBody"] = request_body_of(doc);
     }
-    op["security"] = doc.key == KeyCheck::NONE ? json::array()
-                                               : json::array({{{"ApiKey", json::array()}}, {{"Bearer", json::array()}}});
+    op["security"] = doc.key == KeyCheck::NONE
+                         ? json::array()
+                         : json::array({{{"ApiKey", json::array()}}, {{"Bearer", json::array()}}});
     return op;
 }
 
@@ -158,8 +159,8 @@ const json & openapi_schemas() {
 const json & openapi_parameters() {
     static const json parameters = [] {
         const auto query = [](const std::string & name, json schema, const std::string & text) {
-            return json{{"name", name}, {"in", "query"}, {"required", false}, {"schema", schema},
-                        {"description", text}};
+            return json{
+                {"name", name}, {"in", "query"}, {"required", false}, {"schema", schema}, {"description", text}};
         };
         const json count = {{"type", "integer"}, {"minimum", 0}};
         return json{

@@ -65,15 +65,14 @@ std::vector<const char *> console_schema_texts() {
 RouteDoc console_route_doc(const std::string & method_and_pattern) {
     static const std::map<std::string, RouteDoc> docs = [] {
         std::map<std::string, RouteDoc> out;
-        RouteDoc metrics = route_doc("console", "A training run's recorded metrics, oldest first", "",
-                                     "TrainingRunMetrics");
+        RouteDoc metrics =
+            route_doc("console", "A training run's recorded metrics, oldest first", "", "TrainingRunMetrics");
         metrics.query = {"since_step"};
         out["GET /api/v1/training_runs/{run_id}/metrics"] = metrics;
-        out["GET /api/v1/server_status"] =
-            route_doc("console", "Models, queues, KV cache, throughput; the caller's samplers and sessions", "",
-                      "ServerStatus");
-        RouteDoc prometheus = route_doc("meta", "Prometheus metrics (text format; labelled by base model)", "", "",
-                                        KeyCheck::NONE);
+        out["GET /api/v1/server_status"] = route_doc(
+            "console", "Models, queues, KV cache, throughput; the caller's samplers and sessions", "", "ServerStatus");
+        RouteDoc prometheus =
+            route_doc("meta", "Prometheus metrics (text format; labelled by base model)", "", "", KeyCheck::NONE);
         prometheus.response_media = {"text/plain"};
         out["GET /metrics"] = prometheus;
         RouteDoc page = route_doc("console", "The web console (it asks for the API key)", "", "", KeyCheck::NONE);

@@ -240,7 +240,8 @@ TEST(OpenApiProblems, UndocumentedRoutesAndUnknownNamesAreReported) {
     EXPECT_NE(problems[2].find("no_such_parameter"), std::string::npos) << problems[2];
     EXPECT_NE(problems[3].find("needs_auth"), std::string::npos) << problems[3];
     EXPECT_EQ(openapi_path("/misnamed/{id...}"), "/misnamed/{id}");
-    EXPECT_EQ(pattern_params("/a/{run_id}/b/{checkpoint_id...}"), (std::vector<std::string>{"run_id", "checkpoint_id"}));
+    EXPECT_EQ(pattern_params("/a/{run_id}/b/{checkpoint_id...}"),
+              (std::vector<std::string>{"run_id", "checkpoint_id"}));
 }
 
 }  // namespace

@@ -20,10 +20,10 @@ struct RouteDoc {
     std::string summary;  // one line
     std::string tag;      // the group in the description: "sessions", "training", "openai", ...
     KeyCheck key = KeyCheck::TINKER;
-    std::string request;   // schema of the JSON request body; "" when the route takes none
-    std::string response;  // schema of the 200 JSON body; "" when 200 is not JSON or never answered
-    std::vector<std::string> query;          // query parameters, names in openapi_parameters()
-    std::vector<std::string> request_media;  // other request media types ("application/x-protobuf")
+    std::string request;                      // schema of the JSON request body; "" when the route takes none
+    std::string response;                     // schema of the 200 JSON body; "" when 200 is not JSON or never answered
+    std::vector<std::string> query;           // query parameters, names in openapi_parameters()
+    std::vector<std::string> request_media;   // other request media types ("application/x-protobuf")
     std::vector<std::string> response_media;  // other (or, without `response`, the only) 200 media types
     std::string description;                  // longer text, optional
 };

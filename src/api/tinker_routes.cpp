@@ -88,8 +88,8 @@ void TinkerRoutes::add_session_routes() {
     add_sync("POST", "telemetry", &TinkerRoutes::telemetry,
              route_doc(tag, "SDK telemetry events (logged, one line each)", "TelemetryRequest", "TelemetryResponse"));
     add_sync("POST", "sessions/{session_id}/finish", &TinkerRoutes::finish_session,
-             route_doc(tag, "End a session now: its models leave memory, its checkpoints stay",
-                       "FinishSessionRequest", "Empty"));
+             route_doc(tag, "End a session now: its models leave memory, its checkpoints stay", "FinishSessionRequest",
+                       "Empty"));
     Route health;
     health.sync = [this](Call & call) { return healthz(call); };
     health.needs_auth = false;
@@ -108,16 +108,17 @@ void TinkerRoutes::add_training_routes() {
     RouteDoc fb = route_doc(tag, "Forward and backward pass on a batch (a future; protobuf or legacy JSON)",
                             "ForwardBackwardJsonRequest", "FutureSubmitted");
     fb.request_media = {"application/x-protobuf"};
-    fb.description = "SDK >= 0.25 sends tinker_public.ForwardBackwardRequest as application/x-protobuf "
-                     "(optionally Content-Encoding: zstd); older SDKs the JSON form.";
+    fb.description =
+        "SDK >= 0.25 sends tinker_public.ForwardBackwardRequest as application/x-protobuf "
+        "(optionally Content-Encoding: zstd); older SDKs the JSON form.";
     add_sync("POST", "forward_backward", &TinkerRoutes::forward_backward, fb, false);
     add_sync("POST", "forward", &TinkerRoutes::forward_backward,  // SDK <= 0.24: {"forward_input": ...}
              route_doc(tag, "Forward pass only, legacy JSON (SDK <= 0.24; a future)", "ForwardJsonRequest",
                        "FutureSubmitted"),
              false);
-    add_sync("POST", "optim_step", &TinkerRoutes::optim_step,
-             route_doc(tag, "AdamW step on the accumulated gradients (a future)", "OptimStepRequest",
-                       "FutureSubmitted"));
+    add_sync(
+        "POST", "optim_step", &TinkerRoutes::optim_step,
+        route_doc(tag, "AdamW step on the accumulated gradients (a future)", "OptimStepRequest", "FutureSubmitted"));
     add_sync("POST", "save_weights", &TinkerRoutes::save_weights,
              route_doc(tag, "Save a training checkpoint with optimizer state (a future)", "SaveWeightsRequest",
                        "FutureSubmitted"));
@@ -133,13 +134,14 @@ void TinkerRoutes::add_training_routes() {
              route_doc("sampling", "Create a sampler on a base model or a sampler checkpoint",
                        "CreateSamplingSessionRequest", "CreateSamplingSessionResponse"));
     add_sync("POST", "asample", &TinkerRoutes::asample,
-             route_doc("sampling", "Sample or compute logprobs (a future; 429 when the queue is full)",
-                       "SampleRequest", "SampleSubmitted"));
+             route_doc("sampling", "Sample or compute logprobs (a future; 429 when the queue is full)", "SampleRequest",
+                       "SampleSubmitted"));
     RouteDoc poll = route_doc("futures", "Long-poll a future: its result, its error, or try_again",
                               "RetrieveFutureRequest", "FutureResult");
     poll.response_media = {"application/x-protobuf"};
-    poll.description = "Sample and forward_backward results come as protobuf when Accept asks for "
-                       "application/x-protobuf. The poll is held up to --poll-timeout-seconds.";
+    poll.description =
+        "Sample and forward_backward results come as protobuf when Accept asks for "
+        "application/x-protobuf. The poll is held up to --poll-timeout-seconds.";
     add_async("POST", "retrieve_future", &TinkerRoutes::retrieve_future, poll, true);
 }
 
@@ -162,9 +164,9 @@ void TinkerRoutes::add_rest_routes() {
              route_doc(tag, "Set or remove a checkpoint's expiry", "SetTtlRequest", "Empty"));
     add_sync("GET", ckpt + "/archive", &TinkerRoutes::checkpoint_archive,
              route_doc(tag, "A one-time download link for a checkpoint's tar archive", "", "ArchiveUrl"));
-    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{checkpoint_id...}", &TinkerRoutes::delete_checkpoint,
-             route_doc(tag, "Delete a checkpoint (checkpoint_id is weights/<name> or sampler_weights/<name>)", "",
-                       "Empty"));
+    add_sync(
+        "DELETE", "training_runs/{run_id}/checkpoints/{checkpoint_id...}", &TinkerRoutes::delete_checkpoint,
+        route_doc(tag, "Delete a checkpoint (checkpoint_id is weights/<name> or sampler_weights/<name>)", "", "Empty"));
     RouteDoc checkpoints = route_doc(tag, "All the caller's checkpoints", "", "CheckpointList");
     checkpoints.query = {"limit", "offset"};
     add_sync("GET", "checkpoints", &TinkerRoutes::list_user_checkpoints, checkpoints);
@@ -177,16 +179,16 @@ void TinkerRoutes::add_rest_routes() {
              route_doc(tag, "Assign a session to a project (accepted, not stored)", "ProjectRequest", "Empty"));
     add_sync("GET", "samplers/{sampler_id}", &TinkerRoutes::get_sampler,
              route_doc(tag, "A sampler's base model and weights", "", "Sampler"));
-    RouteDoc download = route_doc(tag, "Download a checkpoint archive (a one-time link, no key)", "", "",
-                                  KeyCheck::NONE);
+    RouteDoc download =
+        route_doc(tag, "Download a checkpoint archive (a one-time link, no key)", "", "", KeyCheck::NONE);
     download.response_media = {"application/x-tar"};
     add_async("GET", "archive_downloads/{token}", &TinkerRoutes::download_archive, download, false);
 }
 
 // SDK 0.38 endpoints answered with a 400 naming the feature (session_handlers.cpp).
 void TinkerRoutes::register_unsupported_routes() {
-    const RouteDoc refused = route_doc("unsupported", "Not implemented by this server: a 400 naming the feature",
-                                       "AnyObject", "");
+    const RouteDoc refused =
+        route_doc("unsupported", "Not implemented by this server: a 400 naming the feature", "AnyObject", "");
     for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
                               "cancel_future", "join_sampling_session", "sessions/search"}) {
         add_sync("POST", path, &TinkerRoutes::unsupported_endpoint, refused);

@@ -19,8 +19,9 @@ import jsonschema_rs
 import schemathesis
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
-from harness import BUILTIN_MODEL, CheckFailed, check, new_client, sft_batch
+from harness import CheckFailed, check, new_client, sft_batch, stories_dir
 
+STORIES = "stories260K"  # a real tiny Llama with a tokenizer, so the OpenAI routes get past the model check
 API_KEY = "tml-fuzz"
 SEED = 14
 FUZZ_SECONDS = 100  # the whole schemathesis run: coverage, then fuzzing until the budget is spent
@@ -59,14 +60,14 @@ def make_objects(srv):
     """A session (kept alive), a trained run with a training and a sampler checkpoint, a sampler."""
     wire = srv.wire(api_key=API_KEY)
     sid = wire.create_session()
-    tc = new_client(wire, rank=4, session_id=sid)
+    tc = new_client(wire, base_model=STORIES, rank=4, session_id=sid)
     tc.forward_backward(sft_batch(seed=3, n=2, length=10))
     tc.optim_step(1e-3)
     ckpt = tc.save_state("fuzz-ckpt")
     samp = tc.save_weights_for_sampler("fuzz-samp")["path"]
-    sampler = wire.create_sampling_session(sid, 0, base_model=BUILTIN_MODEL)
+    sampler = wire.create_sampling_session(sid, 0, base_model=STORIES)
     kind, name = ckpt.split("/")[-2:]
-    return {"session_id": sid, "run_id": tc.model_id, "sampler_id": sampler, "base_model": BUILTIN_MODEL,
+    return {"session_id": sid, "run_id": tc.model_id, "sampler_id": sampler, "base_model": STORIES,
             "checkpoint_path": ckpt, "sampler_path": samp, "checkpoint_kind": kind, "checkpoint_name": name,
             "checkpoint_id": kind + "/" + name}
 
@@ -105,7 +106,7 @@ def check_futures(srv, futures_file):
     deadline = time.monotonic() + POLL_BUDGET
     while pending and time.monotonic() < deadline:
         rid = pending.pop(0)
-        r = wire.request("POST", "retrieve_future", json.dumps({"request_id": rid}).encode())
+        r = wire.request("POST", "/api/v1/retrieve_future", json.dumps({"request_id": rid}).encode())
         body = r.json() if "json" in r.content_type else {}
         if body.get("type") == "try_again":
             pending.append(rid)
@@ -132,7 +133,8 @@ def run(ctx):
     keys.write(API_KEY + " fuzz\n")
     keys.close()
     try:
-        srv = ctx.start_server(extra=["--api-keys", keys.name, "--poll-timeout-seconds", "1"], name="tinkerd-openapi")
+        srv = ctx.start_server(extra=["--api-keys", keys.name, "--poll-timeout-seconds", "1",
+                                      "--model", "%s=%s" % (STORIES, stories_dir())], name="tinkerd-openapi")
     finally:
         os.unlink(keys.name)
     described = ctx.case("openapi.json: no key, valid OpenAPI 3.1, loads in schemathesis", check_description, srv)
