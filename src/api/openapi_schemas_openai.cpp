@@ -15,6 +15,7 @@ const char * const OPENAI_REQUEST_SCHEMAS = R"json({
   "OpenAIStop": {"anyOf": [{"type": "null"}, {"type": "string", "minLength": 1},
     {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}}]},
   "OpenAICommon": {"type": "object", "required": ["model"],
+    "description": "Integers must be written without a fraction (2, not 2.0), as OpenAI requires",
     "properties": {"model": {"type": "string",
         "description": "A base model, a tinker:// sampler checkpoint, a loaded training run id or a sampler id"},
       "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 128},

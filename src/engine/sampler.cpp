@@ -130,7 +130,7 @@ TokenChoice choose_token(const double * logits, int64_t vocab, const SamplingPar
         return {best, logits[best] - lse, top_entries(logits, vocab, top_n, lse)};
     }
     // log_softmax(logits / T), computed as log_softmax((logits - max) / T): the same values, but a tiny T
-    // (1e-308) gives 0 and -inf instead of inf - inf = NaN (found by fuzzing asample from /openapi.json).
+    // (1e-308) gives 0 and -inf instead of inf - inf = NaN (found probing asample with the values its schema allows).
     const double top_logit = *std::max_element(logits, logits + vocab);
     std::vector<double> logprobs(logits, logits + vocab);
     for (double & x : logprobs) {

@@ -1,7 +1,7 @@
 # schemathesis hooks of scenario_openapi (loaded through SCHEMATHESIS_HOOKS): about half of the generated
 # requests get the ids of real objects the scenario made (session, training run, sampler, checkpoints, and
 # the futures the server handed out so far) in place of random ones, so the fuzzer gets past "not found"
-# into the handlers and the engine. Every request_id the server answers with is appended to
+# into the handlers and the engine (prompt token ids are folded into the vocabulary). Every request_id the server answers with is appended to
 # $TINKERD_FUZZ_FUTURES for the scenario to poll afterwards. Deterministic: one seeded RNG, one worker.
 import json
 import os
@@ -12,6 +12,7 @@ import schemathesis
 IDS = json.load(open(os.environ["TINKERD_FUZZ_IDS"]))
 FUTURES_FILE = os.environ["TINKERD_FUZZ_FUTURES"]
 RNG = random.Random(14)
+VOCAB = IDS["vocab_size"]
 FUTURES = []
 
 # Body field -> the key in IDS of the real object it names.
@@ -23,8 +24,30 @@ PATH_IDS = {"run_id": "run_id", "session_id": "session_id", "sampler_id": "sampl
 ENDS_OBJECTS = ("/finish", "/unload_model", "/ttl")
 
 
+def _in_vocab(value):
+    """Token ids (ints, lists, lists of lists) folded into the vocabulary, so the engine gets to run them."""
+    if isinstance(value, float) and value.is_integer():  # 938.0: what JSON Schema calls an integer
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        return value
+    if isinstance(value, int):
+        return value % VOCAB
+    return [_in_vocab(v) for v in value]
+
+
+def _real_prompt(body):
+    prompt = body.get("prompt")
+    if isinstance(prompt, dict) and isinstance(prompt.get("chunks"), list):  # asample
+        for chunk in prompt["chunks"]:
+            if isinstance(chunk, dict) and "tokens" in chunk:
+                chunk["tokens"] = _in_vocab(chunk["tokens"])
+    elif isinstance(prompt, list):  # /v1/completions
+        body["prompt"] = _in_vocab(prompt)
+
+
 def _real_body(case):
     body = case.body
+    _real_prompt(body)
     for field, key in BODY_IDS.items():
         if field in body:
             body[field] = IDS[key]

@@ -4,8 +4,8 @@
 # operation per documented route. Then schemathesis (PyPI) fuzzes every operation for a bounded time with
 # a fixed seed and a valid key: positive and negative data, about half of it aimed at real objects made
 # here (openapi_fuzz_hooks.py): no answer may be a 5xx and every answer must match its documented schema.
-# Afterwards the server is alive, its log holds no 5xx, and no future it handed out failed as the
-# server's fault (category "server").
+# Afterwards the server is alive, its log holds no 5xx, no future it handed out failed as the server's
+# fault (category "server") and every sample result has finite logprobs.
 import json
 import os
 import re
@@ -22,6 +22,7 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 from harness import CheckFailed, check, new_client, sft_batch, stories_dir
 
 STORIES = "stories260K"  # a real tiny Llama with a tokenizer, so the OpenAI routes get past the model check
+STORIES_VOCAB = 512
 API_KEY = "tml-fuzz"
 SEED = 14
 FUZZ_SECONDS = 100  # the whole schemathesis run: coverage, then fuzzing until the budget is spent
@@ -69,7 +70,7 @@ def make_objects(srv):
     kind, name = ckpt.split("/")[-2:]
     return {"session_id": sid, "run_id": tc.model_id, "sampler_id": sampler, "base_model": STORIES,
             "checkpoint_path": ckpt, "sampler_path": samp, "checkpoint_kind": kind, "checkpoint_name": name,
-            "checkpoint_id": kind + "/" + name}
+            "checkpoint_id": kind + "/" + name, "vocab_size": STORIES_VOCAB}
 
 
 def run_schemathesis(srv, ids, scratch):
@@ -85,8 +86,8 @@ def run_schemathesis(srv, ids, scratch):
            "--checks", "not_a_server_error,response_schema_conformance",
            "--phases", "examples,coverage,fuzzing", "--mode", "all", "--workers", "1",
            "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--max-time", str(FUZZ_SECONDS),
-           "--request-timeout", "20", "--header", "X-API-Key: " + API_KEY, "--no-color",
-           "--suppress-health-check", "all", "--report", "junit", "--report-dir", scratch]
+           "--request-timeout", "20", "--output-truncate", "false", "--header", "X-API-Key: " + API_KEY, "--no-color",
+           "--suppress-health-check", "all", "--report", "junit,har", "--report-dir", scratch]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, cwd=scratch, capture_output=True, text=True, timeout=FUZZ_SECONDS + 60)
     out = proc.stdout + proc.stderr
@@ -98,11 +99,21 @@ def run_schemathesis(srv, ids, scratch):
     return summary, futures_file
 
 
+def finite_logprobs(result):
+    """A finished sample's legacy JSON result holds a number for every sampled token's logprob (JSON
+    null is how a NaN or infinite logprob comes out)."""
+    for seq in result.get("sequences") or []:
+        if any(lp is None for lp in seq.get("logprobs") or []):
+            return False
+    return True
+
+
 def check_futures(srv, futures_file):
-    """Every future the fuzzed requests got ends as a result or a user error, never a server error."""
+    """Every future the fuzzed requests got ends as a result or a user error, never a server error, and
+    every sample result has finite logprobs."""
     ids = open(futures_file).read().split() if os.path.exists(futures_file) else []
     wire = srv.wire(api_key=API_KEY, timeout=10)
-    pending, server_errors, done = list(ids), [], 0
+    pending, bad, done = list(ids), [], 0
     deadline = time.monotonic() + POLL_BUDGET
     while pending and time.monotonic() < deadline:
         rid = pending.pop(0)
@@ -111,10 +122,13 @@ def check_futures(srv, futures_file):
         if body.get("type") == "try_again":
             pending.append(rid)
         elif body.get("category") == "server":
-            server_errors.append("%s: %s" % (rid, body.get("error")))
+            bad.append("%s failed as the server's fault: %s" % (rid, body.get("error")))
+        elif not finite_logprobs(body):
+            bad.append("%s: a sample with a non-finite logprob: %s" % (rid, json.dumps(body)[:300]))
         else:
             done += 1
-    check(not server_errors, "futures failed as the server's fault:\n  " + "\n  ".join(server_errors[:20]))
+    check(not bad, "fuzzed futures:\n  " + "\n  ".join(bad[:20]))
+    check(done > 0, "no fuzzed request reached the engine (%d futures)" % len(ids))
     return "%d futures finished (%d still running)" % (done, len(pending))
 
 
@@ -142,7 +156,7 @@ def run(ctx):
     scratch = ctx.scratch_dir()
     fuzzed = ctx.case("schemathesis: no 5xx, every answer matches its schema", run_schemathesis, srv, ids or {},
                       scratch) if ids else None
-    futures = ctx.case("fuzzed futures: none failed as a server error", check_futures, srv, fuzzed[1]) \
+    futures = ctx.case("fuzzed futures: no server error, finite sample logprobs", check_futures, srv, fuzzed[1]) \
         if fuzzed else None
     healthy = ctx.case("server alive, no 5xx in its log", check_server_healthy, srv)
     ctx.finish()
