@@ -85,23 +85,28 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     app->openai_ = std::make_unique<OpenAiRoutes>(app->auth_, *app->registry_, *app->db_, *app->sampling_);
     app->tinker_->add_routes(app->router_);
     app->openai_->add_routes(app->router_);
-    app->add_openapi_route();  // last: it describes every route added before it
+    app->add_openapi_route();
     return app;
 }
 
-// GET /openapi.json (no key): generated once from the finished route table (openapi.h).
+// GET /openapi.json (no key): generated at the first request, from the route table as App::create left it
+// (so a route added after this one is described too), then kept (openapi.h).
 void App::add_openapi_route() {
     Route route;
-    route.sync = [this](Call &) -> Result<json> { return openapi_; };
+    route.sync = [this](Call &) -> Result<json> {
+        std::call_once(openapi_once_, [this] {
+            for (const auto & problem : api::openapi_problems(router_)) {
+                LOG_WRN("api", "openapi.json: %s", problem.c_str());
+            }
+            openapi_ = openapi_document(router_);
+        });
+        return openapi_;
+    };
     route.needs_auth = false;
     route.json_body = false;
     route.doc =
         route_doc("meta", "This description: OpenAPI 3.1 of every route", "", "OpenApiDocument", KeyCheck::NONE);
     router_.add("GET", "/openapi.json", route);
-    for (const auto & problem : api::openapi_problems(router_)) {
-        LOG_WRN("api", "openapi.json: %s", problem.c_str());
-    }
-    openapi_ = openapi_document(router_);
 }
 
 std::vector<std::string> App::openapi_problems() const {

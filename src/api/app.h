@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,7 +61,8 @@ class App {
     std::unique_ptr<TinkerRoutes> tinker_;       // /api/v1/, the sweeper and the snapshot writer
     std::unique_ptr<OpenAiRoutes> openai_;       // /v1/ and /oai/api/v1/
     Router<Route> router_;
-    json openapi_;  // GET /openapi.json, generated from router_ once every route is in
+    std::once_flag openapi_once_;
+    json openapi_;  // GET /openapi.json, generated from router_ at its first request
     bool started_ = false;
 };
 
