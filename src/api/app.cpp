@@ -1,6 +1,7 @@
 // App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
 // service, Tinker and OpenAI routes, the console's page), start and stop in dependency order, and
-// handle(): route match, authentication, JSON body, handler call, log tag.
+// handle(): route match, authentication, JSON body, handler call, log tag; GET /openapi.json from the
+// finished route table.
 #include "api/app.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <filesystem>
 
 #include "api/openai_generation.h"
+#include "api/openapi.h"
 #include "common/log.h"
 #include "common/redact.h"
 #include "console/console.h"
@@ -88,6 +90,7 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     app->tinker_->add_routes(app->router_);
     app->openai_->add_routes(app->router_);
     add_console_routes(app->router_);
+    app->add_openapi_route();  // last: it describes every route added before it
     return app;
 }
 
@@ -100,12 +103,38 @@ void App::add_console_routes(Router<Route> & router) {
     page.async = [](Call & call, http::Respond respond) {
         respond(console::page_response(call.req.header("if-none-match")));
     };
+    page.doc = console_route_doc("GET /");
     router.add("GET", "/", page);
     Route asset = page;
     asset.async = [](Call & call, http::Respond respond) {
         respond(console::asset_response(call.params["asset"], call.req.header("if-none-match")));
     };
+    asset.doc = console_route_doc("GET /console/{asset...}");
     router.add("GET", "/console/{asset...}", asset);
+}
+
+// GET /openapi.json (no key): generated at the first request, from the route table as App::create left it
+// (so a route added after this one is described too), then kept (openapi.h).
+void App::add_openapi_route() {
+    Route route;
+    route.sync = [this](Call &) -> Result<json> {
+        std::call_once(openapi_once_, [this] {
+            for (const auto & problem : api::openapi_problems(router_)) {
+                LOG_WRN("api", "openapi.json: %s", problem.c_str());
+            }
+            openapi_ = openapi_document(router_);
+        });
+        return openapi_;
+    };
+    route.needs_auth = false;
+    route.json_body = false;
+    route.doc =
+        route_doc("meta", "This description: OpenAPI 3.1 of every route", "", "OpenApiDocument", KeyCheck::NONE);
+    router_.add("GET", "/openapi.json", route);
+}
+
+std::vector<std::string> App::openapi_problems() const {
+    return api::openapi_problems(router_);
 }
 
 // One EngineWorker per served model: the one scheduling loop of its engine (scheduler/worker.h).

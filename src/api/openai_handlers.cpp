@@ -16,11 +16,24 @@ void OpenAiRoutes::add_routes(Router<Route> & router) {
             router.add(method, prefix + path, route);
         }
     };
-    add("GET", "models", {nullptr, [this](Call & call, http::Respond respond) { models(call, std::move(respond)); }});
+    const auto doc = [](const std::string & summary, const std::string & request, const std::string & response) {
+        RouteDoc d = route_doc("openai", summary, request, response, KeyCheck::OPENAI);
+        if (!request.empty()) {
+            d.response_media = {"text/event-stream"};  // with "stream": true
+        }
+        return d;
+    };
+    add("GET", "models",
+        {nullptr, [this](Call & call, http::Respond respond) { models(call, std::move(respond)); }, false, false,
+         doc("Base models, the caller's loaded runs and sampler checkpoints", "", "ModelList")});
     add("POST", "completions",
-        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), false); }});
+        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), false); }, false,
+         false, doc("Text completion (SSE with stream: true)", "CompletionRequest", "Completion")});
     add("POST", "chat/completions",
-        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), true); }});
+        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), true); }, false,
+         false,
+         doc("Chat completion through the model's chat template (SSE with stream: true)", "ChatCompletionRequest",
+             "ChatCompletion")});
 }
 
 std::optional<std::string> OpenAiRoutes::tenant_of(const http::Request & request, http::Respond & respond) {

@@ -58,9 +58,15 @@ class TinkerRoutes {
   private:
     using SyncHandler = Result<json> (TinkerRoutes::*)(Call &);
     using AsyncHandler = void (TinkerRoutes::*)(Call &, http::Respond);
+    // The route table (tinker_routes.cpp), each route with its RouteDoc for GET /openapi.json.
     void register_unsupported_routes();
-    void add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body = true);
-    void add_async(const std::string & method, const std::string & path, AsyncHandler handler, bool needs_auth,
+    void add_session_routes();
+    void add_training_routes();
+    void add_rest_routes();
+    void add_sync(const std::string & method, const std::string & path, SyncHandler handler, RouteDoc doc,
+                  bool json_body = true);
+    // Needs the key unless doc.key is KeyCheck::NONE.
+    void add_async(const std::string & method, const std::string & path, AsyncHandler handler, RouteDoc doc,
                    bool json_body);
 
     // session_handlers.cpp: configuration, sessions, telemetry, capabilities.

@@ -2,6 +2,8 @@
 // equals full forwards (sampled-token and prompt logprobs), temperature scaling of logprobs, top-k/top-p, seeds
 // independent of the batch, stop tokens / stop_check / max_tokens, mixed-adapter batches, the validation of every
 // field, and stories260K greedy decoding against expected.json (plus decode speed).
+#include "engine/sampler.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -361,6 +363,28 @@ INSTANTIATE_TEST_SUITE_P(Qwen35, SamplerLlamaTest, ::testing::Values(TinyFamily:
 std::string stories_dir() {
     const char * source_dir = std::getenv("TINKERD_SOURCE_DIR");
     return (std::filesystem::path(source_dir ? source_dir : ".") / ".." / "shared" / "models" / "stories260K").string();
+}
+
+// A temperature so small that logits / T overflows: the argmax with logprob 0, never NaN (the fuzzer's
+// temperature 1e-308 gave NaN logprobs and always the last token id).
+TEST(ChooseTokenTest, TinyTemperatureIsGreedyWithFiniteLogprob) {
+    const std::vector<double> logits = {0.5, 3.0, -2.0, 1.0};
+    engine::SamplingParams params;
+    params.temperature = 1e-308;
+    std::mt19937_64 rng(7);
+    const auto choice = engine::choose_token(logits.data(), 4, params, rng, 2);
+    EXPECT_EQ(choice.token, 1);
+    EXPECT_EQ(choice.logprob, 0.0);
+    ASSERT_EQ(choice.top.size(), 2u);
+    EXPECT_EQ(choice.top[0].first, 1);
+    EXPECT_FALSE(std::isnan(choice.top[1].second));
+    params.temperature = 0.5;  // ordinary temperatures keep their values: log_softmax(logits / T)
+    const auto scaled = engine::choose_token(logits.data(), 4, params, rng);
+    double lse = 0;
+    for (double x : logits) {
+        lse += std::exp(x / 0.5);
+    }
+    EXPECT_NEAR(scaled.logprob, logits[scaled.token] / 0.5 - std::log(lse), 1e-12);
 }
 
 TEST(SamplerStoriesTest, GreedySamplingMatchesExpectedAndReportsDecodeSpeed) {
