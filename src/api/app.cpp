@@ -10,6 +10,7 @@
 
 #include "api/openai_generation.h"
 #include "api/openapi.h"
+#include "api/openapi_schemas.h"
 #include "common/log.h"
 #include "common/redact.h"
 #include "console/console.h"

@@ -95,9 +95,14 @@ TEST(AttentionDecode, CachedAttentionDecodeStepReadsInPlace) {
     torch::manual_seed(2);
     const HeadConfig c{9, 3, 64};
     const std::vector<int64_t> prompt = {3, 17, 1, 40};
+    auto shape = std::make_shared<CacheShape>();
+    shape->n_layers = 2;
+    shape->n_kv_heads = c.KV;
+    shape->head_dim = c.D;
+    shape->recurrent.assign(2, false);
     std::vector<SequenceCache> caches;
     for (int64_t n : prompt) {
-        caches.emplace_back(2, c.KV, c.D, torch::kFloat, torch::kCPU);
+        caches.emplace_back(shape);
         caches.back().reserve(n + 10);  // spare capacity: the slabs are read through strided views
         for (int64_t layer = 0; layer < 2; ++layer) {
             caches.back().write(layer, torch::randn({n, c.KV, c.D}), torch::randn({n, c.KV, c.D}));
