@@ -113,7 +113,8 @@ Result<void> parse_architecture(const json & obj, ModelConfig & config) {
     } else {
         return unsupported(CONFIG_PREFIX + ("unsupported architecture '" + config.architecture +
                                             "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                            "Qwen3MoeForCausalLM)"));
+                                            "Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and "
+                                            "their ForConditionalGeneration text models)"));
     }
     return {};
 }

@@ -5,11 +5,62 @@
 
 namespace tinkerd::model::config_json {
 
-// The expert fields of a Qwen3-MoE config, with transformers' defaults, and which layers are sparse.
+namespace {
+
+// Qwen3.5-MoE: every layer sparse, a shared expert (default 512 wide), always renormalised top-k (transformers'
+// Qwen3_5MoeTopKRouter ignores norm_topk_prob); a non-empty mlp_only_layers is refused (transformers ignores it).
+Result<void> parse_qwen3_5_moe_layers(const json & obj, ModelConfig & config) {
+    config.sparse_layers.assign(config.n_layers, true);
+    config.norm_topk_prob = true;
+    auto shared = optional_int(obj, "shared_expert_intermediate_size", 512);
+    TRY_STATUS(shared);
+    if (shared.value() < 0) {
+        return invalid_argument(CONFIG_PREFIX + std::string("field 'shared_expert_intermediate_size' must be >= 0"));
+    }
+    config.shared_expert_intermediate_size = shared.value();
+    if (is_present(obj, "mlp_only_layers") &&
+        (!obj.at("mlp_only_layers").is_array() || !obj.at("mlp_only_layers").empty())) {
+        return unsupported(CONFIG_PREFIX + ("mlp_only_layers = " + obj.at("mlp_only_layers").dump() +
+                                            " (Qwen3.5-MoE: every layer is sparse; supported: [])"));
+    }
+    return {};
+}
+
+// Qwen3-MoE: layer l is sparse when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers.
+Result<void> parse_qwen3_moe_layers(const json & obj, ModelConfig & config, int64_t sparse_step) {
+    auto norm = optional_bool(obj, "norm_topk_prob", false);
+    TRY_STATUS(norm);
+    config.norm_topk_prob = norm.value();
+    config.sparse_layers.assign(config.n_layers, false);
+    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+        config.sparse_layers[layer] = (layer + 1) % sparse_step == 0;
+    }
+    if (!is_present(obj, "mlp_only_layers")) {
+        return {};
+    }
+    const json & dense = obj.at("mlp_only_layers");
+    if (!dense.is_array()) {
+        return invalid_argument(CONFIG_PREFIX + ("field 'mlp_only_layers' must be a list, got " + dense.dump()));
+    }
+    for (const json & item : dense) {
+        auto layer = as_int(item, "mlp_only_layers");
+        TRY_STATUS(layer);
+        if (layer.value() >= 0 && layer.value() < config.n_layers) {
+            config.sparse_layers[layer.value()] = false;
+        }
+    }
+    return {};
+}
+
+}  // namespace
+
+// The expert fields of a Qwen3-MoE / Qwen3.5-MoE config, with transformers' defaults for the family (Qwen3-MoE:
+// 128 experts of 768, Qwen3.5-MoE: 256 of 512; top 8), and which layers are sparse.
 Result<void> parse_moe(const json & obj, ModelConfig & config) {
     if (config.family != ArchFamily::QWEN3_MOE && config.family != ArchFamily::QWEN3_5_MOE) {
         return {};
     }
+    const bool qwen3_5 = config.family == ArchFamily::QWEN3_5_MOE;
     const char * experts_key = is_present(obj, "num_experts") ? "num_experts" : "num_local_experts";
     struct Field {
         const char * key;
@@ -17,9 +68,9 @@ Result<void> parse_moe(const json & obj, ModelConfig & config) {
         int64_t * target;
     };
     int64_t sparse_step = 1;
-    const Field fields[] = {{experts_key, 128, &config.n_experts},
+    const Field fields[] = {{experts_key, qwen3_5 ? 256 : 128, &config.n_experts},
                             {"num_experts_per_tok", 8, &config.n_experts_per_token},
-                            {"moe_intermediate_size", 768, &config.moe_intermediate_size},
+                            {"moe_intermediate_size", qwen3_5 ? 512 : 768, &config.moe_intermediate_size},
                             {"decoder_sparse_step", 1, &sparse_step}};
     for (const Field & field : fields) {
         auto value = optional_int(obj, field.key, field.fallback);
@@ -35,34 +86,7 @@ Result<void> parse_moe(const json & obj, ModelConfig & config) {
                                 ("num_experts_per_tok (" + std::to_string(config.n_experts_per_token) +
                                  ") exceeds the number of experts (" + std::to_string(config.n_experts) + ")"));
     }
-    auto norm = optional_bool(obj, "norm_topk_prob", false);
-    TRY_STATUS(norm);
-    config.norm_topk_prob = norm.value();
-    config.sparse_layers.assign(config.n_layers, false);
-    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-        config.sparse_layers[layer] = (layer + 1) % sparse_step == 0;
-    }
-    if (config.family == ArchFamily::QWEN3_5_MOE) {  // every layer sparse, plus a shared expert
-        config.sparse_layers.assign(config.n_layers, true);
-        auto shared = optional_int(obj, "shared_expert_intermediate_size", 0);
-        TRY_STATUS(shared);
-        config.shared_expert_intermediate_size = shared.value();
-        return {};
-    }
-    if (is_present(obj, "mlp_only_layers")) {
-        const json & dense = obj.at("mlp_only_layers");
-        if (!dense.is_array()) {
-            return invalid_argument(CONFIG_PREFIX + ("field 'mlp_only_layers' must be a list, got " + dense.dump()));
-        }
-        for (const json & item : dense) {
-            auto layer = as_int(item, "mlp_only_layers");
-            TRY_STATUS(layer);
-            if (layer.value() >= 0 && layer.value() < config.n_layers) {
-                config.sparse_layers[layer.value()] = false;
-            }
-        }
-    }
-    return {};
+    return qwen3_5 ? parse_qwen3_5_moe_layers(obj, config) : parse_qwen3_moe_layers(obj, config, sparse_step);
 }
 
 namespace {
