@@ -1,11 +1,11 @@
 # Qwen3-MoE through the official SDK: a tiny random Qwen3MoeForCausalLM made by transformers (layer 0 with
 # 8 routed experts, top 2; layer 1 dense) served with --model. get_server_capabilities lists it; a LoRA run
 # (experts included, the shared-outer layout) learns a fixed batch; the sampler weights' compute_logprobs
-# equal the trainer's forward; save_state + create_training_client_from_state_with_optimizer resumes
-# bit-exactly; an attention-only run beside it in the same batches keeps its own numbers. A tiny Qwen3.5-MoE
-# (Gated DeltaNet hybrid, every MLP routed experts + a gated shared expert) served beside it trains too: its LoRA
-# (experts, shared expert, linear attention) learns a fixed batch and resumes bit-exactly (sampling a Qwen3.5
-# model is another change's).
+# equal the trainer's forward and sampled tokens' logprobs equal compute_logprobs of the whole sequence;
+# save_state + create_training_client_from_state_with_optimizer resumes bit-exactly; an attention-only run beside
+# it in the same batches keeps its own numbers. A tiny Qwen3.5-MoE (Gated DeltaNet hybrid, every MLP routed
+# experts + a gated shared expert) served beside it: its LoRA (experts, shared expert, linear attention) learns a
+# fixed batch, its sampler equals its trainer (the cached decode through the MoE block), it resumes bit-exactly.
 import os
 
 import sdk_common as sdk
@@ -52,6 +52,7 @@ def check_capabilities(svc):
 def check_qwen35_moe_learns_and_resumes(svc, batch):
     tc = sdk.resolved(sdk.new_training_client(svc, rank=8, seed=0, base_model=QWEN35_MOE))
     nll = sdk.learn_fixed_batch(tc, batch, LR)
+    sdk.check_sampler_matches_trainer(tc, batch, "q35moe-12")
     sdk.check_resume_bit_exact(svc, tc, batch, LR, "q35moe-state")
     return nll
 
@@ -59,18 +60,6 @@ def check_qwen35_moe_learns_and_resumes(svc, batch):
 def check_learns(svc, batch):
     tc = sdk.resolved(sdk.new_training_client(svc, rank=8, seed=0, base_model=MODEL))
     return tc, sdk.learn_fixed_batch(tc, batch, LR)
-
-
-def check_sampler_matches_trainer(tc, batch):
-    sampler = sdk.resolved(tc.save_weights_and_get_sampling_client("moe-12"))
-    fwd = tc.forward(batch, "cross_entropy").result()
-    for i, d in enumerate(batch[:2]):
-        toks = d.model_input.to_ints() + [int(d.loss_fn_inputs["target_tokens"].tolist()[-1])]
-        lps = sampler.compute_logprobs(sdk.prompt(toks)).result()
-        check_abs(lps[1:], sdk.logprobs(fwd, i), 2e-4, "datum %d: sampler compute_logprobs vs forward" % i)
-    out = sampler.sample(sdk.prompt(batch[0].model_input.to_ints()[:6]), 2,
-                         sdk.params(max_tokens=8, temperature=1.0, seed=3)).result()
-    check(len(out.sequences) == 2 and all(len(s.tokens) == 8 for s in out.sequences), "sample: %r" % out)
 
 
 def check_mixed_runs(svc, batch):
@@ -100,10 +89,11 @@ def run(ctx):
     learned = ctx.case("expert LoRA learns a fixed batch", check_learns, svc, batch)
     if learned:
         tc, nll = learned
-        ctx.case("sampler weights equal the trainer", check_sampler_matches_trainer, tc, batch)
+        ctx.case("sampler weights equal the trainer", sdk.check_sampler_matches_trainer, tc, batch, "moe-12")
         ctx.case("resume with optimizer is bit-exact", sdk.check_resume_bit_exact, svc, tc, batch, LR, "moe-state")
     ctx.case("mixed runs keep their own numbers", check_mixed_runs, svc, batch)
-    q35 = ctx.case("Qwen3.5-MoE LoRA learns and resumes bit-exactly", check_qwen35_moe_learns_and_resumes, svc, batch)
+    q35 = ctx.case("Qwen3.5-MoE LoRA learns, samples as it trains, resumes bit-exactly",
+                   check_qwen35_moe_learns_and_resumes, svc, batch)
     ctx.finish()
     if not (learned and q35):
         return "failed"
