@@ -214,7 +214,8 @@ def expert_lora_forward(experts, factors, scale):
 
 
 def add_expert_lora(peft_model, rank: int, seed: int, state, alpha: float = 32):
-    """Tinker's shared-outer LoRA on every fused expert stack (mlp.experts with gate_up_proj): w1 (gate) and w3 (up)
+    """Tinker's shared-outer LoRA on every fused expert stack (mlp.experts with gate_up_proj; transformers 5 fuses
+    Qwen3-MoE's too, so call it only for an adapter that trains the MLP): w1 (gate) and w3 (up)
     A [1, R, C] shared, B [E, F, R]; w2 (down) A [E, R, F], B [1, C, R] shared. A ~ N(0, 1/sqrt(fan_in)), B ~
     N(0, 0.05); the experts' forward is replaced while state["on"]. -> {adapter key: leaf tensor requiring grad}."""
     gen = torch.Generator().manual_seed(seed)

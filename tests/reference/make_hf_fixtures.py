@@ -42,7 +42,8 @@ def make_model_case(case, out_dir, shared):
     model64 = copy.deepcopy(model).double()
     peft64, init = hm.add_seeded_lora(model64, rank, targets, seed + 1)
     extra, hooks = hm.add_split_qkv_lora(peft64, rank, seed + 4)  # Qwen3.5's in_proj_q/k/v; else none
-    extra.update(hm.add_expert_lora(peft64, rank, seed + 5, hooks))  # Qwen3.5-MoE's routed experts; else none
+    if "gate_proj" in targets:  # train_mlp: the routed experts' shared-outer LoRA too (MoE cases; else none)
+        extra.update(hm.add_expert_lora(peft64, rank, seed + 5, hooks))
     init.update({k: t.detach().float().clone() for k, t in extra.items()})
     datums = hm.random_datums(model.config.vocab_size, seed + 2)
     loss, lps, grads = hm.ce_sum_and_grads(peft64, datums, extra)
