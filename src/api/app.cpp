@@ -4,6 +4,7 @@
 #include "api/app.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "api/openai_generation.h"
@@ -73,12 +74,13 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     }
     app->db_ = std::move(db).value();
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
+    app->telemetry_ = std::make_unique<Telemetry>(*app->db_, app->options_.max_metric_points);
     app->registry_ = std::make_unique<Registry>(*app->db_);
     app->sampling_ = std::make_unique<SamplingService>(*app->registry_, *app->db_, *app->output_stage_,
-                                                       app->options_.max_queued_samples);
+                                                       app->options_.max_queued_samples, app->telemetry_.get());
     app->tinker_ = std::make_unique<TinkerRoutes>(
         app->options_, TinkerDeps{app->db_.get(), app->disk_reserve_.get(), app->futures_.get(), app->registry_.get(),
-                                  app->sampling_.get()});
+                                  app->sampling_.get(), app->telemetry_.get()});
     TRY_STATUS(app->tinker_->recover_from_last_process());
     app->add_models(std::move(models));
     app->openai_ = std::make_unique<OpenAiRoutes>(app->auth_, *app->registry_, *app->db_, *app->sampling_);
@@ -168,6 +170,14 @@ void App::handle(http::Request && request, http::Respond respond) {
                        : error_response(status, message));
         return;
     }
+    // Every answer is counted under its route's pattern (never the raw path: ids stay out of labels).
+    const auto started = std::chrono::steady_clock::now();
+    respond = [this, respond = std::move(respond), started, method = request.method,
+               pattern = *match.pattern](http::Response response) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        telemetry_->observe_request(method, pattern, response.status, seconds);
+        respond(std::move(response));
+    };
     const Route & route = *match.target;
     Call call{request, "", std::move(match.params), json::object()};
     if (route.needs_auth) {

@@ -15,6 +15,7 @@
 #include "api/registry.h"
 #include "api/router.h"
 #include "api/sampling_service.h"
+#include "api/telemetry.h"
 #include "api/tinker_routes.h"
 #include "http/server.h"
 #include "scheduler/futures.h"
@@ -51,6 +52,7 @@ class App {
     // Formats and answers sampling events off the engine threads (stopped after the workers; declared
     // after futures_ and db_ so it is gone before them).
     std::unique_ptr<OutputStage> output_stage_ = std::make_unique<OutputStage>();
+    std::unique_ptr<Telemetry> telemetry_;       // request, token and sampler counters; run metric points
     std::unique_ptr<Registry> registry_;         // served models, runs, snapshot cache, sessions, archive tokens
     std::unique_ptr<SamplingService> sampling_;  // requests -> SampleJobs on the workers; 429 capacity
     std::unique_ptr<TinkerRoutes> tinker_;       // /api/v1/, the sweeper and the snapshot writer

@@ -67,6 +67,8 @@ void OpenAiRoutes::models(Call & call, http::Respond respond) {
 Result<OpenAiRoutes::Target> OpenAiRoutes::resolve_model(const std::string & tenant, const std::string & name) {
     const Error missing = not_found("The model '" + name + "' does not exist or you do not have access to it.");
     Target target;
+    target.tenant = tenant;
+    target.name = name;
     if ((target.model = registry_.find_model(name)) != nullptr) {
         return target;
     }

@@ -22,11 +22,12 @@ template <typename Target>
 class Router {
   public:
     void add(const std::string & method, const std::string & pattern, Target target) {
-        routes_.push_back({method, split(pattern), std::move(target)});
+        routes_.push_back({method, pattern, split(pattern), std::move(target)});
     }
 
     struct Match {
         const Target * target = nullptr;
+        const std::string * pattern = nullptr;  // the matched route's pattern (metrics label it by this)
         PathParams params;
         bool method_mismatch = false;  // some route has this path under another method (405)
     };
@@ -45,6 +46,7 @@ class Router {
                 continue;
             }
             result.target = &route.target;
+            result.pattern = &route.pattern;
             result.params = std::move(params);
             return result;
         }
@@ -68,6 +70,7 @@ class Router {
   private:
     struct Route {
         std::string method;
+        std::string pattern;
         std::vector<std::string> segments;
         Target target;
     };

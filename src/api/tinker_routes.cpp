@@ -13,7 +13,8 @@ TinkerRoutes::TinkerRoutes(AppOptions options, TinkerDeps deps)
       disk_reserve_(deps.disk_reserve),
       futures_(deps.futures),
       registry_(deps.registry),
-      sampling_(deps.sampling) {}
+      sampling_(deps.sampling),
+      telemetry_(deps.telemetry) {}
 
 void TinkerRoutes::start() {
     sweeper_ = std::thread([this] { sweeper_loop(); });
@@ -84,6 +85,8 @@ void TinkerRoutes::add_routes(Router<Route> & router) {
     add_sync("GET", "training_runs", &TinkerRoutes::list_training_runs);
     add_sync("GET", "training_runs/{run_id}", &TinkerRoutes::get_training_run);
     add_sync("GET", "training_runs/{run_id}/checkpoints", &TinkerRoutes::list_run_checkpoints);
+    add_sync("GET", "training_runs/{run_id}/metrics", &TinkerRoutes::run_metrics);
+    add_sync("GET", "server_status", &TinkerRoutes::server_status);
     add_sync("POST", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &TinkerRoutes::publish_checkpoint);
     add_sync("DELETE", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &TinkerRoutes::unpublish_checkpoint);
     add_sync("PUT", "training_runs/{run_id}/checkpoints/{kind}/{name}/ttl", &TinkerRoutes::set_checkpoint_ttl);
@@ -100,6 +103,11 @@ void TinkerRoutes::add_routes(Router<Route> & router) {
     health.sync = [this](Call & call) { return healthz(call); };
     health.needs_auth = false;
     router_->add("GET", "/api/v1/healthz", health);
+    Route prometheus;  // no key: scrapers have none, and nothing in it names a tenant
+    prometheus.async = [this](Call & call, http::Respond respond) { prometheus_metrics(call, std::move(respond)); };
+    prometheus.needs_auth = false;
+    prometheus.json_body = false;
+    router_->add("GET", "/metrics", prometheus);
 }
 
 // SDK 0.38 endpoints answered with a 400 naming the feature (session_handlers.cpp).

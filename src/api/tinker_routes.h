@@ -18,6 +18,7 @@
 #include "api/registry.h"
 #include "api/router.h"
 #include "api/sampling_service.h"
+#include "api/telemetry.h"
 #include "scheduler/futures.h"
 #include "store/checkpoint_files.h"
 #include "store/database.h"
@@ -26,6 +27,7 @@
 
 namespace tinkerd::api {
 
+class PrometheusText;
 using scheduler::guarded_engine_call;
 using AdapterId = engine::AdapterId;
 
@@ -36,6 +38,7 @@ struct TinkerDeps {
     scheduler::FutureTable * futures = nullptr;
     Registry * registry = nullptr;
     SamplingService * sampling = nullptr;
+    Telemetry * telemetry = nullptr;
 };
 
 class TinkerRoutes {
@@ -120,6 +123,17 @@ class TinkerRoutes {
     Result<TinkerPath> owned_checkpoint_path(Call & call);
     void download_archive(Call & call, http::Respond respond);
 
+    // monitoring_handlers.cpp: a run's metric points, server_status, and /metrics (Prometheus text).
+    Result<json> run_metrics(Call & call);
+    Result<json> server_status(Call & call);
+    json model_status_json(const ServedModel & model) const;
+    Result<json> samplers_status_json(const std::string & tenant) const;
+    Result<json> sessions_status_json(const std::string & tenant) const;
+    void prometheus_metrics(Call & call, http::Respond respond);
+    void write_process_metrics(PrometheusText & out) const;
+    void write_http_metrics(PrometheusText & out) const;
+    void write_model_metrics(PrometheusText & out) const;
+
     // futures_handler.cpp: retrieve_future and the ordered submission of operations.
     void retrieve_future(Call & call, http::Respond respond);
     // Submits `op` as (run, seq_id) under a new future of `request_type`; answers {"request_id", "model_id"}.
@@ -182,6 +196,7 @@ class TinkerRoutes {
     scheduler::FutureTable * futures_;
     Registry * registry_;
     SamplingService * sampling_;
+    Telemetry * telemetry_;
     std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
 
     std::thread snapshot_writer_;

@@ -87,8 +87,12 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         }
         fuse_projections(*lw, *file);
         weights_.layers.push_back(std::move(lw).value());
-        LOG_DBG("engine", "loaded layer %lld/%lld", static_cast<long long>(layer + 1),
-                static_cast<long long>(c.n_layers));
+        // A long load shows progress at each quarter (a 30B model's layers take minutes); small ones stay quiet.
+        const int64_t quarter = std::max<int64_t>(1, c.n_layers / 4);
+        if (c.n_layers >= 16 && ((layer + 1) % quarter == 0 || layer + 1 == c.n_layers)) {
+            LOG_INF("engine", "loaded layer %lld/%lld", static_cast<long long>(layer + 1),
+                    static_cast<long long>(c.n_layers));
+        }
     }
     auto norm = loader.vector("model.norm.weight", c.hidden_size);
     if (!norm.ok()) {
