@@ -71,3 +71,13 @@ if [[ "${BENCH_MOE:-0}" != 0 ]]; then
     echo "bench: Qwen3-MoE, 2 layers of Qwen3-30B-A3B (bench/moe_bench.py)" >&2
     "$PYTHON" bench/moe_bench.py "$MODELS/qwen3moe-30b-a3b-2l" --build "$BUILD" --steps "$STEPS"
 fi
+
+# Qwen3.5 (issue 12): the Qwen3.5-4B text config cut to 4 layers (3 Gated DeltaNet + 1 gated attention), bf16
+# (~2.1 GB written once), tinkerd vs transformers eager in the same run, and the Gated DeltaNet layer's time for
+# 256..4096 tokens (linear growth). Opt in with BENCH_QWEN35=1 (BENCH_QWEN35_CONFIG=27B for the 27B shapes).
+if [[ "${BENCH_QWEN35:-0}" != 0 ]]; then
+    Q35_CONFIG="${BENCH_QWEN35_CONFIG:-4B}"
+    echo "bench: Qwen3.5-$Q35_CONFIG, 4 layers (bench/qwen35_bench.py)" >&2
+    "$PYTHON" bench/qwen35_bench.py "$MODELS/qwen35-${Q35_CONFIG,,}-4l" --config "$Q35_CONFIG" --build "$BUILD" \
+        --steps "$STEPS"
+fi

@@ -267,8 +267,8 @@ std::string TinkerRoutes::create_future(const std::string & tenant, const std::s
 }
 
 store::AdapterConfig TinkerRoutes::adapter_config(const RunState & run) const {
-    return store::make_adapter_config(run.row.base_model, run.spec.rank, run.spec.alpha, run.spec.train_attn,
-                                      run.spec.train_mlp, run.spec.train_unembed);
+    return store::make_adapter_config(run.row.base_model, run.spec.rank, run.spec.alpha, run.model->engine->config(),
+                                      run.spec.train_attn, run.spec.train_mlp, run.spec.train_unembed);
 }
 
 }  // namespace tinkerd::api

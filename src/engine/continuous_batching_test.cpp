@@ -214,9 +214,11 @@ TEST_P(ContinuousBatchingTest, OnTokenStreamsTheFinalTokensAndTopLogprobsAgree) 
 }
 
 // Llama, Qwen3-MoE (the experts' routing must not depend on the batch, preemption or the cache either) and
-// Qwen3.5 (its recurrent state is dropped on preemption and recomputed from the prompt and tokens so far).
+// Qwen3.5 (its recurrent state is dropped on preemption and recomputed from the prompt and tokens so far), and
+// Qwen3.5-MoE (both at once).
 INSTANTIATE_TEST_SUITE_P(Families, ContinuousBatchingTest,
-                         ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3_MOE, TinyFamily::QWEN3_5));
+                         ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3_MOE, TinyFamily::QWEN3_5,
+                                           TinyFamily::QWEN3_5_MOE));
 
 }  // namespace
 }  // namespace tinkerd::testing

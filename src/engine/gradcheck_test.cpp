@@ -2,7 +2,8 @@
 // (cross_entropy 1-D / 2-D, importance_sampling, ppo with clipped and unclipped tokens, cispo with its
 // stop-gradient weight, dro), on tiny random llama and qwen3 models with random nonzero A and B, and of
 // every expert LoRA tensor (shared-outer factors) of a tiny Qwen3-MoE, and of the Qwen3.5 hybrid's Gated
-// DeltaNet LoRAs (in_proj_q/k/v on the fused in_proj_qkv, in_proj_z, out_proj) and its gated q_proj.
+// DeltaNet LoRAs (in_proj_q/k/v on the fused in_proj_qkv, in_proj_z, out_proj) and its gated q_proj, and of
+// Qwen3.5-MoE's shared expert LoRAs (beside its routed experts', through its sigmoid gate).
 // Central differences (eps 1e-6) of "loss:sum" must agree with export_gradients to 1e-6 relative.
 #include <algorithm>
 #include <cmath>
@@ -368,6 +369,27 @@ TEST(GradCheck, Qwen35LinearAttentionAndGatedQueryLoraTensors) {
     }
     keys.insert(keys.end(), {layer_key(1, "q_proj", "A"), layer_key(1, "q_proj", "B"), layer_key(1, "k_proj", "B"),
                              layer_key(0, "down_proj", "A"), head_key("B")});
+    const ForwardBackwardInput in = weighted_ce_input(gc);
+    gc.check_keys(in, in, keys);
+}
+
+TEST(GradCheck, Qwen35MoeSharedExpertAndExpertLoraTensors) {
+    // Both layers sparse: the shared expert's three LoRAs (A and B each), the routed experts' shared-outer
+    // factors, and LoRAs upstream of the MLP (in_proj_q, q_proj), whose gradients also flow through the shared
+    // expert's sigmoid gate and the routing weights.
+    GradCheck gc(TinyFamily::QWEN3_5_MOE);
+    std::vector<std::string> keys;
+    for (int layer : {0, 1}) {
+        for (const char * module : {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj",
+                                    "experts.w1", "experts.w2", "experts.w3"}) {
+            for (const char * ab : {"A", "B"}) {
+                keys.push_back("base_model.model.model.layers." + std::to_string(layer) + ".mlp." + module + ".lora_" +
+                               ab + ".weight");
+            }
+        }
+    }
+    keys.insert(keys.end(), {"base_model.model.model.layers.0.linear_attn.in_proj_q.lora_A.weight",
+                             layer_key(1, "q_proj", "A"), head_key("B")});
     const ForwardBackwardInput in = weighted_ce_input(gc);
     gc.check_keys(in, in, keys);
 }

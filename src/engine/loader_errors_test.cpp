@@ -72,11 +72,10 @@ class LoaderErrorsTest : public ::testing::Test {
 };
 
 TEST_F(LoaderErrorsTest, EveryTinyFamilyLoadsInF32AndBf16) {
-    const std::pair<TinyFamily, const char *> families[] = {{TinyFamily::LLAMA, "LlamaForCausalLM"},
-                                                            {TinyFamily::QWEN3, "Qwen3ForCausalLM"},
-                                                            {TinyFamily::QWEN2, "Qwen2ForCausalLM"},
-                                                            {TinyFamily::QWEN3_MOE, "Qwen3MoeForCausalLM"},
-                                                            {TinyFamily::QWEN3_5, "Qwen3_5ForCausalLM"}};
+    const std::pair<TinyFamily, const char *> families[] = {
+        {TinyFamily::LLAMA, "LlamaForCausalLM"},     {TinyFamily::QWEN3, "Qwen3ForCausalLM"},
+        {TinyFamily::QWEN2, "Qwen2ForCausalLM"},     {TinyFamily::QWEN3_MOE, "Qwen3MoeForCausalLM"},
+        {TinyFamily::QWEN3_5, "Qwen3_5ForCausalLM"}, {TinyFamily::QWEN3_5_MOE, "Qwen3_5MoeForCausalLM"}};
     for (const auto & [family, arch] : families) {
         for (model::DType dtype : {model::DType::F32, model::DType::BF16}) {
             ScopedTempDir dir("loader_ok");
@@ -185,13 +184,18 @@ std::string read_model_config(const std::string & file) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// The real Qwen3.5-35B-A3B config.json parses (LoRA layout, counts) but the MoE hybrid cannot run yet: a
-// clear refusal by name, before any tensor is read.
-TEST_F(LoaderErrorsTest, Qwen35MoeIsRefusedByName) {
-    write_model_dir(dir_.path(), read_model_config("Qwen3.5-35B-A3B.json"), tensors());
+// Qwen3.5-MoE runs: a checkpoint missing its shared expert's gate (or any expert tensor) names the tensor.
+TEST_F(LoaderErrorsTest, Qwen35MoeNamesAMissingSharedExpertTensor) {
+    Tensors t = tiny_model_tensors(TinyFamily::QWEN3_5_MOE, model::DType::F32, 5);
+    ASSERT_EQ(t.erase("model.layers.1.mlp.shared_expert_gate.weight"), 1u);
+    write_model_dir(dir_.path(), tiny_config_json(TinyFamily::QWEN3_5_MOE), t);
     const std::string msg = load_error(dir_.path());
-    EXPECT_TRUE(contains(msg, "Qwen3_5MoeForConditionalGeneration")) << msg;
-    EXPECT_TRUE(contains(msg, "not supported yet")) << msg;
+    EXPECT_TRUE(contains(msg, "model.layers.1.mlp.shared_expert_gate.weight")) << msg;
+    t = tiny_model_tensors(TinyFamily::QWEN3_5_MOE, model::DType::F32, 5);
+    ASSERT_EQ(t.erase("model.layers.0.mlp.experts.down_proj"), 1u);
+    write_model_dir(dir_.path(), tiny_config_json(TinyFamily::QWEN3_5_MOE), t);
+    const std::string msg2 = load_error(dir_.path());
+    EXPECT_TRUE(contains(msg2, "model.layers.0.mlp.experts")) << msg2;
 }
 
 // The real Qwen3.5-4B config.json (a ForConditionalGeneration) now loads: with llama tensors the first

@@ -123,7 +123,7 @@ TEST_P(SamplerTest, PromptLogprobsEqualFullForward) {
 
 INSTANTIATE_TEST_SUITE_P(Families, SamplerTest,
                          ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3, TinyFamily::QWEN3_MOE,
-                                           TinyFamily::QWEN3_5));
+                                           TinyFamily::QWEN3_5, TinyFamily::QWEN3_5_MOE));
 
 using SamplerLlamaTest = SamplerTest;
 
@@ -358,6 +358,8 @@ INSTANTIATE_TEST_SUITE_P(Llama, SamplerLlamaTest, ::testing::Values(TinyFamily::
 INSTANTIATE_TEST_SUITE_P(Moe, SamplerLlamaTest, ::testing::Values(TinyFamily::QWEN3_MOE));
 // And on the Gated DeltaNet hybrid: its per-sequence recurrent state must not depend on the batch either.
 INSTANTIATE_TEST_SUITE_P(Qwen35, SamplerLlamaTest, ::testing::Values(TinyFamily::QWEN3_5));
+// And on the hybrid whose every MLP is routed experts + a gated shared expert (Qwen3.5-MoE).
+INSTANTIATE_TEST_SUITE_P(Qwen35Moe, SamplerLlamaTest, ::testing::Values(TinyFamily::QWEN3_5_MOE));
 
 // stories260K ($TINKERD_SOURCE_DIR/../shared/models), skipped when absent.
 std::string stories_dir() {

@@ -36,8 +36,10 @@ struct Dims {
     const char * architecture;
     int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim;
     bool explicit_head_dim, tied, bias, qk_norm;
-    int64_t experts = 0, top_k = 0, moe_inter = 0;  // layer 0 sparse when experts > 0
+    int64_t experts = 0, top_k = 0, moe_inter = 0;  // layer 0 sparse when experts > 0 (every layer when hybrid)
     bool hybrid = false;                            // Qwen3.5: layer 0 linear attention, layer 1 gated full
+    int64_t shared_inter = 0;                       // Qwen3.5-MoE's shared expert
+    bool is_sparse(int64_t layer) const { return experts > 0 && (layer == 0 || hybrid); }
 };
 
 // Qwen3.5's Gated DeltaNet sizes of the tiny hybrid: HK, HV, Dk, Dv, conv kernel.
@@ -55,6 +57,8 @@ Dims dims_of(TinyFamily family) {
             return {"Qwen3MoeForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, false, false, true, 4, 2, 12};
         case TinyFamily::QWEN3_5:
             return {"Qwen3_5ForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, true, false, true, 0, 0, 0, true};
+        case TinyFamily::QWEN3_5_MOE:
+            return {"Qwen3_5MoeForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, false, false, true, 4, 2, 12, true, 10};
     }
     throw std::runtime_error("unknown tiny family");
 }
@@ -103,6 +107,32 @@ void add_linear_attention(Add & add, const std::string & p, int64_t hidden) {
     add(p + "out_proj.weight", {hidden, value_dim}, 1.0 / std::sqrt(static_cast<double>(value_dim)), 0.0);
 }
 
+// The router and experts of a sparse layer under p ("model.layers.0.mlp."): one tensor per expert (the Qwen3-MoE
+// Hub layout), or for Qwen3.5-MoE the fused gate_up_proj [E, 2F, C] / down_proj [E, C, F] its checkpoints
+// hold, plus its shared expert and the shared expert's gate.
+template <typename Add>
+void add_experts(Add & add, const std::string & p, const Dims & d) {
+    const auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+    add(p + "gate.weight", {d.experts, d.hidden}, 1.0, 0.0);  // spread-out routing probabilities
+    if (d.hybrid) {
+        add(p + "experts.gate_up_proj", {d.experts, 2 * d.moe_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "experts.down_proj", {d.experts, d.hidden, d.moe_inter}, inv_sqrt(d.moe_inter), 0.0);
+    } else {
+        for (int64_t e = 0; e < d.experts; ++e) {
+            const std::string q = p + "experts." + std::to_string(e) + ".";
+            add(q + "gate_proj.weight", {d.moe_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+            add(q + "up_proj.weight", {d.moe_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+            add(q + "down_proj.weight", {d.hidden, d.moe_inter}, inv_sqrt(d.moe_inter), 0.0);
+        }
+    }
+    if (d.shared_inter > 0) {
+        add(p + "shared_expert.gate_proj.weight", {d.shared_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "shared_expert.up_proj.weight", {d.shared_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
+        add(p + "shared_expert.down_proj.weight", {d.hidden, d.shared_inter}, inv_sqrt(d.shared_inter), 0.0);
+        add(p + "shared_expert_gate.weight", {1, d.hidden}, inv_sqrt(d.hidden), 0.0);
+    }
+}
+
 }  // namespace
 
 std::string tiny_config_json(TinyFamily family) {
@@ -130,7 +160,10 @@ std::string tiny_config_json(TinyFamily family) {
         c["moe_intermediate_size"] = d.moe_inter;
         c["norm_topk_prob"] = true;
         c["decoder_sparse_step"] = 1;
-        c["mlp_only_layers"] = {1};
+        c["mlp_only_layers"] = d.hybrid ? nlohmann::json::array() : nlohmann::json{1};
+    }
+    if (d.shared_inter > 0) {
+        c["shared_expert_intermediate_size"] = d.shared_inter;
     }
     if (d.hybrid) {
         c["layer_types"] = {"linear_attention", "full_attention"};
@@ -187,14 +220,8 @@ std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, 
             add(p + "self_attn.q_norm.weight", {d.head_dim}, 0.1, norm_offset);
             add(p + "self_attn.k_norm.weight", {d.head_dim}, 0.1, norm_offset);
         }
-        if (d.experts > 0 && l == 0) {
-            add(p + "mlp.gate.weight", {d.experts, d.hidden}, 1.0, 0.0);  // spread-out routing probabilities
-            for (int64_t e = 0; e < d.experts; ++e) {
-                const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-                add(q + "gate_proj.weight", {d.moe_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
-                add(q + "up_proj.weight", {d.moe_inter, d.hidden}, inv_sqrt(d.hidden), 0.0);
-                add(q + "down_proj.weight", {d.hidden, d.moe_inter}, inv_sqrt(d.moe_inter), 0.0);
-            }
+        if (d.is_sparse(l)) {
+            add_experts(add, p + "mlp.", d);
             continue;
         }
         add(p + "mlp.gate_proj.weight", {d.inter, d.hidden}, inv_sqrt(d.hidden), 0.0);

@@ -1,6 +1,6 @@
-// Test-only helpers: tiny randomly initialised Hugging Face model directories (config.json +
-// model.safetensors) for the llama, qwen3, qwen2, qwen3_moe and qwen3_5 families, written by the tests themselves, and
-// a self-removing temporary directory. Torch-free; failures throw std::runtime_error.
+// Test-only helpers: tiny randomly initialised Hugging Face model directories (config.json + model.safetensors)
+// for the llama, qwen3, qwen2, qwen3_moe, qwen3_5 and qwen3_5_moe families, written by the tests themselves,
+// and a self-removing temporary directory. Torch-free; failures throw std::runtime_error.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 namespace tinkerd::testing {
 
-enum class TinyFamily { LLAMA, QWEN3, QWEN2, QWEN3_MOE, QWEN3_5 };
+enum class TinyFamily { LLAMA, QWEN3, QWEN2, QWEN3_MOE, QWEN3_5, QWEN3_5_MOE };
 
 // A unique directory under the system temp dir, removed (with its contents) on destruction.
 class ScopedTempDir {
@@ -32,7 +32,9 @@ class ScopedTempDir {
 // qwen2: vocab 47, hidden 12, 3 heads / 1 kv head, q/k/v biases, untied; qwen3_moe: qwen3's attention,
 // untied, layer 0 sparse (4 experts of F 12, top 2, norm_topk_prob) and layer 1 dense (mlp_only_layers);
 // qwen3_5 (Qwen3_5ForCausalLM): layer 0 Gated DeltaNet (HK 2, HV 4, Dk = Dv = 4, conv 4), layer 1 gated
-// full attention (4 heads / 2 kv heads, head_dim 8, partial_rotary_factor 0.5), tied, (1 + w) norms.
+// full attention (4 heads / 2 kv heads, head_dim 8, partial_rotary_factor 0.5), tied, (1 + w) norms;
+// qwen3_5_moe (Qwen3_5MoeForCausalLM): qwen3_5's mixers, untied, both layers sparse (4 experts of F 12 in the
+// fused gate_up_proj / down_proj layout, top 2) with a shared expert of 10 and its sigmoid gate.
 std::string tiny_config_json(TinyFamily family);
 
 // Every checkpoint tensor of the family's tiny model, random from a seeded std::mt19937, stored in

@@ -48,10 +48,7 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model
     }
     auto family = make_family(config->family);
     if (!family) {
-        return unsupported("config.json: architecture '" + config->architecture +
-                           "' (Qwen3.5-MoE: Gated DeltaNet hybrid with routed experts) is not supported yet; "
-                           "supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                           "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text only)");
+        return unsupported("config.json: architecture '" + config->architecture + "' is not supported");
     }
     auto file = model::SafetensorsFile::open_model_dir(model_dir);
     if (!file.ok()) {

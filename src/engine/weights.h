@@ -35,6 +35,8 @@ struct LayerWeights {
     torch::Tensor router;           // [E, C] act dtype (routing is computed in fp32)
     torch::Tensor experts_gate_up;  // [E, 2F, C] compute dtype: each expert's cat(gate, up)
     torch::Tensor experts_down;     // [E, C, F] compute dtype
+    // ... and Qwen3.5-MoE's shared expert: w_gate / w_up / w_down above (its SwiGLU, S wide) and its gate
+    torch::Tensor shared_expert_gate;  // [1, C] act dtype; undefined without a shared expert
     // A Gated DeltaNet (linear-attention) layer instead of the attention tensors (arch/qwen3_5.cpp); Cc =
     // 2·HK·Dk + HV·Dv conv channels, Vd = HV·Dv:
     torch::Tensor w_lin_in;   // [Cc + Vd + 2·HV, C] compute dtype: cat(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)

@@ -1,6 +1,8 @@
 // LoRA layout: target selection, factor shapes (dense and shared-outer experts), key names, counts.
 #include "model/lora_layout.h"
 
+#include <algorithm>
+
 namespace tinkerd::model {
 
 const char * lora_target_name(LoraTarget target) {
@@ -160,6 +162,17 @@ int64_t lora_parameter_count(const ModelConfig & config, const LoraSelection & s
         total += pair.size();
     }
     return total;
+}
+
+std::vector<std::string> lora_target_modules(const ModelConfig & config, const LoraSelection & selection) {
+    std::vector<std::string> modules;
+    for (const LoraPair & pair : lora_pairs(config, selection, 1)) {
+        const std::string name = lora_target_name(pair.target);
+        if (std::find(modules.begin(), modules.end(), name) == modules.end()) {
+            modules.push_back(name);
+        }
+    }
+    return modules;
 }
 
 std::string peft_key(int64_t layer, LoraTarget target, bool is_b) {

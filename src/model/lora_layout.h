@@ -72,6 +72,11 @@ std::vector<LoraPair> lora_pairs(const ModelConfig & config, const LoraSelection
 // Sum of the pairs' A and B sizes.
 int64_t lora_parameter_count(const ModelConfig & config, const LoraSelection & selection, int64_t rank);
 
+// The module names an adapter of this selection trains, as adapter_config.json's target_modules lists them
+// (each once, in parameter order): the names inside peft_key — "q_proj", "in_proj_q", "in_proj_z", "out_proj",
+// "experts.w1", "shared_expert.gate_proj", ..., "lm_head" — so every family's real targets are named.
+std::vector<std::string> lora_target_modules(const ModelConfig & config, const LoraSelection & selection);
+
 // Adapter file key of a target's A or B, PEFT's naming: "base_model.model.model.layers.3.self_attn.q_proj.
 // lora_A.weight". Experts (PEFT has no such module) as Tinker's own files name them:
 // "base_model.model.model.layers.3.mlp.experts.w1.lora_A.weight" (w1 gate, w3 up, w2 down), shapes above.

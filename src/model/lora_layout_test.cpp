@@ -138,5 +138,29 @@ TEST(LoraLayout, Qwen35MoeHasASharedExpertBesideTheRoutedOnes) {
               "base_model.model.model.layers.0.mlp.shared_expert.down_proj.lora_B.weight");
 }
 
+// adapter_config.json's target_modules come from the layout's own targets, per family: every module name
+// the adapter file holds a key for, once each, and nothing it does not train.
+TEST(LoraLayout, TargetModulesNameEachFamilysRealModules) {
+    using Names = std::vector<std::string>;
+    const LoraSelection all{true, true, true};
+    EXPECT_EQ(lora_target_modules(real_config("Qwen3-8B"), all),
+              (Names{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}));
+    EXPECT_EQ(lora_target_modules(real_config("Qwen3-30B-A3B"), all),
+              (Names{"q_proj", "k_proj", "v_proj", "o_proj", "experts.w1", "experts.w3", "experts.w2", "lm_head"}));
+    EXPECT_EQ(lora_target_modules(real_config("Qwen3.5-4B"), all),
+              (Names{"gate_proj", "up_proj", "down_proj", "in_proj_q", "in_proj_k", "in_proj_v", "in_proj_z",
+                     "out_proj", "q_proj", "k_proj", "v_proj", "o_proj", "lm_head"}));
+    EXPECT_EQ(lora_target_modules(real_config("Qwen3.5-35B-A3B"), {false, true, false}),
+              (Names{"experts.w1", "experts.w3", "experts.w2", "shared_expert.gate_proj", "shared_expert.up_proj",
+                     "shared_expert.down_proj"}));
+    EXPECT_EQ(lora_target_modules(real_config("Qwen3.5-35B-A3B"), {true, false, false}),
+              (Names{"in_proj_q", "in_proj_k", "in_proj_v", "in_proj_z", "out_proj", "q_proj", "k_proj", "v_proj",
+                     "o_proj"}));
+    ModelConfig mixed = real_config("Qwen3-30B-A3B");
+    mixed.sparse_layers[0] = false;  // one dense layer: its gate/up/down_proj join the experts
+    EXPECT_EQ(lora_target_modules(mixed, {false, true, false}),
+              (Names{"gate_proj", "up_proj", "down_proj", "experts.w1", "experts.w3", "experts.w2"}));
+}
+
 }  // namespace
 }  // namespace tinkerd::model

@@ -1,6 +1,6 @@
-// Parsing of Hugging Face config.json into ModelConfig. Reads the fields the supported architectures
-// (Llama, Qwen2, Qwen3, Qwen3-MoE) need, applies the transformers defaults, and rejects what tinkerd cannot run
-// with an error naming the field or the unsupported value.
+// Parsing of Hugging Face config.json into ModelConfig: the typed field readers (config_json.h) and the
+// fields every family shares (architecture, sizes, attention, RoPE, norms, token ids), with transformers'
+// defaults; errors name the field or the unsupported value. Experts and the hybrid layout: model_config_moe.cpp.
 #include "model/model_config.h"
 
 #include <cmath>
@@ -8,16 +8,12 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "common/json_depth.h"
+#include "model/config_json.h"
+
 namespace tinkerd::model {
 
-namespace {
-
-using nlohmann::json;
-
-constexpr const char * CONFIG_PREFIX = "config.json: ";
+namespace config_json {
 
 bool is_present(const json & obj, const std::string & key) {
     return obj.contains(key) && !obj.at(key).is_null();
@@ -80,6 +76,12 @@ Result<std::string> optional_string(const json & obj, const std::string & key) {
     return obj.at(key).get<std::string>();
 }
 
+}  // namespace config_json
+
+namespace {
+
+using namespace config_json;
+
 bool is_qwen3_5(const std::string & architecture) {
     return architecture == "Qwen3_5ForConditionalGeneration" || architecture == "Qwen3_5ForCausalLM" ||
            architecture == "Qwen3_5MoeForConditionalGeneration" || architecture == "Qwen3_5MoeForCausalLM";
@@ -111,7 +113,8 @@ Result<void> parse_architecture(const json & obj, ModelConfig & config) {
     } else {
         return unsupported(CONFIG_PREFIX + ("unsupported architecture '" + config.architecture +
                                             "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                            "Qwen3MoeForCausalLM)"));
+                                            "Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and "
+                                            "their ForConditionalGeneration text models)"));
     }
     return {};
 }
@@ -302,136 +305,6 @@ Result<void> parse_misc(const json & obj, ModelConfig & config) {
     auto eos = parse_token_id(obj, "eos_token_id");
     TRY_STATUS(eos);
     config.eos_token_id = eos.value();
-    return {};
-}
-
-// The expert fields of a Qwen3-MoE config, with transformers' defaults, and which layers are sparse.
-Result<void> parse_moe(const json & obj, ModelConfig & config) {
-    if (config.family != ArchFamily::QWEN3_MOE && config.family != ArchFamily::QWEN3_5_MOE) {
-        return {};
-    }
-    const char * experts_key = is_present(obj, "num_experts") ? "num_experts" : "num_local_experts";
-    struct Field {
-        const char * key;
-        int64_t fallback;
-        int64_t * target;
-    };
-    int64_t sparse_step = 1;
-    const Field fields[] = {{experts_key, 128, &config.n_experts},
-                            {"num_experts_per_tok", 8, &config.n_experts_per_token},
-                            {"moe_intermediate_size", 768, &config.moe_intermediate_size},
-                            {"decoder_sparse_step", 1, &sparse_step}};
-    for (const Field & field : fields) {
-        auto value = optional_int(obj, field.key, field.fallback);
-        TRY_STATUS(value);
-        *field.target = value.value();
-        if (*field.target <= 0) {
-            return invalid_argument(CONFIG_PREFIX + (std::string("field '") + field.key + "' must be positive, got " +
-                                                     std::to_string(*field.target)));
-        }
-    }
-    if (config.n_experts_per_token > config.n_experts) {
-        return invalid_argument(CONFIG_PREFIX +
-                                ("num_experts_per_tok (" + std::to_string(config.n_experts_per_token) +
-                                 ") exceeds the number of experts (" + std::to_string(config.n_experts) + ")"));
-    }
-    auto norm = optional_bool(obj, "norm_topk_prob", false);
-    TRY_STATUS(norm);
-    config.norm_topk_prob = norm.value();
-    config.sparse_layers.assign(config.n_layers, false);
-    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-        config.sparse_layers[layer] = (layer + 1) % sparse_step == 0;
-    }
-    if (config.family == ArchFamily::QWEN3_5_MOE) {  // every layer sparse, plus a shared expert
-        config.sparse_layers.assign(config.n_layers, true);
-        auto shared = optional_int(obj, "shared_expert_intermediate_size", 0);
-        TRY_STATUS(shared);
-        config.shared_expert_intermediate_size = shared.value();
-        return {};
-    }
-    if (is_present(obj, "mlp_only_layers")) {
-        const json & dense = obj.at("mlp_only_layers");
-        if (!dense.is_array()) {
-            return invalid_argument(CONFIG_PREFIX + ("field 'mlp_only_layers' must be a list, got " + dense.dump()));
-        }
-        for (const json & item : dense) {
-            auto layer = as_int(item, "mlp_only_layers");
-            TRY_STATUS(layer);
-            if (layer.value() >= 0 && layer.value() < config.n_layers) {
-                config.sparse_layers[layer.value()] = false;
-            }
-        }
-    }
-    return {};
-}
-
-// Which layers are Gated DeltaNet: "layer_types", else every layer but each full_attention_interval-th.
-Result<void> parse_layer_types(const json & obj, ModelConfig & config) {
-    config.linear_attention_layers.assign(config.n_layers, false);
-    if (is_present(obj, "layer_types")) {
-        const json & types = obj.at("layer_types");
-        if (!types.is_array() || static_cast<int64_t>(types.size()) != config.n_layers) {
-            return invalid_argument(CONFIG_PREFIX + std::string("field 'layer_types' must be a list of "
-                                                                "num_hidden_layers strings"));
-        }
-        for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-            const json & t = types[layer];
-            if (!t.is_string() || (t != "linear_attention" && t != "full_attention")) {
-                return unsupported(CONFIG_PREFIX + ("layer_types[" + std::to_string(layer) + "] = " + t.dump() +
-                                                    " (supported: linear_attention, full_attention)"));
-            }
-            config.linear_attention_layers[layer] = t == "linear_attention";
-        }
-        return {};
-    }
-    auto interval = optional_int(obj, "full_attention_interval", 4);
-    TRY_STATUS(interval);
-    if (interval.value() <= 0) {
-        return invalid_argument(CONFIG_PREFIX + std::string("field 'full_attention_interval' must be positive"));
-    }
-    for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-        config.linear_attention_layers[layer] = (layer + 1) % interval.value() != 0;
-    }
-    return {};
-}
-
-// The Gated DeltaNet sizes, the output gate and the partial rotary factor of a Qwen3.5 text config.
-Result<void> parse_hybrid(const json & obj, ModelConfig & config) {
-    if (config.family != ArchFamily::QWEN3_5 && config.family != ArchFamily::QWEN3_5_MOE) {
-        return {};
-    }
-    TRY_STATUS(parse_layer_types(obj, config));
-    struct Field {
-        const char * key;
-        int64_t fallback;
-        int64_t * target;
-    };
-    const Field fields[] = {{"linear_num_key_heads", 16, &config.linear_k_heads},
-                            {"linear_num_value_heads", 32, &config.linear_v_heads},
-                            {"linear_key_head_dim", 128, &config.linear_k_head_dim},
-                            {"linear_value_head_dim", 128, &config.linear_v_head_dim},
-                            {"linear_conv_kernel_dim", 4, &config.linear_conv_kernel}};
-    for (const Field & field : fields) {
-        auto value = optional_int(obj, field.key, field.fallback);
-        TRY_STATUS(value);
-        *field.target = value.value();
-        if (*field.target <= 0) {
-            return invalid_argument(CONFIG_PREFIX + (std::string("field '") + field.key + "' must be positive"));
-        }
-    }
-    if (config.linear_v_heads % config.linear_k_heads != 0) {
-        return invalid_argument(CONFIG_PREFIX + std::string("linear_num_key_heads must divide linear_num_value_heads"));
-    }
-    auto gate = optional_bool(obj, "attn_output_gate", true);
-    TRY_STATUS(gate);
-    config.attn_output_gate = gate.value();
-    const json & rope = is_present(obj, "rope_parameters") ? obj.at("rope_parameters") : obj;
-    auto partial = optional_double(rope, "partial_rotary_factor", 0.25);
-    TRY_STATUS(partial);
-    if (!(partial.value() > 0.0 && partial.value() <= 1.0)) {
-        return invalid_argument(CONFIG_PREFIX + std::string("partial_rotary_factor must be in (0, 1]"));
-    }
-    config.partial_rotary_factor = partial.value();
     return {};
 }
 

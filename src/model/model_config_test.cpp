@@ -236,6 +236,34 @@ TEST(ModelConfig, Qwen35TextConfigIsReadFromTheNestedTextConfig) {
     EXPECT_EQ(parse_model_config(j.dump())->linear_attention_layers, (std::vector<bool>{false, true, false, true}));
 }
 
+// Qwen3.5-MoE: every layer sparse with a shared expert, transformers' family defaults (256 experts of 512, a
+// 512-wide shared expert), top-k always renormalised (Qwen3_5MoeTopKRouter has no norm_topk_prob switch), and a
+// non-empty mlp_only_layers refused by name (transformers ignores it for this family).
+TEST(ModelConfig, Qwen35MoeExpertsDefaultsAndRenormalisedRouting) {
+    json text = base_config();
+    text.erase("architectures");
+    text.erase("intermediate_size");  // no dense MLP anywhere
+    text["num_hidden_layers"] = 4;
+    text["norm_topk_prob"] = false;
+    json j = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}}, {"text_config", text}};
+    auto config = parse_model_config(j.dump());
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_EQ(config->family, ArchFamily::QWEN3_5_MOE);
+    EXPECT_EQ(config->n_experts, 256);
+    EXPECT_EQ(config->n_experts_per_token, 8);
+    EXPECT_EQ(config->moe_intermediate_size, 512);
+    EXPECT_EQ(config->shared_expert_intermediate_size, 512);
+    EXPECT_TRUE(config->norm_topk_prob) << "Qwen3.5-MoE always renormalises its top-k";
+    EXPECT_EQ(config->sparse_layers, std::vector<bool>(4, true));
+
+    j["text_config"]["mlp_only_layers"] = json::array();
+    EXPECT_TRUE(parse_model_config(j.dump()).ok()) << "[] as the real configs have it";
+    j["text_config"]["mlp_only_layers"] = {1};
+    const Error bad = parse_error(j);
+    EXPECT_EQ(bad.kind, ErrorKind::UNSUPPORTED);
+    EXPECT_NE(bad.message.find("mlp_only_layers"), std::string::npos) << bad.message;
+}
+
 TEST(ModelConfig, EosTokenIdForms) {
     json j = base_config();
     j["eos_token_id"] = {7, 9};
@@ -253,7 +281,8 @@ TEST(ModelConfig, RejectsUnsupportedArchitecture) {
     EXPECT_EQ(error.kind, ErrorKind::UNSUPPORTED);
     EXPECT_EQ(error.message,
               "config.json: unsupported architecture 'MistralForCausalLM' (supported: LlamaForCausalLM, "
-              "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
+              "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and "
+              "their ForConditionalGeneration text models)");
 }
 
 TEST(ModelConfig, NamesMissingField) {

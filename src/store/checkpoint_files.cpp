@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/lora_layout.h"
+
 namespace tinkerd::store {
 namespace {
 
@@ -71,20 +73,27 @@ Result<void> write_text_file(const fs::path & path, const std::string & text) {
 }
 
 json config_to_json(const AdapterConfig & config) {
-    return json{{"peft_type", "LORA"},
-                {"task_type", "CAUSAL_LM"},
-                {"r", config.rank},
-                {"lora_alpha", config.alpha},
-                {"target_modules", config.target_modules},
-                {"base_model_name_or_path", config.base_model},
-                {"bias", "none"},
-                {"lora_dropout", 0.0},
-                {"fan_in_fan_out", false},
-                {"inference_mode", true},
-                {"tinkerd",
-                 {{"train_attn", config.train_attn},
-                  {"train_mlp", config.train_mlp},
-                  {"train_unembed", config.train_unembed}}}};
+    json doc{{"peft_type", "LORA"},
+             {"task_type", "CAUSAL_LM"},
+             {"r", config.rank},
+             {"lora_alpha", config.alpha},
+             {"target_modules", config.target_modules},
+             {"base_model_name_or_path", config.base_model},
+             {"bias", "none"},
+             {"lora_dropout", 0.0},
+             {"fan_in_fan_out", false},
+             {"inference_mode", true},
+             {"tinkerd",
+              {{"train_attn", config.train_attn},
+               {"train_mlp", config.train_mlp},
+               {"train_unembed", config.train_unembed}}}};
+    if (!config.rank_pattern.empty()) {
+        doc["rank_pattern"] = config.rank_pattern;
+    }
+    if (!config.alpha_pattern.empty()) {
+        doc["alpha_pattern"] = config.alpha_pattern;
+    }
+    return doc;
 }
 
 bool has_any_module(const std::vector<std::string> & modules, std::initializer_list<const char *> wanted) {
@@ -100,18 +109,10 @@ bool has_any_module(const std::vector<std::string> & modules, std::initializer_l
 
 }  // namespace
 
-AdapterConfig make_adapter_config(std::string base_model, int64_t rank, double alpha, bool train_attn, bool train_mlp,
-                                  bool train_unembed) {
-    AdapterConfig config{std::move(base_model), rank, alpha, {}, train_attn, train_mlp, train_unembed};
-    if (train_attn) {
-        config.target_modules.insert(config.target_modules.end(), {"q_proj", "k_proj", "v_proj", "o_proj"});
-    }
-    if (train_mlp) {
-        config.target_modules.insert(config.target_modules.end(), {"gate_proj", "up_proj", "down_proj"});
-    }
-    if (train_unembed) {
-        config.target_modules.push_back("lm_head");
-    }
+AdapterConfig make_adapter_config(std::string base_model, int64_t rank, double alpha, const model::ModelConfig & model,
+                                  bool train_attn, bool train_mlp, bool train_unembed) {
+    AdapterConfig config{std::move(base_model), rank, alpha, {}, {}, {}, train_attn, train_mlp, train_unembed};
+    config.target_modules = model::lora_target_modules(model, {train_attn, train_mlp, train_unembed});
     return config;
 }
 
@@ -133,8 +134,12 @@ Result<AdapterConfig> config_from_json(const json & doc) {
         config.train_mlp = own.value("train_mlp", true);
         config.train_unembed = own.value("train_unembed", true);
     } else {
-        config.train_attn = has_any_module(config.target_modules, {"q_proj", "k_proj", "v_proj", "o_proj"});
-        config.train_mlp = has_any_module(config.target_modules, {"gate_proj", "up_proj", "down_proj"});
+        config.train_attn =
+            has_any_module(config.target_modules, {"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_q", "in_proj_k",
+                                                   "in_proj_v", "in_proj_qkv", "in_proj_z", "out_proj"});
+        config.train_mlp = has_any_module(
+            config.target_modules, {"gate_proj", "up_proj", "down_proj", "experts.w1", "experts.w2", "experts.w3",
+                                    "shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj"});
         config.train_unembed = has_any_module(config.target_modules, {"lm_head"});
     }
     return config;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/model_config.h"
 #include "model/safetensors.h"
 
 namespace tinkerd::store {
@@ -21,16 +22,20 @@ struct AdapterConfig {
     std::string base_model;  // base_model_name_or_path: the served NAME
     int64_t rank = 32;
     double alpha = 32.0;
-    std::vector<std::string> target_modules;  // "q_proj", ..., "lm_head"
+    std::vector<std::string> target_modules;  // "q_proj", ..., "lm_head" (model::lora_target_modules)
+    // PEFT's per-module overrides, written only when non-empty (peft_export.h: in_proj_qkv of rank 3R)
+    std::map<std::string, int64_t> rank_pattern;
+    std::map<std::string, double> alpha_pattern;
     bool train_attn = true;
     bool train_mlp = true;
     bool train_unembed = true;
 };
 
-// The config of an adapter training the given parts: target_modules lists their PEFT module names
-// (q/k/v/o_proj, gate/up/down_proj, lm_head).
-AdapterConfig make_adapter_config(std::string base_model, int64_t rank, double alpha, bool train_attn, bool train_mlp,
-                                  bool train_unembed);
+// The config of an adapter training the given parts of a model: target_modules lists the module names of
+// model::lora_layout's targets for it (q/k/v/o_proj, gate/up/down_proj, Qwen3.5's in_proj_q/k/v/z and out_proj,
+// the experts' experts.w1/w3/w2 and shared_expert.*, lm_head).
+AdapterConfig make_adapter_config(std::string base_model, int64_t rank, double alpha, const model::ModelConfig & model,
+                                  bool train_attn, bool train_mlp, bool train_unembed);
 
 struct CheckpointContents {
     AdapterConfig config;

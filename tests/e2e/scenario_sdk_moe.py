@@ -1,14 +1,18 @@
 # Qwen3-MoE through the official SDK: a tiny random Qwen3MoeForCausalLM made by transformers (layer 0 with
 # 8 routed experts, top 2; layer 1 dense) served with --model. get_server_capabilities lists it; a LoRA run
 # (experts included, the shared-outer layout) learns a fixed batch; the sampler weights' compute_logprobs
-# equal the trainer's forward and sampled tokens' logprobs equal compute_logprobs of the whole sequence; save_state + create_training_client_from_state_with_optimizer resumes
-# bit-exactly; an attention-only run beside it in the same batches keeps its own numbers.
+# equal the trainer's forward and sampled tokens' logprobs equal compute_logprobs of the whole sequence;
+# save_state + create_training_client_from_state_with_optimizer resumes bit-exactly; an attention-only run beside
+# it in the same batches keeps its own numbers. A tiny Qwen3.5-MoE (Gated DeltaNet hybrid, every MLP routed
+# experts + a gated shared expert) served beside it: its LoRA (experts, shared expert, linear attention) learns a
+# fixed batch, its sampler equals its trainer (the cached decode through the MoE block), it resumes bit-exactly.
 import os
 
 import sdk_common as sdk
 from harness import check, check_abs
 
 MODEL = "tiny/qwen3-moe"
+QWEN35_MOE = "tiny/qwen3.5-moe"
 VOCAB = 256
 LR = 1e-2
 
@@ -24,9 +28,33 @@ def write_model(out_dir):
     return sdk.save_random_hf_model(Qwen3MoeForCausalLM, config, 11, out_dir)
 
 
+def write_qwen35_moe(out_dir):
+    """A seeded tiny Qwen3.5-MoE saved by transformers (fused expert tensors, as its Hub checkpoints)."""
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+    config = Qwen3_5MoeTextConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4,
+                                  layer_types=["linear_attention"] * 3 + ["full_attention"],
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                                  linear_value_head_dim=8, linear_conv_kernel_dim=4, num_experts=8,
+                                  num_experts_per_tok=2, moe_intermediate_size=16,
+                                  shared_expert_intermediate_size=24, max_position_embeddings=256,
+                                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                   "partial_rotary_factor": 0.5})
+    return sdk.save_random_hf_model(Qwen3_5MoeForCausalLM, config, 13, out_dir)
+
+
 def check_capabilities(svc):
     names = [m.model_name for m in svc.get_server_capabilities().supported_models]
-    check(MODEL in names, "capabilities lack %s: %r" % (MODEL, names))
+    check(MODEL in names and QWEN35_MOE in names, "capabilities lack %s or %s: %r" % (MODEL, QWEN35_MOE, names))
+
+
+def check_qwen35_moe_learns_and_resumes(svc, batch):
+    tc = sdk.resolved(sdk.new_training_client(svc, rank=8, seed=0, base_model=QWEN35_MOE))
+    nll = sdk.learn_fixed_batch(tc, batch, LR)
+    sdk.check_sampler_matches_trainer(tc, batch, "q35moe-12")
+    sdk.check_resume_bit_exact(svc, tc, batch, LR, "q35moe-state")
+    return nll
 
 
 def check_learns(svc, batch):
@@ -53,7 +81,8 @@ def check_mixed_runs(svc, batch):
 
 def run(ctx):
     model_dir = write_model(os.path.join(ctx.scratch_dir(), "qwen3-moe"))
-    srv = ctx.start_server(extra=["--model", "%s=%s" % (MODEL, model_dir)])
+    q35_dir = write_qwen35_moe(os.path.join(ctx.scratch_dir(), "qwen3.5-moe"))
+    srv = ctx.start_server(extra=["--model", "%s=%s" % (MODEL, model_dir), "--model", "%s=%s" % (QWEN35_MOE, q35_dir)])
     svc = sdk.service(srv)
     batch = sdk.sft_batch(seed=21, vocab=VOCAB)
     ctx.case("capabilities list the MoE model", check_capabilities, svc)
@@ -63,5 +92,10 @@ def run(ctx):
         ctx.case("sampler weights equal the trainer", sdk.check_sampler_matches_trainer, tc, batch, "moe-12")
         ctx.case("resume with optimizer is bit-exact", sdk.check_resume_bit_exact, svc, tc, batch, LR, "moe-state")
     ctx.case("mixed runs keep their own numbers", check_mixed_runs, svc, batch)
+    q35 = ctx.case("Qwen3.5-MoE LoRA learns, samples as it trains, resumes bit-exactly",
+                   check_qwen35_moe_learns_and_resumes, svc, batch)
     ctx.finish()
-    return "Qwen3-MoE (8 experts, top 2): NLL %.3f -> %.3f in 12 steps" % (nll[0], nll[-1]) if learned else "failed"
+    if not (learned and q35):
+        return "failed"
+    return "Qwen3-MoE (8 experts, top 2): NLL %.3f -> %.3f; Qwen3.5-MoE (+ shared expert): %.3f -> %.3f (12 steps)" % (
+        nll[0], nll[-1], q35[0], q35[-1])

@@ -15,7 +15,8 @@
 namespace tinkerd::testing {
 
 inline const std::vector<std::string> HF_CASES = {"hf_llama_tiny",     "hf_qwen2_tiny",   "hf_qwen3_tiny",
-                                                  "hf_qwen3_moe_tiny", "hf_qwen3_5_tiny", "hf_stories260K"};
+                                                  "hf_qwen3_moe_tiny", "hf_qwen3_5_tiny", "hf_qwen3_5_moe_tiny",
+                                                  "hf_stories260K"};
 
 inline engine::HostTensor host_copy(const model::TensorView & v) {
     const auto * p = static_cast<const uint8_t *>(v.data);

@@ -1,6 +1,7 @@
 // hf_export_tool FIXTURES_DIR: for every HF reference case, trains the PEFT-initialised adapter one AdamW
-// step in the engine (fp32), writes it as a sampler checkpoint (store::write_checkpoint: PEFT
-// adapter_model.safetensors + adapter_config.json) to <case>/export/, and our outputs on the probe sequence
+// step in the engine (fp32), writes it as a checkpoint in our native layout to <case>/export_native/ (read back,
+// imported and re-exported bit-exactly) and in PEFT's (store::peft_loadable_adapter: Qwen3.5's in_proj_q/k/v
+// as one block-diagonal in_proj_qkv LoRA) to <case>/export/, and our outputs on the probe sequence
 // (full log-softmax [N, V], last-position logits [V]) to <case>/export_ours.safetensors for
 // check_hf_export.py, which loads the adapter with PeftModel.from_pretrained. For the Qwen3-MoE case it also
 // writes an adapter with expert LoRA (random non-zero factors) to <case>/export_experts/ and our outputs to
@@ -11,12 +12,13 @@
 
 #include "hf_case.h"
 #include "store/checkpoint_files.h"
+#include "store/peft_export.h"
 
 namespace tinkerd::testing {
 namespace {
 
-store::AdapterConfig checkpoint_config(const HfCase & c) {
-    return store::make_adapter_config(c.name, c.spec.rank, c.spec.alpha, c.spec.train_attn, c.spec.train_mlp,
+store::AdapterConfig checkpoint_config(const HfCase & c, const model::ModelConfig & model) {
+    return store::make_adapter_config(c.name, c.spec.rank, c.spec.alpha, model, c.spec.train_attn, c.spec.train_mlp,
                                       c.spec.train_unembed);
 }
 
@@ -68,11 +70,32 @@ void export_experts(engine::Engine & eng, const HfCase & c) {
         t = engine::make_host_tensor_f32(t.shape, v);
     }
     check(eng.import_adapter(id, weights, false), "import_adapter (experts)");
-    const store::AdapterConfig config = store::make_adapter_config(c.name, spec.rank, spec.alpha, true, true, true);
+    const store::AdapterConfig config =
+        store::make_adapter_config(c.name, spec.rank, spec.alpha, eng.config(), true, true, true);
     check(store::write_checkpoint(c.dir + "/export_experts", config, weights, true), "write_checkpoint (experts)");
     write_outputs(eng, id, c, c.dir + "/export_experts_ours.safetensors");
     std::printf("[%s] exported %zu LoRA tensors with expert factors to %s/export_experts\n", c.name.c_str(),
                 weights.size(), c.dir.c_str());
+}
+
+// The native checkpoint (Tinker's layout: Qwen3.5's in_proj_q/k/v apart) read back and imported into a fresh
+// adapter exports the very same bytes.
+void check_native_round_trip(engine::Engine & eng, const HfCase & c, const store::Tensors & exported) {
+    const store::CheckpointContents back = check(store::read_checkpoint(c.dir + "/export_native", false), "read");
+    const engine::AdapterId id = check(eng.create_adapter(c.spec), "create_adapter (round trip)");
+    check(eng.import_adapter(id, back.tensors, false), "import_adapter (round trip)");
+    const auto again = check(eng.export_adapter(id, false), "export_adapter (round trip)");
+    if (again.size() != exported.size()) {
+        throw std::runtime_error("round trip: " + std::to_string(again.size()) + " tensors, exported " +
+                                 std::to_string(exported.size()));
+    }
+    for (const auto & [key, t] : exported) {
+        auto it = again.find(key);
+        if (it == again.end() || it->second.bytes != t.bytes || it->second.shape != t.shape) {
+            throw std::runtime_error("round trip: " + key + " is not bit-exact");
+        }
+    }
+    check(eng.remove_adapter(id), "remove_adapter");
 }
 
 void export_case(const std::string & name) {
@@ -89,7 +112,11 @@ void export_case(const std::string & name) {
     adam.learning_rate = 1e-3;  // every weight moves by ~lr, so the export differs from the import
     check(eng->optim_step(id, adam), "optim_step");
     auto weights = check(eng->export_adapter(id, false), "export_adapter");
-    check(store::write_checkpoint(c.dir + "/export", checkpoint_config(c), weights, true), "write_checkpoint");
+    const store::AdapterConfig config = checkpoint_config(c, eng->config());
+    check(store::write_checkpoint(c.dir + "/export_native", config, weights, true), "write_checkpoint (native)");
+    check_native_round_trip(*eng, c, weights);
+    const store::PeftAdapter peft = check(store::peft_loadable_adapter(config, weights), "peft_loadable_adapter");
+    check(store::write_checkpoint(c.dir + "/export", peft.config, peft.tensors, true), "write_checkpoint");
 
     write_outputs(*eng, id, c, c.dir + "/export_ours.safetensors");
     std::printf("[%s] exported %zu LoRA tensors to %s/export\n", name.c_str(), weights.size(), c.dir.c_str());

@@ -1,6 +1,7 @@
-# Hugging Face second reference, model side: seeded tiny random Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3.5 built
-# by `transformers` from configs (save_pretrained, fp32), stories260K, PEFT LoRA adapters with seeded non-zero
-# weights (plus Tinker's three LoRAs on Qwen3.5's fused in_proj_qkv, as forward hooks: PEFT has no such module),
+# Hugging Face second reference, model side: seeded tiny random Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3.5 /
+# Qwen3.5-MoE built by `transformers` from configs (save_pretrained, fp32), stories260K, PEFT LoRA adapters with
+# seeded non-zero weights (plus Tinker's three LoRAs on Qwen3.5's fused in_proj_qkv, as forward hooks, and the
+# shared-outer expert LoRA of Qwen3.5-MoE, as a replaced experts forward: PEFT has no such modules),
 # and the cross-entropy-sum forward/backward through transformers + peft (float64 by default).
 import json
 import os
@@ -9,8 +10,8 @@ import warnings
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config,
-                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Qwen2ForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig,
+                          Qwen3_5TextConfig, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _COMMON = dict(num_hidden_layers=2, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1,
@@ -45,6 +46,17 @@ CASES = {
     "hf_qwen3_5_tiny": (1606, Qwen3_5TextConfig, Qwen3_5ForCausalLM, dict(
         vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,
         head_dim=16, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5}), 4,
+        ALL_TARGETS + ["in_proj_z", "out_proj", "lm_head"]),
+    # Qwen3.5-MoE: the same mixers, every layer sparse (4 experts of 24, top 2, always renormalised) with a
+    # shared expert of 20 behind its sigmoid gate; untied. PEFT's gate/up/down_proj targets are the shared expert's;
+    # the routed experts get Tinker's shared-outer LoRA from add_expert_lora (PEFT has no such module).
+    "hf_qwen3_5_moe_tiny": (1707, Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM, dict(
+        vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, head_dim=16,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, moe_intermediate_size=24, shared_expert_intermediate_size=20,
+        num_experts=4, num_experts_per_tok=2,
         layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
         linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5}), 4,
@@ -95,13 +107,13 @@ def build_tiny_model(case: str, out_dir: str):
     with torch.no_grad():  # HF's N(0, 0.02) init gives near-uniform outputs; make every part matter
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):  # Qwen3_5RMSNorm scales by (1 + weight); its gated norm by weight
-                one_plus = case == "hf_qwen3_5_tiny" and not name.endswith("linear_attn.norm.weight")
+                one_plus = case.startswith("hf_qwen3_5") and not name.endswith("linear_attn.norm.weight")
                 p.copy_((0 if one_plus else 1) + 0.1 * torch.randn(p.shape, generator=gen))
             elif p.dim() == 1:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
-        if case == "hf_qwen3_moe_tiny":
+        if case in ("hf_qwen3_moe_tiny", "hf_qwen3_5_moe_tiny"):
             tie_router_rows(model)
     model_dir = os.path.join(out_dir, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
@@ -177,6 +189,55 @@ def add_split_qkv_lora(peft_model, rank: int, seed: int, alpha: float = 32):
             return output + (alpha / rank) * torch.cat([(x @ a.T) @ b.T for a, b in pairs], dim=-1)
         module.register_forward_hook(hook)
     return params, state
+
+
+def expert_lora_forward(experts, factors, scale):
+    """transformers' eager Qwen3_5MoeExperts loop (fused gate_up_proj [E, 2F, C], down_proj [E, C, F]) with the
+    shared-outer LoRA deltas: gate/up += s·(x A[0]ᵀ) B[e]ᵀ, down += s·(act A[e]ᵀ) B[0]ᵀ, before the routing weight."""
+    (a_gate, b_gate), (a_up, b_up), (a_down, b_down) = factors
+
+    def forward(hidden_states, top_k_index, top_k_weights):
+        out = torch.zeros_like(hidden_states)
+        for e in range(experts.num_experts):
+            token_idx, top_k_pos = torch.where(top_k_index == e)
+            if token_idx.numel() == 0:
+                continue
+            x = hidden_states[token_idx]
+            gate, up = torch.nn.functional.linear(x, experts.gate_up_proj[e]).chunk(2, dim=-1)
+            gate = gate + scale * (x @ a_gate[0].T) @ b_gate[e].T
+            up = up + scale * (x @ a_up[0].T) @ b_up[e].T
+            act = experts.act_fn(gate) * up
+            y = torch.nn.functional.linear(act, experts.down_proj[e]) + scale * (act @ a_down[e].T) @ b_down[0].T
+            out.index_add_(0, token_idx, y * top_k_weights[token_idx, top_k_pos, None])
+        return out
+    return forward
+
+
+def add_expert_lora(peft_model, rank: int, seed: int, state, alpha: float = 32):
+    """Tinker's shared-outer LoRA on every fused expert stack (mlp.experts with gate_up_proj; transformers 5 fuses
+    Qwen3-MoE's too, so call it only for an adapter that trains the MLP): w1 (gate) and w3 (up)
+    A [1, R, C] shared, B [E, F, R]; w2 (down) A [E, R, F], B [1, C, R] shared. A ~ N(0, 1/sqrt(fan_in)), B ~
+    N(0, 0.05); the experts' forward is replaced while state["on"]. -> {adapter key: leaf tensor requiring grad}."""
+    gen = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, module in list(peft_model.named_modules()):
+        if not name.endswith("mlp.experts") or not hasattr(module, "gate_up_proj"):
+            continue
+        E, two_f, C = module.gate_up_proj.shape
+        F, dtype = two_f // 2, module.gate_up_proj.dtype
+        shapes = {"w1": ((1, rank, C), (E, F, rank)), "w3": ((1, rank, C), (E, F, rank)),
+                  "w2": ((E, rank, F), (1, C, rank))}
+        factors = []
+        for proj in ("w1", "w3", "w2"):
+            a_shape, b_shape = shapes[proj]
+            a = (torch.randn(a_shape, generator=gen) / a_shape[-1] ** 0.5).to(dtype).requires_grad_()
+            b = (0.05 * torch.randn(b_shape, generator=gen)).to(dtype).requires_grad_()
+            params[peft_key(f"{name}.{proj}.lora_A.weight")] = a
+            params[peft_key(f"{name}.{proj}.lora_B.weight")] = b
+            factors.append((a, b))
+        lora_forward, plain_forward = expert_lora_forward(module, factors, alpha / rank), module.forward
+        module.forward = lambda *args, f=lora_forward, p=plain_forward: f(*args) if state["on"] else p(*args)
+    return params
 
 
 def load_peft(base_model, adapter_dir: str):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Writes the Hugging Face second-reference fixtures into OUT_DIR/hf/: per model case (tiny random Llama,
-# Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 from transformers configs; stories260K) case.json + tensors.safetensors with transformers'
+# Qwen2, Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE from transformers configs; stories260K) case.json + tensors.safetensors with transformers'
 # float64 logprobs and PEFT LoRA gradients; tokenizer_ids.json (ids by `tokenizers`) and chat_renders.json
 # (apply_chat_template on the real Qwen3 tokenizer). Usage: .venv/bin/python make_hf_fixtures.py OUT_DIR
 import argparse
@@ -42,6 +42,8 @@ def make_model_case(case, out_dir, shared):
     model64 = copy.deepcopy(model).double()
     peft64, init = hm.add_seeded_lora(model64, rank, targets, seed + 1)
     extra, hooks = hm.add_split_qkv_lora(peft64, rank, seed + 4)  # Qwen3.5's in_proj_q/k/v; else none
+    if "gate_proj" in targets:  # train_mlp: the routed experts' shared-outer LoRA too (MoE cases; else none)
+        extra.update(hm.add_expert_lora(peft64, rank, seed + 5, hooks))
     init.update({k: t.detach().float().clone() for k, t in extra.items()})
     datums = hm.random_datums(model.config.vocab_size, seed + 2)
     loss, lps, grads = hm.ce_sum_and_grads(peft64, datums, extra)

@@ -46,7 +46,8 @@ class DecoderFamily {
     // then load_mlp.
     virtual Result<LayerWeights> load_layer(const WeightLoader & loader, const model::ModelConfig & config,
                                             int64_t layer) const;
-    // The feed-forward tensors of one layer. Default: the dense SwiGLU's gate/up/down.
+    // The feed-forward tensors of one layer: the routed experts (moe_block.h) where config.is_sparse_layer,
+    // else the dense SwiGLU's gate/up/down.
     virtual Result<void> load_mlp(const WeightLoader & loader, const model::ModelConfig & config, int64_t layer,
                                   LayerWeights & out) const;
     // Per-head transform of q [T, H, D] and k [T, KV, D] before RoPE. Default: none.
@@ -69,7 +70,8 @@ class DecoderFamily {
                                                   int64_t layer) const;
     // Added to every RMSNorm weight when loading (Qwen3.5 multiplies by 1 + weight). Default: 0.
     virtual double norm_weight_offset() const { return 0.0; }
-    // The feed-forward block on x [T, C] -> [T, C]. Default: SwiGLU down(silu(gate(x)) * up(x)).
+    // The feed-forward block on x [T, C] -> [T, C]: moe_forward on a sparse layer, else the dense SwiGLU
+    // down(silu(gate(x)) * up(x)).
     virtual torch::Tensor mlp(const LayerWeights & weights, const model::ModelConfig & config, const torch::Tensor & x,
                               const std::vector<RowSegment> & segments, int64_t layer) const;
 
@@ -88,8 +90,21 @@ std::unique_ptr<DecoderFamily> make_qwen2_family();
 std::unique_ptr<DecoderFamily> make_qwen3_family();
 std::unique_ptr<DecoderFamily> make_qwen3_moe_family();
 std::unique_ptr<DecoderFamily> make_qwen3_5_family();
-// The family for a parsed config; nullptr for a family tinkerd parses but cannot run yet (Qwen3.5-MoE).
+// The family for a parsed config (Qwen3.5-MoE runs on the Qwen3.5 family: its sparse layers take the MoE
+// block like every family's); nullptr for a family tinkerd parses but cannot run.
 std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family);
+
+// The gate_proj / up_proj / down_proj of a dense SwiGLU under prefix ("model.layers.3.mlp.", or a shared
+// expert's "….mlp.shared_expert.") into w.w_gate, w_up [F, C] and w_down [C, F].
+Result<void> load_swiglu_weights(const WeightLoader & loader, const std::string & prefix, int64_t hidden,
+                                 int64_t intermediate, LayerWeights & w);
+
+// down(silu(gate(x)) * up(x)) with the LoRA of targets {gate, up, down}: x [T, C], w_gate_up [2F, C] (gate
+// rows first), w_down [C, F] -> [T, C]. The dense MLP (GATE, UP, DOWN) and Qwen3.5-MoE's shared expert
+// (SHARED_GATE, SHARED_UP, SHARED_DOWN).
+torch::Tensor swiglu_mlp(const torch::Tensor & x, const torch::Tensor & w_gate_up, const torch::Tensor & w_down,
+                         const std::vector<RowSegment> & segments, int64_t layer,
+                         const std::array<LoraTarget, 3> & targets);
 
 // x * rsqrt(mean(x², last dim) + eps) * weight, computed in x's dtype.
 torch::Tensor rms_norm(const torch::Tensor & x, const torch::Tensor & weight, double eps);

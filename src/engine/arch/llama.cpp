@@ -1,6 +1,7 @@
 // Llama family (Llama 2 and 3): the base decoder behaviour every other family builds on —
 // HF tensor names, no q/k/v biases, SwiGLU MLP.
 #include "engine/arch/family.h"
+#include "engine/arch/moe_block.h"
 #include "engine/fused_ops.h"
 #include "engine/kernels/matmul.h"
 
@@ -56,17 +57,16 @@ Result<void> DecoderFamily::load_norms(const WeightLoader & loader, const model:
     return {};
 }
 
-Result<void> DecoderFamily::load_mlp(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
-                                     LayerWeights & w) const {
-    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+Result<void> load_swiglu_weights(const WeightLoader & loader, const std::string & prefix, int64_t hidden,
+                                 int64_t intermediate, LayerWeights & w) {
     struct Item {
         torch::Tensor * dst;
         Result<torch::Tensor> src;
     };
     Item items[] = {
-        {&w.w_gate, loader.matrix(p + "gate_proj.weight", {c.intermediate_size, c.hidden_size})},
-        {&w.w_up, loader.matrix(p + "up_proj.weight", {c.intermediate_size, c.hidden_size})},
-        {&w.w_down, loader.matrix(p + "down_proj.weight", {c.hidden_size, c.intermediate_size})},
+        {&w.w_gate, loader.matrix(prefix + "gate_proj.weight", {intermediate, hidden})},
+        {&w.w_up, loader.matrix(prefix + "up_proj.weight", {intermediate, hidden})},
+        {&w.w_down, loader.matrix(prefix + "down_proj.weight", {hidden, intermediate})},
     };
     for (Item & item : items) {
         if (!item.src.ok()) {
@@ -77,14 +77,31 @@ Result<void> DecoderFamily::load_mlp(const WeightLoader & loader, const model::M
     return {};
 }
 
-torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const model::ModelConfig &, const torch::Tensor & x,
-                                 const std::vector<RowSegment> & segments, int64_t layer) const {
-    const int64_t F = w.w_gate_up.size(0) / 2;
-    torch::Tensor gate_up = kernels::base_linear(x, w.w_gate_up);  // [T, 2F]
+Result<void> DecoderFamily::load_mlp(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
+                                     LayerWeights & w) const {
+    if (c.is_sparse_layer(layer)) {
+        return load_moe_weights(loader, c, layer, w);
+    }
+    return load_swiglu_weights(loader, "model.layers." + std::to_string(layer) + ".mlp.", c.hidden_size,
+                               c.intermediate_size, w);
+}
+
+torch::Tensor swiglu_mlp(const torch::Tensor & x, const torch::Tensor & w_gate_up, const torch::Tensor & w_down,
+                         const std::vector<RowSegment> & segments, int64_t layer,
+                         const std::array<LoraTarget, 3> & targets) {
+    const int64_t F = w_gate_up.size(0) / 2;
+    torch::Tensor gate_up = kernels::base_linear(x, w_gate_up);  // [T, 2F]
     auto parts = gate_up.split(F, 1);  // split: one cat in the backward, no zero-filled slices
-    auto adapted = add_lora_shared_input({parts[0], parts[1]}, x, segments, layer, {LoraTarget::GATE, LoraTarget::UP});
-    return lora_linear(fused_swiglu(adapted[0], adapted[1]), w.w_down, {}, segments, layer,
-                       LoraTarget::DOWN);  // [T, C]
+    auto adapted = add_lora_shared_input({parts[0], parts[1]}, x, segments, layer, {targets[0], targets[1]});
+    return lora_linear(fused_swiglu(adapted[0], adapted[1]), w_down, {}, segments, layer, targets[2]);  // [T, C]
+}
+
+torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & x,
+                                 const std::vector<RowSegment> & segments, int64_t layer) const {
+    if (c.is_sparse_layer(layer)) {
+        return moe_forward(w, c, x, segments, layer);
+    }
+    return swiglu_mlp(x, w.w_gate_up, w.w_down, segments, layer, {LoraTarget::GATE, LoraTarget::UP, LoraTarget::DOWN});
 }
 
 std::array<torch::Tensor, 3> project_qkv(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,

@@ -5,10 +5,28 @@
 #include <algorithm>
 #include <map>
 
+#include "engine/arch/family.h"
 #include "engine/fused_ops.h"
 #include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
+
+namespace {
+
+// Qwen3.5-MoE's shared expert (a dense SwiGLU into w_gate/w_up/w_down) and its gate [1, C]; none without one.
+Result<void> load_shared_expert(const WeightLoader & loader, const model::ModelConfig & c, const std::string & p,
+                                LayerWeights & w) {
+    if (c.shared_expert_intermediate_size == 0) {
+        return {};
+    }
+    TRY_STATUS(load_swiglu_weights(loader, p + "shared_expert.", c.hidden_size, c.shared_expert_intermediate_size, w));
+    auto gate = loader.act_matrix(p + "shared_expert_gate.weight", {1, c.hidden_size});
+    TRY_STATUS(gate);
+    w.shared_expert_gate = std::move(gate).value();
+    return {};
+}
+
+}  // namespace
 
 Result<void> load_moe_weights(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
                               LayerWeights & w) {
@@ -24,7 +42,7 @@ Result<void> load_moe_weights(const WeightLoader & loader, const model::ModelCon
         TRY_STATUS(down);
         w.experts_gate_up = std::move(gate_up).value();
         w.experts_down = std::move(down).value();
-        return {};
+        return load_shared_expert(loader, c, p, w);
     }
     std::vector<torch::Tensor> gate_up, down, mapped;
     for (int64_t e = 0; e < E; ++e) {
@@ -44,7 +62,7 @@ Result<void> load_moe_weights(const WeightLoader & loader, const model::ModelCon
     for (const torch::Tensor & t : mapped) {
         loader.release(t);  // copied into the stacks
     }
-    return {};
+    return load_shared_expert(loader, c, p, w);
 }
 
 Routing route_tokens(const torch::Tensor & x, const torch::Tensor & router, int64_t top_k, bool norm_topk_prob) {
@@ -214,13 +232,26 @@ torch::Tensor add_down_lora(const torch::Tensor & y, const DownParts & parts, co
     return y + torch::cat(deltas, 0);
 }
 
+// y [T, C] + sigmoid(x·gᵀ) · shared_expert(x) (Qwen3.5-MoE, transformers' order: routed + shared), the
+// shared expert's LoRA on SHARED_GATE / SHARED_UP / SHARED_DOWN; y itself without a shared expert.
+torch::Tensor add_shared_expert(const torch::Tensor & y, const LayerWeights & w, const torch::Tensor & x,
+                                const std::vector<RowSegment> & segments, int64_t layer) {
+    if (!w.shared_expert_gate.defined()) {
+        return y;
+    }
+    const torch::Tensor shared = swiglu_mlp(x, w.w_gate_up, w.w_down, segments, layer,
+                                            {LoraTarget::SHARED_GATE, LoraTarget::SHARED_UP, LoraTarget::SHARED_DOWN});
+    const torch::Tensor gate = torch::sigmoid(torch::linear(x, w.shared_expert_gate));  // [T, 1]
+    return y + gate * shared;
+}
+
 }  // namespace
 
 torch::Tensor moe_forward(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & x,
                           const std::vector<RowSegment> & segments, int64_t layer) {
     const int64_t T = x.size(0), F = c.moe_intermediate_size;
     if (T == 0) {
-        return torch::zeros_like(x);
+        return torch::zeros_like(x);  // [0, C]
     }
     const Routing routing = route_tokens(x, w.router, c.n_experts_per_token, c.norm_topk_prob);
     const Dispatch d = dispatch(routing.experts, c.n_experts);
@@ -261,7 +292,7 @@ torch::Tensor moe_forward(const LayerWeights & w, const model::ModelConfig & c, 
     }
     // One index_add over the rows in expert order: each token's experts are summed in ascending order.
     torch::Tensor y = torch::zeros({T, x.size(1)}, x.options()).index_add(0, rows, torch::cat(outs, 0));  // [T, C]
-    return add_down_lora(y, down_parts, loras);
+    return add_shared_expert(add_down_lora(y, down_parts, loras), w, x, segments, layer);
 }
 
 }  // namespace tinkerd::engine

@@ -14,9 +14,8 @@ std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family) {
         case model::ArchFamily::QWEN3_MOE:
             return make_qwen3_moe_family();
         case model::ArchFamily::QWEN3_5:
+        case model::ArchFamily::QWEN3_5_MOE:  // the same mixers; every layer's MLP is the MoE block
             return make_qwen3_5_family();
-        case model::ArchFamily::QWEN3_5_MOE:
-            return nullptr;  // parsed (LoRA layout, counts), not run yet
     }
     return nullptr;
 }
