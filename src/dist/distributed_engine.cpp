@@ -17,6 +17,9 @@ DistributedEngine::DistributedEngine(std::unique_ptr<engine::Engine> local, std:
     : local_(std::move(local)), group_(std::move(group)) {}
 
 DistributedEngine::~DistributedEngine() {
+    const ReduceStats & stats = group_->reduce_stats();
+    LOG_INF("dist", "gradient all-reduces: %lld, %.1f MiB, %.3f s in all", static_cast<long long>(stats.calls),
+            static_cast<double>(stats.bytes) / (1 << 20), stats.seconds);
     (void)group_->send_command(static_cast<int64_t>(Command::STOP), {});
 }
 
