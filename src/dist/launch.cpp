@@ -61,6 +61,10 @@ Result<void> finish_dist_flags(DistFlags & flags) {
             "--dp starts its own group on this machine; use --dist-init/--rank/--world-size "
             "for a group over several machines");
     }
+    if (!flags.init.empty() && flags.init.rfind("tcp://", 0) != 0 && flags.init.rfind("file://", 0) != 0) {
+        return invalid_argument("--dist-init must be tcp://HOST:PORT (or file://PATH on one machine), got '" +
+                                flags.init + "'");
+    }
     if (flags.world_size > 1 && flags.init.empty()) {
         return invalid_argument("--world-size > 1 needs --dist-init tcp://HOST:PORT");
     }
