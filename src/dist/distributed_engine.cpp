@@ -20,7 +20,20 @@ DistributedEngine::~DistributedEngine() {
     const ReduceStats & stats = group_->reduce_stats();
     LOG_INF("dist", "gradient all-reduces: %lld, %.1f MiB, %.3f s in all", static_cast<long long>(stats.calls),
             static_cast<double>(stats.bytes) / (1 << 20), stats.seconds);
-    (void)group_->send_command(static_cast<int64_t>(Command::STOP), {});
+    if (!alone()) {
+        (void)group_->send_command(static_cast<int64_t>(Command::STOP), {});
+    }
+}
+
+bool DistributedEngine::alone() {
+    if (!alone_ && group_->broken()) {
+        alone_ = true;
+        replicated_.clear();
+        LOG_WRN("dist",
+                "the data-parallel group failed; training goes on in rank 0 alone (restart tinkerd to "
+                "use every rank again)");
+    }
+    return alone_;
 }
 
 Result<AdapterId> DistributedEngine::create_adapter(const engine::LoraSpec & spec) {
@@ -33,7 +46,7 @@ Result<void> DistributedEngine::remove_adapter(AdapterId id) {
 }
 
 Result<void> DistributedEngine::replicate(AdapterId id) {
-    if (id == engine::BASE_MODEL || replicated_.count(id)) {
+    if (id == engine::BASE_MODEL || replicated_.count(id) || alone()) {
         return {};
     }
     auto spec = local_->adapter_spec(id);
@@ -51,7 +64,7 @@ Result<void> DistributedEngine::replicate(AdapterId id) {
 }
 
 void DistributedEngine::drop_replica(AdapterId id) {
-    if (replicated_.erase(id)) {
+    if (replicated_.erase(id) && !alone()) {
         ByteWriter w;
         w.i64(id);
         (void)group_->send_command(static_cast<int64_t>(Command::DROP), w.take());
@@ -60,6 +73,9 @@ void DistributedEngine::drop_replica(AdapterId id) {
 
 std::vector<Result<ForwardBackwardOutput>> DistributedEngine::forward_backward(
     const std::vector<ForwardBackwardInput> & inputs, bool backward) {
+    if (alone()) {
+        return local_->forward_backward(inputs, backward);
+    }
     std::vector<Result<ForwardBackwardOutput>> results(inputs.size(), internal_error("not run"));
     std::vector<ForwardBackwardInput> valid;  // refused inputs never reach the other ranks
     std::vector<size_t> where;
@@ -98,7 +114,7 @@ std::vector<Result<ForwardBackwardOutput>> DistributedEngine::forward_backward(
 }
 
 Result<engine::OptimStepOutput> DistributedEngine::optim_step(AdapterId id, const engine::AdamParams & params) {
-    if (replicated_.count(id)) {
+    if (replicated_.count(id) && !alone()) {
         ByteWriter w;
         w.i64(id);
         write_adam(w, params);

@@ -4,7 +4,8 @@
 // LoRA moments are small next to the base model every rank holds anyway). An adapter reaches the other
 // ranks on its first forward_backward (its weights and Adam state, exported and imported), so sampler
 // adapters never leave rank 0; load_weights and removal drop the replicas. Sampling, export and
-// checkpoints stay on rank 0. run_follower is the loop of every other rank.
+// checkpoints stay on rank 0. A failed collective fails its op (category server) and leaves rank 0
+// training alone from then on. run_follower is the loop of every other rank.
 #pragma once
 
 #include <memory>
@@ -49,11 +50,15 @@ class DistributedEngine final : public engine::Engine {
 
   private:
     Result<void> replicate(engine::AdapterId id);
+    // After a failed collective the group is given up: rank 0 holds every adapter's whole state (a
+    // failed step restored its gradients), so training goes on here alone, as with --dp 1.
+    bool alone();
     void drop_replica(engine::AdapterId id);
 
     std::unique_ptr<engine::Engine> local_;
     std::unique_ptr<DataParallelGroup> group_;
     std::set<engine::AdapterId> replicated_;  // adapters the other ranks hold
+    bool alone_ = false;
 };
 
 // The loop of a rank > 0: runs rank 0's commands on `local` until STOP (ok) or the group fails (the

@@ -79,11 +79,12 @@ Result<void> guarded(std::string & broken, const char * what, F && body) {
         body();
         return {};
     } catch (const std::exception & e) {
-        broken = std::string(what) + ": " + e.what();
-        const auto newline = broken.find('\n');
-        if (newline != std::string::npos) {
-            broken.resize(newline);
+        std::string reason = e.what();  // Gloo's: "[/its/source/file.cc:123] Read error ...: Connection reset"
+        reason = reason.substr(0, reason.find('\n'));
+        if (!reason.empty() && reason[0] == '[' && reason.find("] ") != std::string::npos) {
+            reason = reason.substr(reason.find("] ") + 2);
         }
+        broken = std::string(what) + ": " + reason;
         LOG_ERR("dist", "data-parallel %s failed: %s", what, broken.c_str());
         return internal_error("data-parallel " + broken);
     }
@@ -133,6 +134,9 @@ int DataParallelGroup::size() const {
 }
 const ReduceStats & DataParallelGroup::reduce_stats() const {
     return state_->stats;
+}
+bool DataParallelGroup::broken() const {
+    return !state_->broken.empty();
 }
 
 Result<void> DataParallelGroup::send_command(int64_t op, const std::vector<uint8_t> & payload) {

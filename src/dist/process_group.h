@@ -50,6 +50,8 @@ class DataParallelGroup {
     Result<void> all_reduce_sum(float * data, int64_t count);
 
     const ReduceStats & reduce_stats() const;
+    // True once a collective failed (every later one fails at once).
+    bool broken() const;
 
   private:
     struct State;

@@ -123,21 +123,22 @@ std::vector<std::vector<float>> set_gradients_aside(engine::Engine & local, cons
     return saved;
 }
 
-// ok: sum the new gradients over ranks, then add the ones set aside; not ok: put those back.
+// ok: sum the new gradients over ranks, then add the ones set aside; not ok, or any all-reduce failed:
+// every adapter gets the set-aside gradients back, so a failed step leaves no partial sum anywhere.
 Result<void> finish_gradients(engine::Engine & local, DataParallelGroup & group, const std::vector<AdapterId> & ids,
                               const std::vector<std::vector<float>> & saved, const std::vector<uint8_t> & ok) {
     Result<void> status;
+    for (size_t a = 0; a < ids.size() && status.ok(); ++a) {
+        if (ok[a]) {
+            (void)local.visit_gradients(ids[a],
+                                        [&](float * data, int64_t n) { status = group.all_reduce_sum(data, n); });
+        }
+    }
     for (size_t a = 0; a < ids.size(); ++a) {
         (void)local.visit_gradients(ids[a], [&](float * data, int64_t n) {
-            if (ok[a] && status.ok() && n == static_cast<int64_t>(saved[a].size())) {
-                status = group.all_reduce_sum(data, n);
-            }
-            if (!ok[a] || !status.ok()) {
-                std::copy(saved[a].begin(), saved[a].end(), data);
-                return;
-            }
-            for (int64_t j = 0; j < n; ++j) {
-                data[j] += saved[a][static_cast<size_t>(j)];
+            const bool keep_new = ok[a] && status.ok() && n == static_cast<int64_t>(saved[a].size());
+            for (int64_t j = 0; j < n && j < static_cast<int64_t>(saved[a].size()); ++j) {
+                data[j] = keep_new ? data[j] + saved[a][static_cast<size_t>(j)] : saved[a][static_cast<size_t>(j)];
             }
         });
     }
