@@ -1,8 +1,8 @@
 // Data-parallel exactness: groups of 1, 2 and 3 processes on loopback (this binary re-executed as the
 // follower ranks) against one plain engine on the same tiny model: the same per-token logprobs, losses
 // and LoRA gradients (<= 1e-5 relative, fp32) for a mixed batch of two adapters (two runs' ops, whose
-// gradients must not mix), the same weights after optim_step, and a bad input refused alone. Also the
-// token-balanced split itself.
+// gradients must not mix), the same weights after optim_step, a bad input refused alone, and overflowing
+// gradients on one rank failing their adapter with its earlier gradients restored. Also the split itself.
 #include <cmath>
 #include <csignal>
 #include <spawn.h>
@@ -205,6 +205,46 @@ TEST_P(DataParallel, BadInputIsRefusedAloneAndChangesNothing) {
         << "only the good input's gradients were kept";
     auto unknown = dp.forward_backward({make_input(999, 2, 0)}, true);
     EXPECT_FALSE(unknown[0].ok());
+}
+
+// An input whose gradients overflow on one rank fails as a whole (its other parts succeeded elsewhere)
+// and its adapter keeps the gradients it had; the other adapter of the batch trains as in one process.
+TEST_P(DataParallel, NonFiniteGradientsFailTheirAdapterAndRestoreItsGradients) {
+    auto reference = load_engine(model_.path());
+    Group group(model_.path(), GetParam());
+    engine::Engine & dp = group.engine();
+    std::vector<AdapterId> ref_ids, dp_ids;
+    for (uint64_t seed : {21u, 22u}) {
+        ref_ids.push_back(reference->create_adapter(spec_with_seed(seed)).value());
+        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
+    }
+    auto batch = [&](const std::vector<AdapterId> & ids, bool overflow) {
+        std::vector<ForwardBackwardInput> inputs = {make_input(ids[0], 3, 1), make_input(ids[1], 2, 4)};
+        if (overflow) {
+            auto & weights = inputs[0].datums[0].loss_inputs["weights"];
+            const int64_t n = weights.shape[0];
+            weights = engine::make_host_tensor_f32({n}, std::vector<float>(static_cast<size_t>(n), 3e38f));
+        }
+        return inputs;
+    };
+    ASSERT_TRUE(dp.forward_backward(batch(dp_ids, false), true)[0].ok());  // gradients to keep
+    ASSERT_TRUE(reference->forward_backward(batch(ref_ids, false), true)[0].ok());
+    auto want = reference->forward_backward(batch(ref_ids, true), true);
+    auto got = dp.forward_backward(batch(dp_ids, true), true);
+    ASSERT_FALSE(want[0].ok()) << "the reference must refuse the overflowing input for this test to mean much";
+    EXPECT_FALSE(got[0].ok());
+    EXPECT_TRUE(got[1].ok());
+    for (size_t a = 0; a < 2; ++a) {
+        EXPECT_LE(relative_difference(dp.export_gradients(dp_ids[a]).value(),
+                                      reference->export_gradients(ref_ids[a]).value()),
+                  1e-5)
+            << "adapter " << a;
+        ASSERT_TRUE(dp.optim_step(dp_ids[a], engine::AdamParams{}).ok());
+        ASSERT_TRUE(reference->optim_step(ref_ids[a], engine::AdamParams{}).ok());
+    }
+    // Forward on every rank: the followers' replicas kept the same gradients as rank 0.
+    expect_same_outputs(dp.forward_backward(batch(dp_ids, false), false),
+                        reference->forward_backward(batch(ref_ids, false), false));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallel, ::testing::Values(1, 2, 3));
