@@ -382,6 +382,7 @@ int main(int argc, char ** argv) {
     }
     tinkerd::wire::route_protobuf_logs_to_debug();
     if (flags.dist.follower()) {  // a rank > 0 of a data-parallel group: no HTTP, no database
+        tinkerd::dist::pin_to_share(flags.dist);
         EngineList engines;
         if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
             return 1;
@@ -414,6 +415,7 @@ int main(int argc, char ** argv) {
             LOG_ERR("main", "%s", started.error().message.c_str());
             return 1;
         }
+        tinkerd::dist::pin_to_share(flags.dist);  // after the fork: the followers take their own slices
     }
     if (!load_engines(flags, engine_options, engines)) {
         return 1;

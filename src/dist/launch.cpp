@@ -3,6 +3,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
@@ -131,6 +132,32 @@ void reap_local_followers() {
     g_followers.clear();
     if (!g_store_dir.empty()) {
         std::system(("rm -rf '" + g_store_dir + "'").c_str());
+    }
+}
+
+void pin_to_share(const DistFlags & flags) {
+    cpu_set_t allowed;
+    if (flags.dp <= 1 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+        return;
+    }
+    std::vector<int> cores;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &allowed)) {
+            cores.push_back(c);
+        }
+    }
+    const size_t share = cores.size() / static_cast<size_t>(flags.dp);
+    if (share == 0) {
+        return;
+    }
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    const size_t first = static_cast<size_t>(flags.rank) * share;
+    for (size_t k = first; k < first + share && k < cores.size(); ++k) {
+        CPU_SET(cores[k], &mine);
+    }
+    if (sched_setaffinity(0, sizeof mine, &mine) == 0) {
+        LOG_INF("dist", "rank %d pinned to %zu core(s) from core %d", flags.rank, share, cores[first]);
     }
 }
 

@@ -33,6 +33,10 @@ Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags);
 // Waits (a few seconds at most) for the followers started above to exit.
 void reap_local_followers();
 
+// --dp N: pins this process (and the threads it starts later) to its 1/N of the cores it may use, rank
+// r taking the r-th slice; nothing when there are fewer cores than processes or without --dp.
+void pin_to_share(const DistFlags & flags);
+
 // Compute threads of each process: --threads if given, else this machine's cores / --dp (at least 1).
 int threads_per_process(int threads, const DistFlags & flags);
 
