@@ -2,7 +2,7 @@
 # Data-parallel training throughput (issue 15 §1/§5): one run's SFT steps (forward_backward +
 # optim_step, batch of --datums sequences of --tokens tokens) on `tinkerd --dp 1` and `--dp N`, through the
 # official SDK; prints tokens/s of each and the gradient all-reduce totals rank 0 logs at exit.
-# Usage: .venv/bin/python bench/dp_bench.py --build build --model NAME=PATH [--dp 2] [--steps 5]
+# Usage: .venv/bin/python bench/dp_bench.py --build build --model NAME=PATH [--dp 2] [--steps 5] [--dp1-threads 1]
 import argparse
 import os
 import re
@@ -17,7 +17,10 @@ import sdk_common as sdk  # noqa: E402
 
 
 def measure(ctx, args, dp):
-    srv = ctx.start_server(extra=["--model", args.model, "--dp", str(dp)], name="tinkerd-dp%d" % dp)
+    extra = ["--model", args.model, "--dp", str(dp)]
+    if dp == 1 and args.dp1_threads:
+        extra += ["--threads", str(args.dp1_threads)]
+    srv = ctx.start_server(extra=extra, name="tinkerd-dp%d" % dp)
     svc = sdk.service(srv)
     name = args.model.split("=")[0]
     tc = sdk.resolved(sdk.new_training_client(svc, rank=32, seed=0, base_model=name))
@@ -42,6 +45,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--datums", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--dp1-threads", type=int, default=0, help="--threads of the --dp 1 server (0: every core)")
     args = ap.parse_args()
     ctx = harness.Context(args.build)
     try:
