@@ -1,8 +1,10 @@
 // tinkerd entry point: reads flags (design.md §2), loads the served models (or generates the built-in
 // one), opens the data dir, and serves the Tinker API over HTTP until SIGINT/SIGTERM.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <pthread.h>
 #include <set>
@@ -45,6 +47,7 @@ struct Flags {
     long long disk_reserve_mib = 64;
     double snapshot_ttl_seconds = 3600;
     long long snapshot_disk_mib = 10240;
+    long long max_metric_points = 2000;
     tinkerd::dist::DistFlags dist;
 };
 
@@ -57,7 +60,7 @@ const char * USAGE =
     "               [--kv-cache-mib N] [--max-sampler-adapters N] [--seq-gap-timeout-seconds S]\n"
     "               [--disk-reserve-mib N]\n"
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
-    "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N]\n"
+    "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N] [--max-metric-points N]\n"
     "               [--dp N | --dist-init tcp://HOST:PORT --rank R --world-size W] [--dist-timeout-seconds S]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
@@ -99,6 +102,9 @@ const char * USAGE =
     "                     ends, then are deleted (default 3600)\n"
     "  --snapshot-disk-mib     disk budget of those snapshots; a new one that does not fit is refused\n"
     "                     (default 10240)\n"
+    "  --max-metric-points  recorded metric points kept per training run and op (forward_backward,\n"
+    "                     forward, optim_step); beyond it the oldest half is thinned by merging\n"
+    "                     neighbours (docs/console.md; default 2000, at least 4)\n"
     "  --dp N             data-parallel training on N processes of this machine: this one serves HTTP and\n"
     "                     samples, N-1 copies it starts run their share of each forward_backward (split by\n"
     "                     tokens, LoRA gradients all-reduced over Gloo); each gets cores/N threads (default 1)\n"
@@ -163,6 +169,8 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.snapshot_ttl_seconds = std::atof(value.c_str());
     } else if (flag == "--snapshot-disk-mib") {
         flags.snapshot_disk_mib = std::atoll(value.c_str());
+    } else if (flag == "--max-metric-points") {
+        flags.max_metric_points = std::atoll(value.c_str());
     } else {
         std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
         return false;
@@ -188,11 +196,12 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
         flags.seq_gap_timeout_seconds <= 0 || flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 ||
         flags.max_sampler_adapters < 1 || flags.header_timeout_seconds < 1 || flags.body_timeout_seconds < 1 ||
         flags.max_connections < 1 || flags.snapshot_ttl_seconds < 0 || flags.snapshot_disk_mib < 0 ||
-        flags.disk_reserve_mib < 0) {
+        flags.disk_reserve_mib < 0 || flags.max_metric_points < 4) {
         std::fprintf(stderr,
                      "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
                      "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1, "
-                     "--snapshot-ttl-seconds, --snapshot-disk-mib and --disk-reserve-mib >= 0\n");
+                     "--snapshot-ttl-seconds, --snapshot-disk-mib and --disk-reserve-mib >= 0, "
+                     "--max-metric-points >= 4\n");
         return false;
     }
     auto dist = tinkerd::dist::finish_dist_flags(flags.dist);
@@ -274,6 +283,18 @@ TokenizerList load_tokenizers(const Flags & flags) {
     return tokenizers;
 }
 
+// The bytes of a model directory's *.safetensors files (what loading maps), for the load log line.
+double safetensors_bytes(const std::string & dir) {
+    std::error_code ec;
+    double total = 0;
+    for (const auto & entry : std::filesystem::directory_iterator(dir, ec)) {
+        if (entry.path().extension() == ".safetensors") {
+            total += static_cast<double>(entry.file_size(ec));
+        }
+    }
+    return total;
+}
+
 bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
     for (const auto & [name, dir] : flags.models) {
         LOG_INF("main", "loading model %s from %s ...", name.c_str(), dir.c_str());
@@ -282,6 +303,7 @@ bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & op
             // bf16 rounding is far below a 4- to 8-bit quantisation's error, and bf16 runs twice as fast
             model_options.dtype = tinkerd::engine::ComputeDType::BF16;
         }
+        const auto started = std::chrono::steady_clock::now();
         auto engine = tinkerd::engine::Engine::load(dir, model_options);
         if (!engine.ok()) {
             LOG_ERR("main", "cannot load %s: %s", name.c_str(), engine.error().message.c_str());
@@ -292,9 +314,12 @@ bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & op
             LOG_ERR("main", "self-check forward of %s failed: %s", name.c_str(), logits.error().message.c_str());
             return false;
         }
-        LOG_INF("main", "loaded %s (%s, %lld layers, vocab %lld, %s weights)", name.c_str(),
-                (*engine)->config().architecture.c_str(), static_cast<long long>((*engine)->config().n_layers),
-                static_cast<long long>((*engine)->config().vocab_size), (*engine)->compute_dtype_name().c_str());
+        LOG_INF("main", "loaded %s (%s, %lld layers, vocab %lld, %s weights; %.1f MiB of safetensors) in %.1f s",
+                name.c_str(), (*engine)->config().architecture.c_str(),
+                static_cast<long long>((*engine)->config().n_layers),
+                static_cast<long long>((*engine)->config().vocab_size), (*engine)->compute_dtype_name().c_str(),
+                safetensors_bytes(dir) / 1048576.0,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
         engines.push_back(std::move(engine).value());
     }
     return true;
@@ -324,6 +349,7 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
         std::chrono::milliseconds(static_cast<long long>(flags.seq_gap_timeout_seconds * 1000));
     app_options.snapshot_ttl_seconds = flags.snapshot_ttl_seconds;
     app_options.snapshot_disk_bytes = static_cast<int64_t>(flags.snapshot_disk_mib) << 20;
+    app_options.max_metric_points = static_cast<int64_t>(flags.max_metric_points);
     auto app = tinkerd::api::App::create(app_options, std::move(auth), served);
     if (!app.ok()) {
         LOG_ERR("main", "cannot open data dir %s: %s", flags.data_dir.c_str(), app.error().message.c_str());

@@ -1,14 +1,19 @@
 // App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
-// service, Tinker and OpenAI routes), start and stop in dependency order, and handle(): route match,
-// authentication, JSON body, handler call, log tag.
+// service, Tinker and OpenAI routes, the console's page), start and stop in dependency order, and
+// handle(): route match, authentication, JSON body, handler call, log tag; GET /openapi.json from the
+// finished route table.
 #include "api/app.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "api/openai_generation.h"
+#include "api/openapi.h"
+#include "api/openapi_schemas.h"
 #include "common/log.h"
 #include "common/redact.h"
+#include "console/console.h"
 #include "store/disk_reserve.h"
 
 namespace tinkerd::api {
@@ -73,18 +78,64 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     }
     app->db_ = std::move(db).value();
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
+    app->telemetry_ = std::make_unique<Telemetry>(*app->db_, app->options_.max_metric_points);
     app->registry_ = std::make_unique<Registry>(*app->db_);
     app->sampling_ = std::make_unique<SamplingService>(*app->registry_, *app->db_, *app->output_stage_,
-                                                       app->options_.max_queued_samples);
+                                                       app->options_.max_queued_samples, app->telemetry_.get());
     app->tinker_ = std::make_unique<TinkerRoutes>(
         app->options_, TinkerDeps{app->db_.get(), app->disk_reserve_.get(), app->futures_.get(), app->registry_.get(),
-                                  app->sampling_.get()});
+                                  app->sampling_.get(), app->telemetry_.get()});
     TRY_STATUS(app->tinker_->recover_from_last_process());
     app->add_models(std::move(models));
     app->openai_ = std::make_unique<OpenAiRoutes>(app->auth_, *app->registry_, *app->db_, *app->sampling_);
     app->tinker_->add_routes(app->router_);
     app->openai_->add_routes(app->router_);
+    add_console_routes(app->router_);
+    app->add_openapi_route();  // last: it describes every route added before it
     return app;
+}
+
+// The web console (src/console/): the page and its files, no key needed (the page asks for one and sends
+// it on its own API calls).
+void App::add_console_routes(Router<Route> & router) {
+    Route page;
+    page.needs_auth = false;
+    page.json_body = false;
+    page.async = [](Call & call, http::Respond respond) {
+        respond(console::page_response(call.req.header("if-none-match")));
+    };
+    page.doc = console_route_doc("GET /");
+    router.add("GET", "/", page);
+    Route asset = page;
+    asset.async = [](Call & call, http::Respond respond) {
+        respond(console::asset_response(call.params["asset"], call.req.header("if-none-match")));
+    };
+    asset.doc = console_route_doc("GET /console/{asset...}");
+    router.add("GET", "/console/{asset...}", asset);
+}
+
+// GET /openapi.json (no key): generated at the first request, from the route table as App::create left it
+// (so a route added after this one is described too), then kept (openapi.h).
+void App::add_openapi_route() {
+    Route route;
+    route.sync = [this](Call &) -> Result<json> {
+        std::call_once(openapi_once_, [this] {
+            for (const auto & problem : api::openapi_problems(router_)) {
+                LOG_WRN("api", "openapi.json: %s", problem.c_str());
+            }
+            openapi_ = openapi_document(router_);
+        });
+        return openapi_;
+    };
+    route.needs_auth = false;
+    route.json_body = false;
+    route.doc =
+        route_doc("meta", "This description: OpenAPI 3.1 of every route", "", "OpenApiDocument", KeyCheck::NONE);
+    router_.add("GET", "/openapi.json", route);
+}
+
+std::vector<std::string> App::openapi_problems() const {
+    return api::openapi_problems(router_);
 }
 
 // One EngineWorker per served model: the one scheduling loop of its engine (scheduler/worker.h).
@@ -168,6 +219,14 @@ void App::handle(http::Request && request, http::Respond respond) {
                        : error_response(status, message));
         return;
     }
+    // Every answer is counted under its route's pattern (never the raw path: ids stay out of labels).
+    const auto started = std::chrono::steady_clock::now();
+    respond = [this, respond = std::move(respond), started, method = request.method,
+               pattern = *match.pattern](http::Response response) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        telemetry_->observe_request(method, pattern, response.status, seconds);
+        respond(std::move(response));
+    };
     const Route & route = *match.target;
     Call call{request, "", std::move(match.params), json::object()};
     if (route.needs_auth) {

@@ -1,10 +1,12 @@
 // App: the thin owner of the api. create() prepares the data dir (disk reserve, interrupted writes),
 // opens the database, and wires the parts: the Registry, one EngineWorker per served model, the
-// SamplingService, the OutputStage, TinkerRoutes (/api/v1/) and OpenAiRoutes (/v1/, /oai/api/v1/) in one
-// Router. handle() matches a route, checks the key, parses the JSON body and calls the handler.
+// SamplingService, the OutputStage, TinkerRoutes (/api/v1/), OpenAiRoutes (/v1/, /oai/api/v1/) and the
+// console (GET /, /console/...) in one Router, described by GET /openapi.json. handle() matches a route, checks the
+// key, parses the JSON body and calls the handler.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "api/registry.h"
 #include "api/router.h"
 #include "api/sampling_service.h"
+#include "api/telemetry.h"
 #include "api/tinker_routes.h"
 #include "http/server.h"
 #include "scheduler/futures.h"
@@ -37,11 +40,15 @@ class App {
 
     // Introspection for logs and tests.
     size_t waiting_polls() const { return futures_->waiting_polls(); }
+    // What makes GET /openapi.json lie about the route table (openapi_problems); empty when none.
+    std::vector<std::string> openapi_problems() const;
 
   private:
     App() = default;
     void prepare_data_dir();
     void add_models(std::vector<ServedModelSpec> models);
+    static void add_console_routes(Router<Route> & router);
+    void add_openapi_route();
 
     AppOptions options_;
     Auth auth_;
@@ -51,11 +58,14 @@ class App {
     // Formats and answers sampling events off the engine threads (stopped after the workers; declared
     // after futures_ and db_ so it is gone before them).
     std::unique_ptr<OutputStage> output_stage_ = std::make_unique<OutputStage>();
+    std::unique_ptr<Telemetry> telemetry_;       // request, token and sampler counters; run metric points
     std::unique_ptr<Registry> registry_;         // served models, runs, snapshot cache, sessions, archive tokens
     std::unique_ptr<SamplingService> sampling_;  // requests -> SampleJobs on the workers; 429 capacity
     std::unique_ptr<TinkerRoutes> tinker_;       // /api/v1/, the sweeper and the snapshot writer
     std::unique_ptr<OpenAiRoutes> openai_;       // /v1/ and /oai/api/v1/
     Router<Route> router_;
+    std::once_flag openapi_once_;
+    json openapi_;  // GET /openapi.json, generated from router_ at its first request
     bool started_ = false;
 };
 

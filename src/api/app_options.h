@@ -25,6 +25,7 @@ struct AppOptions {
     uint64_t disk_reserve_bytes = 64u << 20;            // --disk-reserve-mib: freed for SQLite when the disk fills
     double snapshot_ttl_seconds = 3600;                 // unnamed sampler snapshots outlive their session this long
     int64_t snapshot_disk_bytes = 10240LL << 20;        // budget of DATA_DIR/snapshots (--snapshot-disk-mib)
+    int64_t max_metric_points = 2000;                   // per run and op, before old points are thinned
 };
 
 // A base model served under a name; the engine is owned by the caller and outlives the App.

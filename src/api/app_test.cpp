@@ -3,7 +3,8 @@
 // with 400s that leave the run usable: deep JSON, bad AdamW parameters, far and negative seq_ids, token
 // ids outside the vocabulary, another tenant's run, and a seq_id hole given up after its timeout. Sampling
 // through the SamplingService and the worker's loop: an asample answered with the fake engine's tokens,
-// and an OpenAI stream whose client goes away frees its engine request.
+// and an OpenAI stream whose client goes away frees its engine request. The console's page and files are
+// routed without a key.
 #include "api/app.h"
 
 #include <chrono>
@@ -18,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api/app_test_fixture.h"
 #include "scheduler/fake_engine.h"
 
 namespace tinkerd::api {
@@ -25,95 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-class AppTest : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        dir_ = fs::temp_directory_path() / ("tinkerd-app-test-" + std::to_string(::getpid()));
-        fs::remove_all(dir_);
-        AppOptions options;
-        options.data_dir = dir_.string();
-        options.poll_timeout = 2000ms;
-        options.seq_gap_timeout = 300ms;
-        options.disk_reserve_bytes = 0;
-        auto auth = Auth::from_text("tml-alice alice\ntml-bob bob\n");
-        ASSERT_TRUE(auth.ok());
-        const fs::path tok_dir = dir_ / "tokenizer";  // stories260K's: the fake engine's 512-token vocabulary
-        fs::create_directories(tok_dir);
-        const char * source = std::getenv("TINKERD_SOURCE_DIR");  // set by ctest
-        const fs::path root = source ? fs::path(source) : fs::path(__FILE__).parent_path() / "../..";
-        fs::copy_file(root / "fuzz/data/stories260k_tokenizer.json", tok_dir / "tokenizer.json");
-        auto tok = tokenizer::Tokenizer::load(tok_dir.string());
-        ASSERT_TRUE(tok.ok()) << tok.error().message;
-        tokenizer_ = std::move(*tok);
-        ServedModelSpec spec;
-        spec.name = "fake";
-        spec.engine = &engine_;
-        spec.tokenizer = tokenizer_.get();
-        auto app = App::create(options, std::move(*auth), {spec});
-        ASSERT_TRUE(app.ok()) << app.error().message;
-        app_ = std::move(*app);
-        app_->start();
-    }
-    void TearDown() override {
-        app_.reset();
-        fs::remove_all(dir_);
-    }
-
-    // One request through App::handle; the response, however late it comes (held polls).
-    http::Response call(const std::string & path, const std::string & body, const std::string & key = "tml-alice") {
-        http::Request req;
-        req.method = "POST";
-        req.path = "/api/v1/" + path;
-        req.headers["x-api-key"] = key;
-        req.headers["content-type"] = "application/json";
-        req.body = body;
-        auto promise = std::make_shared<std::promise<http::Response>>();
-        auto answer = promise->get_future();
-        app_->handle(std::move(req), [promise](http::Response r) { promise->set_value(std::move(r)); });
-        EXPECT_EQ(answer.wait_for(10s), std::future_status::ready) << path;
-        return answer.get();
-    }
-    json ok(const std::string & path, const json & body, const std::string & key = "tml-alice") {
-        auto r = call(path, body.dump(), key);
-        EXPECT_EQ(r.status, 200) << path << ": " << r.body;
-        return json::parse(r.body, nullptr, false);
-    }
-    json result(const std::string & request_id) { return ok("retrieve_future", {{"request_id", request_id}}); }
-
-    // A session and a run of alice's: its model id, with create_model's future answered.
-    std::string new_run() {
-        const std::string session = ok("create_session", {{"tags", json::array()}})["session_id"];
-        json created =
-            ok("create_model",
-               {{"session_id", session}, {"model_seq_id", 0}, {"base_model", "fake"}, {"lora_config", {{"rank", 8}}}});
-        result(created["request_id"]);
-        return created["model_id"];
-    }
-    static json fb(const std::string & model, int64_t seq, std::vector<int64_t> tokens = {1, 2, 3}) {
-        const json datum = {{"model_input", {{"chunks", {{{"type", "encoded_text"}, {"tokens", tokens}}}}}},
-                            {"loss_fn_inputs",
-                             {{"target_tokens", {{"data", {2, 3, 4}}, {"dtype", "int64"}}},
-                              {"weights", {{"data", {1.0, 1.0, 1.0}}, {"dtype", "float32"}}}}}};
-        return {{"model_id", model},
-                {"seq_id", seq},
-                {"forward_backward_input", {{"data", {datum}}, {"loss_fn", "cross_entropy"}}}};
-    }
-    static json adam(const std::string & model, int64_t seq, double lr, double eps = 1e-8) {
-        return {{"model_id", model}, {"seq_id", seq}, {"adam_params", {{"learning_rate", lr}, {"eps", eps}}}};
-    }
-    void expect_400(const std::string & path, const std::string & body, const std::string & words,
-                    const std::string & key = "tml-alice") {
-        auto r = call(path, body, key);
-        EXPECT_EQ(r.status, 400) << path << ": " << r.body;
-        EXPECT_NE(r.body.find(words), std::string::npos) << r.body;
-    }
-
-    fs::path dir_;
-    std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-    scheduler::fakes::FakeEngine engine_{512};
-    std::unique_ptr<App> app_;
-};
+using testing_support::AppTest;
 
 // A client's end of a streamed response: collects chunks; hang_up() closes it as a vanished client would.
 class FakeStream : public http::StreamWriter {
@@ -243,6 +157,29 @@ TEST_F(AppTest, AnOpenAiStreamWhoseClientGoesAwayFreesItsRequest) {
     }
     EXPECT_EQ(engine_.sampling_requests(), 0u) << "the engine still samples for a client that went away";
     EXPECT_EQ(engine_.cancelled().size(), 1u);
+}
+
+// The console (src/console/) is wired into the router: the page and its files need no key, an unknown
+// file is a 404 JSON body, while the API next to it still asks for one.
+TEST_F(AppTest, ConsoleServedWithoutKey) {
+    const auto get = [&](const std::string & path) {
+        http::Request req;
+        req.method = "GET";
+        req.path = path;
+        std::promise<http::Response> answer;
+        app_->handle(std::move(req), [&answer](http::Response r) { answer.set_value(std::move(r)); });
+        return answer.get_future().get();
+    };
+    const auto page = get("/");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+    const auto script = get("/console/app.js");
+    EXPECT_EQ(script.status, 200);
+    EXPECT_EQ(script.content_type, "text/javascript; charset=utf-8");
+    const auto missing = get("/console/missing.js");
+    EXPECT_EQ(missing.status, 404);
+    EXPECT_EQ(json::parse(missing.body)["code"], "not_found");
+    EXPECT_EQ(get("/api/v1/training_runs").status, 401);
 }
 
 }  // namespace

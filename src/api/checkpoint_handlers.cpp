@@ -1,6 +1,9 @@
 // Handlers for weights: save_weights (adapter + Adam state), save_weights_for_sampler (a named PEFT
 // adapter, or an unnamed snapshot: snapshots.cpp), load_weights (into a live model, or creating one),
 // weights_info, and the sampling-session metadata. File writes run on the engine thread, in seq_id order.
+#include <chrono>
+#include <cstring>
+
 #include "api/tinker_routes.h"
 #include "common/log.h"
 
@@ -65,6 +68,7 @@ void TinkerRoutes::store_checkpoint(const RunState & run, const std::string & te
         return;
     }
     // A directory without a row is what a crash between writing and recording leaves: replace it.
+    const auto started = std::chrono::steady_clock::now();
     auto size = store::write_checkpoint(row.dir, adapter_config(run), tensors, true);
     if (!size.ok()) {
         fail_future(request_id, size.error());
@@ -76,6 +80,8 @@ void TinkerRoutes::store_checkpoint(const RunState & run, const std::string & te
         fail_future(request_id, stored.error());
         return;
     }
+    LOG_INF("api", "checkpoint %s written (%.1f MiB, %.1f ms)", path.str().c_str(), *size / 1048576.0,
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
     futures_->complete(request_id, json{{"path", path.str()}, {"type", result_type}}.dump());
 }
 
@@ -195,7 +201,15 @@ Result<void> TinkerRoutes::import_checkpoint(engine::Engine & engine, const RunS
         return invalid_argument("checkpoint has LoRA rank " + std::to_string(contents->config.rank) + " but model " +
                                 run.row.run_id + " has rank " + std::to_string(run.spec.rank));
     }
-    return engine.import_adapter(run.adapter.load(), contents->tensors, with_optimizer);
+    TRY_STATUS(engine.import_adapter(run.adapter.load(), contents->tensors, with_optimizer));
+    auto step = contents->tensors.find("optimizer.step");  // I64 [1]: the resumed run's step count
+    if (with_optimizer && step != contents->tensors.end() && step->second.dtype == model::DType::I64 &&
+        step->second.bytes.size() == sizeof(int64_t)) {
+        int64_t steps = 0;
+        std::memcpy(&steps, step->second.bytes.data(), sizeof(steps));
+        run.optim_steps = steps;
+    }
+    return {};
 }
 
 // What the official service allows: load_weights as a model's first request only, from a checkpoint

@@ -180,6 +180,8 @@ void OpenAiRoutes::submit_generation(const std::shared_ptr<OpenAiGeneration> & g
         SampleSubmission submission;
         submission.sampler = target.sampler;
         submission.live_adapter = target.live_adapter;
+        submission.tenant = target.tenant;
+        submission.usage_name = target.sampler.sampler_id.empty() ? target.name : target.sampler.sampler_id;
         engine::SampleRequest & s = submission.request;
         s.prompt = generation->prompts()[p].tokens;
         s.num_samples = r.n;

@@ -16,11 +16,24 @@ void OpenAiRoutes::add_routes(Router<Route> & router) {
             router.add(method, prefix + path, route);
         }
     };
-    add("GET", "models", {nullptr, [this](Call & call, http::Respond respond) { models(call, std::move(respond)); }});
+    const auto doc = [](const std::string & summary, const std::string & request, const std::string & response) {
+        RouteDoc d = route_doc("openai", summary, request, response, KeyCheck::OPENAI);
+        if (!request.empty()) {
+            d.response_media = {"text/event-stream"};  // with "stream": true
+        }
+        return d;
+    };
+    add("GET", "models",
+        {nullptr, [this](Call & call, http::Respond respond) { models(call, std::move(respond)); }, false, false,
+         doc("Base models, the caller's loaded runs and sampler checkpoints", "", "ModelList")});
     add("POST", "completions",
-        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), false); }});
+        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), false); }, false,
+         false, doc("Text completion (SSE with stream: true)", "CompletionRequest", "Completion")});
     add("POST", "chat/completions",
-        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), true); }});
+        {nullptr, [this](Call & call, http::Respond respond) { generate(call, std::move(respond), true); }, false,
+         false,
+         doc("Chat completion through the model's chat template (SSE with stream: true)", "ChatCompletionRequest",
+             "ChatCompletion")});
 }
 
 std::optional<std::string> OpenAiRoutes::tenant_of(const http::Request & request, http::Respond & respond) {
@@ -67,6 +80,8 @@ void OpenAiRoutes::models(Call & call, http::Respond respond) {
 Result<OpenAiRoutes::Target> OpenAiRoutes::resolve_model(const std::string & tenant, const std::string & name) {
     const Error missing = not_found("The model '" + name + "' does not exist or you do not have access to it.");
     Target target;
+    target.tenant = tenant;
+    target.name = name;
     if ((target.model = registry_.find_model(name)) != nullptr) {
         return target;
     }

@@ -33,6 +33,8 @@ class OpenAiRoutes {
         ServedModel * model = nullptr;
         store::SamplerRow sampler;                      // base model, checkpoint or sampling session
         std::optional<engine::AdapterId> live_adapter;  // a training run's live weights
+        std::string tenant;                             // the caller (usage counts)
+        std::string name;                               // the `model` the request named
     };
     // The caller's tenant, or nullopt after answering an OpenAI-shaped 401.
     std::optional<std::string> tenant_of(const http::Request & request, http::Respond & respond);

@@ -165,6 +165,12 @@ size_t Registry::cached_snapshots() const {
     return snapshots_.size();
 }
 
+size_t Registry::cached_snapshots(const std::string & base_model) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<size_t>(std::count_if(snapshots_.begin(), snapshots_.end(),
+                                             [&](const auto & kv) { return kv.second->base_model == base_model; }));
+}
+
 void Registry::note_session_activity(const std::string & session_id) {
     std::lock_guard<std::mutex> lock(mutex_);
     session_last_seen_[session_id] = now_seconds();

@@ -40,6 +40,9 @@ struct RunState {
     std::atomic<bool> ready{false};              // adapter created (or loaded) and accepting ops
     std::atomic<bool> loaded{true};              // false once unloaded
     std::string create_request_id;
+    // Optimizer steps taken (the metric points' `step`); a checkpoint loaded with its optimizer state
+    // sets it to the checkpoint's step (mutable: set through the const run an import sees).
+    mutable std::atomic<int64_t> optim_steps{0};
 };
 using RunPtr = std::shared_ptr<RunState>;
 
@@ -88,6 +91,7 @@ class Registry {
     std::shared_ptr<SamplerSnapshot> find_snapshot(const std::string & sampler_id) const;
     void forget_snapshot(const std::string & sampler_id);
     size_t cached_snapshots() const;
+    size_t cached_snapshots(const std::string & base_model) const;
 
     // Sessions' last activity (a request on one of their models counts as a heartbeat).
     void note_session_activity(const std::string & session_id);

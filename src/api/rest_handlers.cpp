@@ -1,7 +1,10 @@
 // REST handlers (the SDK's RestClient): training runs, checkpoints (list, delete, publish, TTL, archive),
 // sessions and samplers, straight from the database; plus the one-time archive download itself.
+#include <chrono>
+
 #include "api/tinker_routes.h"
 #include "common/log.h"
+#include "common/redact.h"
 
 namespace tinkerd::api {
 
@@ -237,11 +240,14 @@ void TinkerRoutes::download_archive(Call & call, http::Respond respond) {
         respond(error_response(404, "archive link unknown, already used or expired"));
         return;
     }
+    const auto started = std::chrono::steady_clock::now();
     auto tar = store::tar_directory(*dir);
     if (!tar.ok()) {
         respond(error_response(tar.error()));
         return;
     }
+    LOG_INF("api", "archive of %s built (%.1f MiB, %.1f ms)", redact_paths(*dir).c_str(), tar->size() / 1048576.0,
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
     http::Response response;
     response.content_type = "application/x-tar";
     response.body = std::move(tar).value();

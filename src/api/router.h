@@ -1,7 +1,8 @@
 // Router: maps (method, path) to a handler. Patterns are "/"-separated segments where "{name}" captures
 // one segment and a final "{name...}" captures the rest, slashes included (checkpoint ids such as
 // "weights/ckpt-1" keep their slash; run ids such as "sess-1:train:0" keep their colons). Call and
-// Route: what every route part (App's Tinker routes, OpenAiRoutes) registers and App::handle dispatches.
+// Route: what every route part (App's Tinker routes, OpenAiRoutes) registers and App::handle dispatches,
+// with its RouteDoc (route_doc.h), from which GET /openapi.json is generated (openapi.h).
 #pragma once
 
 #include <functional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "api/json_util.h"
+#include "api/route_doc.h"
 #include "common/status.h"
 #include "http/server.h"
 
@@ -22,11 +24,20 @@ template <typename Target>
 class Router {
   public:
     void add(const std::string & method, const std::string & pattern, Target target) {
-        routes_.push_back({method, split(pattern), std::move(target)});
+        routes_.push_back({method, pattern, split(pattern), std::move(target)});
+    }
+
+    // Calls visit(method, pattern, target) for every route, in the order they were added.
+    template <typename Visit>
+    void for_each(Visit visit) const {
+        for (const auto & route : routes_) {
+            visit(route.method, route.pattern, route.target);
+        }
     }
 
     struct Match {
         const Target * target = nullptr;
+        const std::string * pattern = nullptr;  // the matched route's pattern (metrics label it by this)
         PathParams params;
         bool method_mismatch = false;  // some route has this path under another method (405)
     };
@@ -45,6 +56,7 @@ class Router {
                 continue;
             }
             result.target = &route.target;
+            result.pattern = &route.pattern;
             result.params = std::move(params);
             return result;
         }
@@ -68,6 +80,7 @@ class Router {
   private:
     struct Route {
         std::string method;
+        std::string pattern;  // as added: "/api/v1/training_runs/{run_id}"
         std::vector<std::string> segments;
         Target target;
     };
@@ -114,6 +127,7 @@ struct Route {
     std::function<void(Call &, http::Respond)> async;
     bool needs_auth = true;
     bool json_body = true;
+    RouteDoc doc;  // what GET /openapi.json says about it; every registered route has one
 };
 
 }  // namespace tinkerd::api

@@ -231,6 +231,8 @@ Result<json> TinkerRoutes::asample(Call & call) {
     const int64_t num_samples = request->num_samples;
     SampleSubmission submission;
     submission.sampler = **sampler;
+    submission.tenant = call.tenant;
+    submission.usage_name = (*sampler)->sampler_id;
     submission.request = std::move(request).value();
     // On the output thread: the future gets the encoded result (protobuf and legacy JSON) or the error.
     submission.sink = std::make_shared<FunctionSink>([this, request_id, encoding](Result<engine::SampleOutput> output) {

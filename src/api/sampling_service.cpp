@@ -3,11 +3,42 @@
 // a snapshot's directory or a sampler checkpoint's.
 #include "api/sampling_service.h"
 
+#include <chrono>
 #include <utility>
 
 #include "store/checkpoint_files.h"
 
 namespace tinkerd::api {
+namespace {
+
+// Forwards a request's events to its sink and, on the output thread, counts the finished request's
+// tokens and latency (submission to outcome) in the Telemetry.
+class MeteredSink : public SampleSink {
+  public:
+    MeteredSink(std::shared_ptr<SampleSink> inner, Telemetry & telemetry, SampleUsage usage)
+        : inner_(std::move(inner)), telemetry_(telemetry), usage_(std::move(usage)) {}
+    void on_tokens(std::vector<GeneratedToken> tokens) override { inner_->on_tokens(std::move(tokens)); }
+    bool cancelled() const override { return inner_->cancelled(); }
+    void on_done(Result<engine::SampleOutput> output) override {
+        usage_.ok = output.ok();
+        if (output.ok()) {
+            for (const auto & sequence : output->sequences) {
+                usage_.tokens += static_cast<int64_t>(sequence.tokens.size());
+            }
+        }
+        usage_.latency_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted_).count();
+        telemetry_.record_sample(usage_);
+        inner_->on_done(std::move(output));
+    }
+
+  private:
+    std::shared_ptr<SampleSink> inner_;
+    Telemetry & telemetry_;
+    SampleUsage usage_;
+    const std::chrono::steady_clock::time_point submitted_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
 
 Result<void> SamplingService::check_capacity() const {
     if (in_flight_.load() >= max_in_flight_) {
@@ -26,6 +57,10 @@ void SamplingService::submit(ServedModel & model, SampleSubmission s) {
         job.load_weights = [this, sampler = s.sampler] { return sampler_weights(sampler); };
     }
     job.cancelled = std::move(s.cancelled);
+    if (telemetry_ != nullptr && !s.tenant.empty()) {
+        s.sink = std::make_shared<MeteredSink>(std::move(s.sink), *telemetry_,
+                                               SampleUsage{s.tenant, s.usage_name, model.name});
+    }
     if (s.stream_tokens) {  // engine thread: the step's tokens are moved to the output stage
         job.on_tokens = [this, sink = s.sink](std::vector<GeneratedToken> tokens) {
             output_.push_tokens(sink, std::move(tokens));

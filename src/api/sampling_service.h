@@ -11,6 +11,7 @@
 
 #include "api/output_stage.h"
 #include "api/registry.h"
+#include "api/telemetry.h"
 #include "scheduler/sampling.h"
 #include "store/database.h"
 
@@ -28,12 +29,17 @@ struct SampleSubmission {
     std::shared_ptr<SampleSink> sink;              // gets the outcome (and the tokens when stream_tokens)
     bool stream_tokens = false;                    // each step's tokens go to the sink too
     std::shared_ptr<std::atomic<bool>> cancelled;  // set when nobody waits any more
+    // Whose usage it is (server_status's samplers): the caller's tenant and the sampler id, or the model
+    // name an OpenAI call sent. An empty tenant is not counted per sampler.
+    std::string tenant;
+    std::string usage_name;
 };
 
 class SamplingService {
   public:
-    SamplingService(Registry & registry, store::Database & db, OutputStage & output, int64_t max_in_flight)
-        : registry_(registry), db_(db), output_(output), max_in_flight_(max_in_flight) {}
+    SamplingService(Registry & registry, store::Database & db, OutputStage & output, int64_t max_in_flight,
+                    Telemetry * telemetry = nullptr)
+        : registry_(registry), db_(db), output_(output), max_in_flight_(max_in_flight), telemetry_(telemetry) {}
 
     // 429 (UNAVAILABLE) while max_queued_samples requests are queued or running.
     Result<void> check_capacity() const;
@@ -48,6 +54,7 @@ class SamplingService {
     store::Database & db_;
     OutputStage & output_;
     const int64_t max_in_flight_;
+    Telemetry * telemetry_;  // counts each finished request (none in some tests)
     std::atomic<int64_t> in_flight_{0};
 };
 

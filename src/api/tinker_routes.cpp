@@ -3,6 +3,7 @@
 // every Tinker handler shares (futures recorded in SQLite, the disk-room check, a run's adapter config).
 #include "api/tinker_routes.h"
 
+#include "api/openapi_schemas.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -13,7 +14,8 @@ TinkerRoutes::TinkerRoutes(AppOptions options, TinkerDeps deps)
       disk_reserve_(deps.disk_reserve),
       futures_(deps.futures),
       registry_(deps.registry),
-      sampling_(deps.sampling) {}
+      sampling_(deps.sampling),
+      telemetry_(deps.telemetry) {}
 
 void TinkerRoutes::start() {
     sweeper_ = std::thread([this] { sweeper_loop(); });
@@ -43,75 +45,171 @@ void TinkerRoutes::stop_snapshot_writer() {
     }
 }
 
-void TinkerRoutes::add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body) {
+void TinkerRoutes::add_sync(const std::string & method, const std::string & path, SyncHandler handler, RouteDoc doc,
+                            bool json_body) {
     Route route;
     route.sync = [this, handler](Call & call) { return (this->*handler)(call); };
     route.json_body = json_body;
+    route.doc = std::move(doc);
     router_->add(method, "/api/v1/" + path, route);
 }
 
-void TinkerRoutes::add_async(const std::string & method, const std::string & path, AsyncHandler handler,
-                             bool needs_auth, bool json_body) {
+void TinkerRoutes::add_async(const std::string & method, const std::string & path, AsyncHandler handler, RouteDoc doc,
+                             bool json_body) {
     Route route;
     route.async = [this, handler](Call & call, http::Respond respond) { (this->*handler)(call, std::move(respond)); };
-    route.needs_auth = needs_auth;
+    route.needs_auth = doc.key == KeyCheck::TINKER;
     route.json_body = json_body;
+    route.doc = std::move(doc);
     router_->add(method, "/api/v1/" + path, route);
 }
 
+// The route table: each route with its documentation (route_doc.h; schemas in openapi_schemas_tinker.cpp).
 void TinkerRoutes::add_routes(Router<Route> & router) {
     router_ = &router;
     register_unsupported_routes();  // first: "sessions/search" before "sessions/{session_id}"
-    add_sync("POST", "client/config", &TinkerRoutes::client_config);
-    add_sync("POST", "client/dynamic_config", &TinkerRoutes::dynamic_config);
-    add_sync("GET", "get_server_capabilities", &TinkerRoutes::server_capabilities);
-    add_sync("POST", "create_session", &TinkerRoutes::create_session);
-    add_sync("POST", "session_heartbeat", &TinkerRoutes::session_heartbeat);
-    add_sync("POST", "telemetry", &TinkerRoutes::telemetry);
-    add_sync("POST", "create_model", &TinkerRoutes::create_model);
-    add_sync("POST", "get_info", &TinkerRoutes::get_info);
-    add_sync("POST", "unload_model", &TinkerRoutes::unload_model);
-    add_sync("POST", "forward_backward", &TinkerRoutes::forward_backward, false);
-    add_sync("POST", "forward", &TinkerRoutes::forward_backward, false);  // SDK <= 0.24: {"forward_input": ...}
-    add_sync("POST", "optim_step", &TinkerRoutes::optim_step);
-    add_sync("POST", "save_weights", &TinkerRoutes::save_weights);
-    add_sync("POST", "save_weights_for_sampler", &TinkerRoutes::save_weights_for_sampler);
-    add_sync("POST", "load_weights", &TinkerRoutes::load_weights);
-    add_sync("POST", "weights_info", &TinkerRoutes::weights_info);
-    add_sync("POST", "create_sampling_session", &TinkerRoutes::create_sampling_session);
-    add_sync("POST", "asample", &TinkerRoutes::asample);
-    add_async("POST", "retrieve_future", &TinkerRoutes::retrieve_future, true, true);
-    add_sync("GET", "training_runs", &TinkerRoutes::list_training_runs);
-    add_sync("GET", "training_runs/{run_id}", &TinkerRoutes::get_training_run);
-    add_sync("GET", "training_runs/{run_id}/checkpoints", &TinkerRoutes::list_run_checkpoints);
-    add_sync("POST", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &TinkerRoutes::publish_checkpoint);
-    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{kind}/{name}/publish", &TinkerRoutes::unpublish_checkpoint);
-    add_sync("PUT", "training_runs/{run_id}/checkpoints/{kind}/{name}/ttl", &TinkerRoutes::set_checkpoint_ttl);
-    add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/archive", &TinkerRoutes::checkpoint_archive);
-    add_sync("DELETE", "training_runs/{run_id}/checkpoints/{checkpoint_id...}", &TinkerRoutes::delete_checkpoint);
-    add_sync("GET", "checkpoints", &TinkerRoutes::list_user_checkpoints);
-    add_sync("GET", "sessions", &TinkerRoutes::list_sessions);
-    add_sync("GET", "sessions/{session_id}", &TinkerRoutes::get_session);
-    add_sync("PUT", "sessions/{session_id}/project", &TinkerRoutes::set_session_project);
-    add_sync("GET", "samplers/{sampler_id}", &TinkerRoutes::get_sampler);
-    add_sync("POST", "sessions/{session_id}/finish", &TinkerRoutes::finish_session);
-    add_async("GET", "archive_downloads/{token}", &TinkerRoutes::download_archive, false, false);
+    add_session_routes();
+    add_training_routes();
+    add_rest_routes();
+}
+
+void TinkerRoutes::add_session_routes() {
+    const std::string tag = "sessions";
+    add_sync("POST", "client/config", &TinkerRoutes::client_config,
+             route_doc(tag, "The SDK's client configuration (transport and feature flags)", "ClientConfigRequest",
+                       "ClientConfig"));
+    add_sync("POST", "client/dynamic_config", &TinkerRoutes::dynamic_config,
+             route_doc(tag, "The SDK's refreshed configuration", "ClientConfigRequest", "DynamicConfig"));
+    add_sync("GET", "get_server_capabilities", &TinkerRoutes::server_capabilities,
+             route_doc(tag, "The served base models", "", "ServerCapabilities"));
+    add_sync("POST", "create_session", &TinkerRoutes::create_session,
+             route_doc(tag, "Start a session (tags, user_metadata, project)", "CreateSessionRequest",
+                       "CreateSessionResponse"));
+    add_sync("POST", "session_heartbeat", &TinkerRoutes::session_heartbeat,
+             route_doc(tag, "Keep a session alive", "SessionHeartbeatRequest", "SessionHeartbeatResponse"));
+    add_sync("POST", "telemetry", &TinkerRoutes::telemetry,
+             route_doc(tag, "SDK telemetry events (logged, one line each)", "TelemetryRequest", "TelemetryResponse"));
+    add_sync("POST", "sessions/{session_id}/finish", &TinkerRoutes::finish_session,
+             route_doc(tag, "End a session now: its models leave memory, its checkpoints stay", "FinishSessionRequest",
+                       "Empty"));
     Route health;
     health.sync = [this](Call & call) { return healthz(call); };
     health.needs_auth = false;
+    health.doc = route_doc("meta", "Liveness", "", "Health", KeyCheck::NONE);
     router_->add("GET", "/api/v1/healthz", health);
+    Route prometheus;  // no key: scrapers have none, and nothing in it names a tenant
+    prometheus.async = [this](Call & call, http::Respond respond) { prometheus_metrics(call, std::move(respond)); };
+    prometheus.needs_auth = false;
+    prometheus.json_body = false;
+    prometheus.doc = console_route_doc("GET /metrics");
+    router_->add("GET", "/metrics", prometheus);
+}
+
+void TinkerRoutes::add_training_routes() {
+    const std::string tag = "training";
+    add_sync("POST", "create_model", &TinkerRoutes::create_model,
+             route_doc(tag, "Create a LoRA training run (a future)", "CreateModelRequest", "FutureSubmitted"));
+    add_sync("POST", "get_info", &TinkerRoutes::get_info,
+             route_doc(tag, "A loaded training run's model and tokenizer", "ModelIdRequest", "GetInfoResponse"));
+    add_sync("POST", "unload_model", &TinkerRoutes::unload_model,
+             route_doc(tag, "Unload a training run (a future)", "ModelIdRequest", "FutureSubmitted"));
+    RouteDoc fb = route_doc(tag, "Forward and backward pass on a batch (a future; protobuf or legacy JSON)",
+                            "ForwardBackwardJsonRequest", "FutureSubmitted");
+    fb.request_media = {"application/x-protobuf"};
+    fb.description =
+        "SDK >= 0.25 sends tinker_public.ForwardBackwardRequest as application/x-protobuf "
+        "(optionally Content-Encoding: zstd); older SDKs the JSON form.";
+    add_sync("POST", "forward_backward", &TinkerRoutes::forward_backward, fb, false);
+    add_sync("POST", "forward", &TinkerRoutes::forward_backward,  // SDK <= 0.24: {"forward_input": ...}
+             route_doc(tag, "Forward pass only, legacy JSON (SDK <= 0.24; a future)", "ForwardJsonRequest",
+                       "FutureSubmitted"),
+             false);
+    add_sync(
+        "POST", "optim_step", &TinkerRoutes::optim_step,
+        route_doc(tag, "AdamW step on the accumulated gradients (a future)", "OptimStepRequest", "FutureSubmitted"));
+    add_sync("POST", "save_weights", &TinkerRoutes::save_weights,
+             route_doc(tag, "Save a training checkpoint with optimizer state (a future)", "SaveWeightsRequest",
+                       "FutureSubmitted"));
+    add_sync("POST", "save_weights_for_sampler", &TinkerRoutes::save_weights_for_sampler,
+             route_doc(tag, "Save sampler weights, named or as a snapshot (a future)", "SaveWeightsForSamplerRequest",
+                       "FutureSubmitted"));
+    add_sync("POST", "load_weights", &TinkerRoutes::load_weights,
+             route_doc(tag, "Load a checkpoint into a run, or create a run from it (a future)", "LoadWeightsRequest",
+                       "FutureSubmitted"));
+    add_sync("POST", "weights_info", &TinkerRoutes::weights_info,
+             route_doc(tag, "A checkpoint's base model and LoRA settings", "WeightsInfoRequest", "WeightsInfo"));
+    add_sync("POST", "create_sampling_session", &TinkerRoutes::create_sampling_session,
+             route_doc("sampling", "Create a sampler on a base model or a sampler checkpoint",
+                       "CreateSamplingSessionRequest", "CreateSamplingSessionResponse"));
+    add_sync("POST", "asample", &TinkerRoutes::asample,
+             route_doc("sampling", "Sample or compute logprobs (a future; 429 when the queue is full)", "SampleRequest",
+                       "SampleSubmitted"));
+    RouteDoc poll = route_doc("futures", "Long-poll a future: its result, its error, or try_again",
+                              "RetrieveFutureRequest", "FutureResult");
+    poll.response_media = {"application/x-protobuf"};
+    poll.description =
+        "Sample and forward_backward results come as protobuf when Accept asks for "
+        "application/x-protobuf. The poll is held up to --poll-timeout-seconds.";
+    add_async("POST", "retrieve_future", &TinkerRoutes::retrieve_future, poll, true);
+}
+
+void TinkerRoutes::add_rest_routes() {
+    const std::string tag = "rest";
+    const std::string ckpt = "training_runs/{run_id}/checkpoints/{kind}/{name}";
+    RouteDoc runs = route_doc(tag, "The caller's training runs", "", "TrainingRunList");
+    runs.query = {"limit", "offset", "access_scope"};
+    add_sync("GET", "training_runs", &TinkerRoutes::list_training_runs, runs);
+    RouteDoc run = route_doc(tag, "One training run", "", "TrainingRun");
+    run.query = {"access_scope"};
+    add_sync("GET", "training_runs/{run_id}", &TinkerRoutes::get_training_run, run);
+    add_sync("GET", "training_runs/{run_id}/checkpoints", &TinkerRoutes::list_run_checkpoints,
+             route_doc(tag, "A run's checkpoints", "", "CheckpointList"));
+    add_sync("GET", "training_runs/{run_id}/metrics", &TinkerRoutes::run_metrics,
+             console_route_doc("GET /api/v1/training_runs/{run_id}/metrics"));
+    add_sync("GET", "server_status", &TinkerRoutes::server_status, console_route_doc("GET /api/v1/server_status"));
+    add_sync("POST", ckpt + "/publish", &TinkerRoutes::publish_checkpoint,
+             route_doc(tag, "Publish a checkpoint (other tenants may read it)", "", "Empty"));
+    add_sync("DELETE", ckpt + "/publish", &TinkerRoutes::unpublish_checkpoint,
+             route_doc(tag, "Unpublish a checkpoint", "", "Empty"));
+    add_sync("PUT", ckpt + "/ttl", &TinkerRoutes::set_checkpoint_ttl,
+             route_doc(tag, "Set or remove a checkpoint's expiry", "SetTtlRequest", "Empty"));
+    add_sync("GET", ckpt + "/archive", &TinkerRoutes::checkpoint_archive,
+             route_doc(tag, "A one-time download link for a checkpoint's tar archive", "", "ArchiveUrl"));
+    add_sync(
+        "DELETE", "training_runs/{run_id}/checkpoints/{checkpoint_id...}", &TinkerRoutes::delete_checkpoint,
+        route_doc(tag, "Delete a checkpoint (checkpoint_id is weights/<name> or sampler_weights/<name>)", "", "Empty"));
+    RouteDoc checkpoints = route_doc(tag, "All the caller's checkpoints", "", "CheckpointList");
+    checkpoints.query = {"limit", "offset"};
+    add_sync("GET", "checkpoints", &TinkerRoutes::list_user_checkpoints, checkpoints);
+    RouteDoc sessions = route_doc(tag, "The caller's session ids", "", "SessionList");
+    sessions.query = {"limit", "offset"};
+    add_sync("GET", "sessions", &TinkerRoutes::list_sessions, sessions);
+    add_sync("GET", "sessions/{session_id}", &TinkerRoutes::get_session,
+             route_doc(tag, "A session's training runs and samplers", "", "Session"));
+    add_sync("PUT", "sessions/{session_id}/project", &TinkerRoutes::set_session_project,
+             route_doc(tag, "Assign a session to a project (accepted, not stored)", "ProjectRequest", "Empty"));
+    add_sync("GET", "samplers/{sampler_id}", &TinkerRoutes::get_sampler,
+             route_doc(tag, "A sampler's base model and weights", "", "Sampler"));
+    RouteDoc download =
+        route_doc(tag, "Download a checkpoint archive (a one-time link, no key)", "", "", KeyCheck::NONE);
+    download.response_media = {"application/x-tar"};
+    add_async("GET", "archive_downloads/{token}", &TinkerRoutes::download_archive, download, false);
 }
 
 // SDK 0.38 endpoints answered with a 400 naming the feature (session_handlers.cpp).
 void TinkerRoutes::register_unsupported_routes() {
+    const RouteDoc refused =
+        route_doc("unsupported", "Not implemented by this server: a 400 naming the feature", "AnyObject", "");
     for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
                               "cancel_future", "join_sampling_session", "sessions/search"}) {
-        add_sync("POST", path, &TinkerRoutes::unsupported_endpoint);
+        add_sync("POST", path, &TinkerRoutes::unsupported_endpoint, refused);
     }
+    RouteDoc refused_get = refused;
+    refused_get.request.clear();
     add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/external_weights_urls",
-             &TinkerRoutes::unsupported_endpoint);
+             &TinkerRoutes::unsupported_endpoint, refused_get);
     for (const char * path : {"billing/usage/checkpoints/current", "billing/usage/events", "audit"}) {
-        add_sync("GET", path, &TinkerRoutes::unsupported_endpoint);
+        add_sync("GET", path, &TinkerRoutes::unsupported_endpoint, refused_get);
     }
 }
 

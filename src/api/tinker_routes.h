@@ -18,6 +18,7 @@
 #include "api/registry.h"
 #include "api/router.h"
 #include "api/sampling_service.h"
+#include "api/telemetry.h"
 #include "scheduler/futures.h"
 #include "store/checkpoint_files.h"
 #include "store/database.h"
@@ -26,6 +27,7 @@
 
 namespace tinkerd::api {
 
+class PrometheusText;
 using scheduler::guarded_engine_call;
 using AdapterId = engine::AdapterId;
 
@@ -36,6 +38,7 @@ struct TinkerDeps {
     scheduler::FutureTable * futures = nullptr;
     Registry * registry = nullptr;
     SamplingService * sampling = nullptr;
+    Telemetry * telemetry = nullptr;
 };
 
 class TinkerRoutes {
@@ -55,9 +58,15 @@ class TinkerRoutes {
   private:
     using SyncHandler = Result<json> (TinkerRoutes::*)(Call &);
     using AsyncHandler = void (TinkerRoutes::*)(Call &, http::Respond);
+    // The route table (tinker_routes.cpp), each route with its RouteDoc for GET /openapi.json.
     void register_unsupported_routes();
-    void add_sync(const std::string & method, const std::string & path, SyncHandler handler, bool json_body = true);
-    void add_async(const std::string & method, const std::string & path, AsyncHandler handler, bool needs_auth,
+    void add_session_routes();
+    void add_training_routes();
+    void add_rest_routes();
+    void add_sync(const std::string & method, const std::string & path, SyncHandler handler, RouteDoc doc,
+                  bool json_body = true);
+    // Needs the key unless doc.key is KeyCheck::NONE.
+    void add_async(const std::string & method, const std::string & path, AsyncHandler handler, RouteDoc doc,
                    bool json_body);
 
     // session_handlers.cpp: configuration, sessions, telemetry, capabilities.
@@ -119,6 +128,17 @@ class TinkerRoutes {
     Result<json> get_sampler(Call & call);
     Result<TinkerPath> owned_checkpoint_path(Call & call);
     void download_archive(Call & call, http::Respond respond);
+
+    // monitoring_handlers.cpp: a run's metric points, server_status, and /metrics (Prometheus text).
+    Result<json> run_metrics(Call & call);
+    Result<json> server_status(Call & call);
+    json model_status_json(const ServedModel & model) const;
+    Result<json> samplers_status_json(const std::string & tenant) const;
+    Result<json> sessions_status_json(const std::string & tenant) const;
+    void prometheus_metrics(Call & call, http::Respond respond);
+    void write_process_metrics(PrometheusText & out) const;
+    void write_http_metrics(PrometheusText & out) const;
+    void write_model_metrics(PrometheusText & out) const;
 
     // futures_handler.cpp: retrieve_future and the ordered submission of operations.
     void retrieve_future(Call & call, http::Respond respond);
@@ -182,6 +202,7 @@ class TinkerRoutes {
     scheduler::FutureTable * futures_;
     Registry * registry_;
     SamplingService * sampling_;
+    Telemetry * telemetry_;
     std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
 
     std::thread snapshot_writer_;

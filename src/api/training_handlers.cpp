@@ -1,7 +1,9 @@
 // Handlers for training models: create_model (a new LoRA adapter on a served base model), get_info,
 // unload_model, forward_backward (protobuf, zstd or legacy JSON), forward (legacy) and optim_step.
+#include <chrono>
 #include <cmath>
 
+#include "api/telemetry.h"
 #include "api/tinker_routes.h"
 #include "common/log.h"
 #include "engine/adam_params.h"
@@ -42,6 +44,34 @@ Result<engine::LoraSpec> parse_lora_config(const json & body) {
         return invalid_argument("lora_config: at least one of train_attn, train_mlp, train_unembed must be true");
     }
     return spec;
+}
+
+// A forward_backward's input tokens (tokens trained) and loss-bearing tokens (its point's num_tokens).
+struct OpTokens {
+    int64_t input = 0;
+    int64_t loss_bearing = 0;
+};
+
+OpTokens count_tokens(const std::vector<engine::Datum> & datums) {
+    OpTokens tokens;
+    for (const auto & datum : datums) {
+        tokens.input += static_cast<int64_t>(datum.tokens.size());
+        tokens.loss_bearing += loss_bearing_tokens(datum);
+    }
+    return tokens;
+}
+
+// A completed op's metric point: every `name:reduction` metric the API returns, timed now.
+store::MetricPoint metric_point(const RunState & run, const char * op, int64_t step, double seconds,
+                                const std::map<std::string, double> & metrics) {
+    store::MetricPoint point;
+    point.run_id = run.row.run_id;
+    point.op = op;
+    point.step = step;
+    point.time = now_seconds();
+    point.duration_s = seconds;
+    point.values = metrics;
+    return point;
 }
 
 const char * error_category(const Error & error) {
@@ -253,11 +283,18 @@ Result<json> TinkerRoutes::forward_backward(Call & call) {
         op.fb_input.loss_fn = request->loss_fn;
         op.fb_input.loss_fn_config = request->loss_fn_config;
         op.forward_only = request->forward_only;
-        op.on_fb_done = [this, id](Result<engine::ForwardBackwardOutput> out) {
+        const OpTokens tokens = count_tokens(op.fb_input.datums);
+        op.on_fb_done = [this, id, run, tokens, forward_only = op.forward_only](
+                            Result<engine::ForwardBackwardOutput> out, double batch_seconds) {
             if (!out.ok()) {
                 fail_future(id, out.error());
                 return;
             }
+            // Recorded before the future completes, so a client that saw the result finds its point.
+            store::MetricPoint point = metric_point(*run, forward_only ? "forward" : "forward_backward",
+                                                    run->optim_steps.load(), batch_seconds, out->metrics);
+            point.values["num_tokens"] = static_cast<double>(tokens.loss_bearing);
+            telemetry_->record_training_op(point, run->row.base_model, forward_only ? 0 : tokens.input);
             // Only the protobuf is kept; the legacy JSON form is built from it when a poll asks for JSON.
             futures_->complete(id, "", wire::encode_forward_backward_output_proto(*out));
         };
@@ -302,11 +339,18 @@ Result<json> TinkerRoutes::optim_step(Call & call) {
     return submit_ordered(call, run, seq_id, "OptimStep", [this, run, params](const std::string & id) {
         scheduler::Op op;
         op.run = [this, run, params, id](engine::Engine & engine) {
+            const auto t0 = std::chrono::steady_clock::now();
             auto out = engine.optim_step(run->adapter.load(), params);
             if (!out.ok()) {
                 fail_future(id, out.error());
                 return;
             }
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            auto step = out->metrics.find("step:max");
+            run->optim_steps = step != out->metrics.end() ? static_cast<int64_t>(step->second) : run->optim_steps + 1;
+            store::MetricPoint point = metric_point(*run, "optim_step", run->optim_steps.load(), seconds, out->metrics);
+            point.values["learning_rate"] = params.learning_rate;
+            telemetry_->record_training_op(point, run->row.base_model, 0);
             json metrics = json::object();
             for (const auto & [key, value] : out->metrics) {
                 if (std::isfinite(value)) {  // the SDK types metrics as floats: no nulls

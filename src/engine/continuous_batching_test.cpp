@@ -1,4 +1,5 @@
-// Continuous batching (Engine::sample_submit / sample_step / sample_cancel) on the tiny llama model:
+// Continuous batching (Engine::sample_submit / sample_step / sample_cancel) on the tiny llama, qwen3_moe and
+// qwen3_5 models:
 // a request joining a running batch gets the tokens it gets alone, a KV budget too small for everything
 // preempts and resumes requests without changing any token, cancel and adapter removal free the cache,
 // on_token streams exactly the final tokens, and top_logprobs agree with the chosen token.
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "sample_test_helpers.h"
 #include "test_models.h"
 
 namespace tinkerd::testing {
@@ -20,19 +22,6 @@ using engine::Engine;
 using engine::SampleHandle;
 using engine::SampleOutput;
 using engine::SampleRequest;
-
-SampleRequest seeded(AdapterId id, std::vector<int64_t> prompt, int64_t max_tokens, uint64_t seed,
-                     int64_t num_samples = 1) {
-    SampleRequest r;
-    r.adapter = id;
-    r.prompt = std::move(prompt);
-    r.num_samples = num_samples;
-    r.params.max_tokens = max_tokens;
-    r.params.temperature = 1.0;
-    r.params.seed = seed;
-    r.params.stop_at_eos = false;  // every sequence runs to max_tokens, so the counts below are exact
-    return r;
-}
 
 std::vector<std::vector<int64_t>> tokens_of(const SampleOutput & out) {
     std::vector<std::vector<int64_t>> all;
@@ -50,9 +39,23 @@ class ContinuousBatchingTest : public ::testing::TestWithParam<TinyFamily> {
         EXPECT_TRUE(loaded.ok()) << loaded.error().message;
         return std::move(loaded).value();
     }
+    // SampleLoop's accounting: fp32 K and V of every attention layer per token, and a sequence's recurrent
+    // state (conv + delta rule of every linear-attention layer) as that many tokens' worth, rounded up.
     static int64_t bytes_per_token(const Engine & e) {
         const auto & c = e.config();
-        return c.n_layers * 2 * c.n_kv_heads * c.head_dim * 4;  // fp32 K and V of every layer
+        return attention_layers(e) * 2 * c.n_kv_heads * c.head_dim * 4;
+    }
+    static int64_t state_tokens(const Engine & e) {
+        const auto & c = e.config();
+        const int64_t conv_dim = 2 * c.linear_k_heads * c.linear_k_head_dim + c.linear_v_heads * c.linear_v_head_dim;
+        const int64_t per_layer =
+            conv_dim * (c.linear_conv_kernel - 1) + c.linear_v_heads * c.linear_k_head_dim * c.linear_v_head_dim;
+        const int64_t bytes = (c.n_layers - attention_layers(e)) * per_layer * 4;
+        return (bytes + bytes_per_token(e) - 1) / bytes_per_token(e);
+    }
+    static int64_t attention_layers(const Engine & e) {
+        const auto & linear = e.config().linear_attention_layers;
+        return e.config().n_layers - std::count(linear.begin(), linear.end(), true);
     }
     static std::vector<int64_t> prompt(int64_t n, uint32_t seed) {
         std::mt19937 rng(seed);
@@ -80,8 +83,8 @@ class ContinuousBatchingTest : public ::testing::TestWithParam<TinyFamily> {
 
 TEST_P(ContinuousBatchingTest, RequestJoiningARunningBatchGetsItsTokensAlone) {
     auto e = load();
-    const SampleRequest a = seeded(engine::BASE_MODEL, prompt(7, 1), 50, 5, 2);
-    const SampleRequest b = seeded(engine::BASE_MODEL, prompt(11, 2), 25, 9, 3);
+    const SampleRequest a = seeded_request(engine::BASE_MODEL, prompt(7, 1), 50, 5, 2);
+    const SampleRequest b = seeded_request(engine::BASE_MODEL, prompt(11, 2), 25, 9, 3);
     const auto a_alone = tokens_of(e->sample({a})[0].value());
     const auto b_alone = tokens_of(e->sample({b})[0].value());
 
@@ -102,7 +105,7 @@ TEST_P(ContinuousBatchingTest, RequestJoiningARunningBatchGetsItsTokensAlone) {
 TEST_P(ContinuousBatchingTest, SmallKvBudgetPreemptsAndResumesWithoutChangingAnyToken) {
     std::vector<SampleRequest> requests;
     for (uint32_t i = 0; i < 5; ++i) {
-        requests.push_back(seeded(engine::BASE_MODEL, prompt(6 + i, 10 + i), 50, 100 + i, 2));
+        requests.push_back(seeded_request(engine::BASE_MODEL, prompt(6 + i, 10 + i), 50, 100 + i, 2));
     }
     auto roomy = load();
     std::vector<std::vector<std::vector<int64_t>>> expected;
@@ -110,7 +113,7 @@ TEST_P(ContinuousBatchingTest, SmallKvBudgetPreemptsAndResumesWithoutChangingAny
         expected.push_back(tokens_of(out.value()));
     }
     // Room for about 2.5 of the five requests at full length: the later ones must wait or be preempted.
-    auto tight = load(bytes_per_token(*roomy) * 2 * (10 + 50) * 5 / 2);
+    auto tight = load(bytes_per_token(*roomy) * 2 * (10 + 50 + state_tokens(*roomy)) * 5 / 2);
     std::vector<SampleHandle> handles;
     for (const auto & r : requests) {
         handles.push_back(tight->sample_submit(r).value());
@@ -132,7 +135,7 @@ TEST_P(ContinuousBatchingTest, SmallKvBudgetPreemptsAndResumesWithoutChangingAny
 
 TEST_P(ContinuousBatchingTest, RequestLargerThanTheWholeBudgetIsRefusedWithANamedReason) {
     auto e = load(int64_t{64} << 10);
-    auto h = e->sample_submit(seeded(engine::BASE_MODEL, prompt(8, 3), 50, 1, 128));
+    auto h = e->sample_submit(seeded_request(engine::BASE_MODEL, prompt(8, 3), 50, 1, 128));
     ASSERT_FALSE(h.ok());
     EXPECT_NE(h.error().message.find("KV cache"), std::string::npos) << h.error().message;
     EXPECT_NE(h.error().message.find("max_tokens"), std::string::npos) << h.error().message;
@@ -140,10 +143,10 @@ TEST_P(ContinuousBatchingTest, RequestLargerThanTheWholeBudgetIsRefusedWithAName
 
 TEST_P(ContinuousBatchingTest, CancelFreesTheCacheAndOthersContinue) {
     auto e = load();
-    const SampleRequest keep = seeded(engine::BASE_MODEL, prompt(5, 4), 30, 3);
+    const SampleRequest keep = seeded_request(engine::BASE_MODEL, prompt(5, 4), 30, 3);
     const auto keep_alone = tokens_of(e->sample({keep})[0].value());
     const SampleHandle hk = e->sample_submit(keep).value();
-    const SampleHandle hc = e->sample_submit(seeded(engine::BASE_MODEL, prompt(9, 5), 50, 4, 4)).value();
+    const SampleHandle hc = e->sample_submit(seeded_request(engine::BASE_MODEL, prompt(9, 5), 50, 4, 4)).value();
     e->sample_step();
     e->sample_step();
     const int64_t before = e->sample_stats().kv_bytes;
@@ -161,8 +164,8 @@ TEST_P(ContinuousBatchingTest, RemovingAnAdapterFailsItsRequestsOnly) {
     engine::LoraSpec spec;
     spec.rank = 2;
     const AdapterId id = e->create_adapter(spec).value();
-    const SampleHandle ha = e->sample_submit(seeded(id, prompt(5, 6), 50, 1)).value();
-    const SampleHandle hb = e->sample_submit(seeded(engine::BASE_MODEL, prompt(5, 7), 20, 2)).value();
+    const SampleHandle ha = e->sample_submit(seeded_request(id, prompt(5, 6), 50, 1)).value();
+    const SampleHandle hb = e->sample_submit(seeded_request(engine::BASE_MODEL, prompt(5, 7), 20, 2)).value();
     e->sample_step();
     ASSERT_TRUE(e->remove_adapter(id).ok());
     std::map<SampleHandle, engine::FinishedSample> done;
@@ -180,7 +183,7 @@ TEST_P(ContinuousBatchingTest, RemovingAnAdapterFailsItsRequestsOnly) {
 TEST_P(ContinuousBatchingTest, OnTokenStreamsTheFinalTokensAndTopLogprobsAgree) {
     auto e = load();
     for (double temperature : {0.0, 0.7}) {
-        SampleRequest r = seeded(engine::BASE_MODEL, prompt(6, 8), 20, 7, 3);
+        SampleRequest r = seeded_request(engine::BASE_MODEL, prompt(6, 8), 20, 7, 3);
         r.params.temperature = temperature;
         r.top_logprobs = 5;
         std::map<int64_t, std::vector<int64_t>> streamed;
@@ -210,8 +213,10 @@ TEST_P(ContinuousBatchingTest, OnTokenStreamsTheFinalTokensAndTopLogprobsAgree) 
     }
 }
 
-// Llama, and Qwen3-MoE: the experts' routing must not depend on the batch, preemption or the cache either.
-INSTANTIATE_TEST_SUITE_P(Families, ContinuousBatchingTest, ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3_MOE));
+// Llama, Qwen3-MoE (the experts' routing must not depend on the batch, preemption or the cache either) and
+// Qwen3.5 (its recurrent state is dropped on preemption and recomputed from the prompt and tokens so far).
+INSTANTIATE_TEST_SUITE_P(Families, ContinuousBatchingTest,
+                         ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3_MOE, TinyFamily::QWEN3_5));
 
 }  // namespace
 }  // namespace tinkerd::testing

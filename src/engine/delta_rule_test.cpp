@@ -1,5 +1,6 @@
 // The Gated DeltaNet blocks (arch/delta_rule.h) against a naive per-token recurrence written here, in fp64:
-// chunked outputs and final states, prompt + decode steps (conv and recurrent state) vs one full pass,
+// chunked outputs and final states, prompt + decode steps (conv and recurrent state) vs one full pass, a prompt's
+// final state vs stepping it token by token,
 // autograd gradients vs central finite differences (the rule, the conv, and the whole mixer in its inputs and
 // weights), and packing independence.
 #include "engine/arch/delta_rule.h"
@@ -196,6 +197,34 @@ TEST(DeltaRule, DecodeStepsMatchTheChunkedPass) {
         worst = std::max(worst, max_abs_diff(out, expected.index_select(0, index)));
     }
     std::printf("decode steps vs chunked: %.3g\n", worst);
+    EXPECT_LT(worst, 1e-12);
+}
+
+// The state a prompt's chunked pass hands to decoding is the state of stepping its tokens one by one from zero
+// (for a prompt shorter than the conv window, one chunk, and several chunks).
+TEST(DeltaRule, PrefillStateEqualsTokenByTokenState) {
+    torch::manual_seed(6);
+    const Mixer m;
+    const std::vector<int64_t> prompts = {2, 64, 130};
+    const SequenceLayout layout = packed(prompts);
+    const engine::DeltaNetInputs in = m.inputs(layout.n_tokens());
+    engine::DeltaNetState chunked;
+    engine::deltanet_mix(m.w, m.dims, in, layout, &chunked);
+    ASSERT_EQ(chunked.conv.sizes(), (std::vector<int64_t>{3, m.dims.conv_dim(), m.dims.conv_kernel - 1}));
+    ASSERT_EQ(chunked.recurrent.sizes(),
+              (std::vector<int64_t>{3, m.dims.v_heads, m.dims.k_head_dim, m.dims.v_head_dim}));
+    double worst = 0;
+    for (size_t s = 0; s < prompts.size(); ++s) {
+        engine::DeltaNetState stepped{torch::zeros({1, m.dims.conv_dim(), m.dims.conv_kernel - 1}, kF64),
+                                      torch::zeros({1, m.dims.v_heads, m.dims.k_head_dim, m.dims.v_head_dim}, kF64)};
+        for (int64_t i = 0; i < prompts[s]; ++i) {
+            engine::deltanet_mix_step(m.w, m.dims, rows(in, torch::tensor({layout.offsets[s] + i})), stepped);
+        }
+        const int64_t row = static_cast<int64_t>(s);
+        EXPECT_TRUE(torch::equal(stepped.conv[0], chunked.conv[row])) << "conv state, prompt " << prompts[s];
+        worst = std::max(worst, max_abs_diff(stepped.recurrent[0], chunked.recurrent[row]));
+    }
+    std::printf("prefill vs stepped recurrent state: %.3g\n", worst);
     EXPECT_LT(worst, 1e-12);
 }
 

@@ -122,12 +122,6 @@ Result<void> EngineImpl::remove_adapter(AdapterId id) {
 }
 
 Result<SampleHandle> EngineImpl::sample_submit(SampleRequest request) {
-    if (!transformer_->family().supports_cached_decode()) {
-        return unsupported(std::string("sampling is not supported yet for ") + config().architecture + " (" +
-                           transformer_->family().name() +
-                           ": no KV-cached decode of its Gated DeltaNet layers yet); training (forward_backward, "
-                           "optim_step, checkpoints) works");
-    }
     const Adapter * adapter = nullptr;
     if (request.adapter != BASE_MODEL) {
         auto it = adapters_.find(request.adapter);

@@ -131,7 +131,7 @@ struct SampleStats {
     int64_t queued = 0;           // submitted, waiting for admission (incl. preempted ones)
     int64_t running = 0;          // admitted requests
     int64_t live_sequences = 0;   // sequences in the decode batch
-    int64_t kv_bytes = 0;         // KV cache reserved now
+    int64_t kv_bytes = 0;         // KV cache reserved now (with Qwen3.5 sequences' recurrent state)
     int64_t kv_budget_bytes = 0;  // EngineOptions::kv_cache_bytes
     int64_t preemptions = 0;      // since start
 };

@@ -1,4 +1,5 @@
-// SequenceCache (per-sequence K/V slabs) and attention of new rows against the cache (kv_cache.h).
+// SequenceCache (per-sequence K/V slabs and linear-attention states) and attention of new rows against the
+// cache (kv_cache.h).
 #include "engine/kv_cache.h"
 
 #include <algorithm>
@@ -10,26 +11,52 @@
 
 namespace tinkerd::engine {
 
-SequenceCache::SequenceCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, torch::ScalarType dtype,
-                             torch::Device device)
-    : k_(n_layers),
-      v_(n_layers),
-      n_kv_heads_(n_kv_heads),
-      head_dim_(head_dim),
-      options_(torch::TensorOptions().dtype(dtype).device(device)) {}
+int64_t CacheShape::attention_layers() const {
+    return n_layers - static_cast<int64_t>(std::count(recurrent.begin(), recurrent.end(), true));
+}
+
+int64_t CacheShape::kv_bytes_per_token() const {
+    return attention_layers() * 2 * n_kv_heads * head_dim * static_cast<int64_t>(torch::elementSize(dtype));
+}
+
+int64_t CacheShape::state_bytes() const {
+    const int64_t per_layer = conv_dim * conv_width + v_heads * k_head_dim * v_head_dim;
+    return (n_layers - attention_layers()) * per_layer * static_cast<int64_t>(torch::elementSize(dtype));
+}
+
+SequenceCache::SequenceCache(std::shared_ptr<const CacheShape> shape)
+    : shape_(std::move(shape)),
+      k_(shape_->n_layers),
+      v_(shape_->n_layers),
+      conv_(shape_->n_layers),
+      recurrent_(shape_->n_layers) {
+    const auto options = torch::TensorOptions().dtype(shape_->dtype).device(shape_->device);
+    for (int64_t layer = 0; layer < shape_->n_layers; ++layer) {
+        if (shape_->is_recurrent(layer)) {  // a fresh sequence starts from zero state
+            conv_[layer] = torch::zeros({shape_->conv_dim, shape_->conv_width}, options);  // [Cc, K-1]
+            recurrent_[layer] = torch::zeros({shape_->v_heads, shape_->k_head_dim, shape_->v_head_dim},
+                                             options);  // [HV, Dk, Dv]
+        }
+    }
+}
 
 void SequenceCache::reserve(int64_t n_tokens) {
     if (n_tokens <= capacity_) {
         return;
     }
     const int64_t grown = n_tokens;  // exact: SampleLoop chooses (and accounts for) the growth steps
-    for (auto * slabs : {&k_, &v_}) {
-        for (torch::Tensor & slab : *slabs) {
-            torch::Tensor bigger = torch::empty({n_kv_heads_, grown, head_dim_}, options_);  // [KV, grown, D]
+    const auto options = torch::TensorOptions().dtype(shape_->dtype).device(shape_->device);
+    for (int64_t layer = 0; layer < shape_->n_layers; ++layer) {
+        if (shape_->is_recurrent(layer)) {
+            continue;
+        }
+        for (torch::Tensor * slab : {&k_[layer], &v_[layer]}) {
+            torch::Tensor bigger =
+                torch::empty({shape_->n_kv_heads, grown, shape_->head_dim}, options);  // [KV, grown, D]
             if (length_ > 0) {
-                bigger.narrow(1, 0, length_).copy_(slab.narrow(1, 0, length_));
+                bigger.narrow(1, 0, length_).copy_(slab->narrow(1, 0, length_));
             }
-            slab = bigger;
+            *slab = bigger;
         }
     }
     capacity_ = grown;
@@ -44,9 +71,11 @@ void SequenceCache::write(int64_t layer, const torch::Tensor & k, const torch::T
 
 SequenceCache SequenceCache::fork() const {
     SequenceCache copy = *this;
-    for (auto * slabs : {&copy.k_, &copy.v_}) {
-        for (torch::Tensor & slab : *slabs) {
-            slab = slab.clone();
+    for (auto * tensors : {&copy.k_, &copy.v_, &copy.conv_, &copy.recurrent_}) {
+        for (torch::Tensor & t : *tensors) {
+            if (t.defined()) {
+                t = t.clone();
+            }
         }
     }
     return copy;

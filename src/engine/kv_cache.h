@@ -1,39 +1,62 @@
-// KV cache for sampling: one SequenceCache per sequence holds every layer's K and V as
-// [KV, capacity, D] slabs in the act dtype (grown by the caller's reserve, never paged), and cached_attention runs
-// new queries against a sequence's cached keys/values (causal within the new rows).
+// KV cache for sampling: one SequenceCache per sequence holds every attention layer's K and V as
+// [KV, capacity, D] slabs in the act dtype (grown by the caller's reserve, never paged) and every Gated DeltaNet
+// layer's recurrent state (conv + delta rule, fixed size), and cached_attention runs new queries against a
+// sequence's cached keys/values (causal within the new rows).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include <torch/torch.h>
 
 namespace tinkerd::engine {
 
+// What one sequence caches per layer: K/V slabs of attention layers (per token), or the fixed-size state of a
+// linear-attention (Gated DeltaNet) layer: its conv inputs [Cc, K-1] and delta-rule state [HV, Dk, Dv].
+struct CacheShape {
+    int64_t n_layers = 0, n_kv_heads = 0, head_dim = 0;
+    std::vector<bool> recurrent;                          // [n_layers] true: a linear-attention layer (state, no K/V)
+    int64_t conv_dim = 0, conv_width = 0;                 // Cc, K-1
+    int64_t v_heads = 0, k_head_dim = 0, v_head_dim = 0;  // HV, Dk, Dv
+    torch::ScalarType dtype = torch::kFloat32;            // the act dtype (fp32; fp64 in fp64 mode)
+    torch::Device device = torch::kCPU;
+
+    bool is_recurrent(int64_t layer) const { return recurrent[static_cast<size_t>(layer)]; }
+    int64_t attention_layers() const;
+    // K and V bytes per cached token (attention layers only).
+    int64_t kv_bytes_per_token() const;
+    // Bytes of one sequence's recurrent state (every linear-attention layer; 0 without any).
+    int64_t state_bytes() const;
+};
+
 class SequenceCache {
   public:
     SequenceCache() = default;
-    SequenceCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, torch::ScalarType dtype,
-                  torch::Device device);
+    explicit SequenceCache(std::shared_ptr<const CacheShape> shape);
 
     int64_t length() const { return length_; }      // tokens cached (= position of the next token)
     int64_t capacity() const { return capacity_; }  // tokens that fit without growing
-    // Makes room for n_tokens in total (grows every layer's slabs to exactly that, keeping their contents).
+    // Makes room for n_tokens in total (grows every attention layer's slabs to exactly that, keeping their contents).
     void reserve(int64_t n_tokens);
     // Writes layer's new k, v [n, KV, D] at positions [length, length + n) (length moves in advance()).
     void write(int64_t layer, const torch::Tensor & k, const torch::Tensor & v);
     // Keys / values of layer for positions [0, n) as views [KV, n, D].
     torch::Tensor keys(int64_t layer, int64_t n) const { return k_[layer].narrow(1, 0, n); }
     torch::Tensor values(int64_t layer, int64_t n) const { return v_[layer].narrow(1, 0, n); }
+    // A linear-attention layer's state after length() tokens (zeros before the first), updated in place:
+    // conv inputs [Cc, K-1] (oldest first) and delta-rule state [HV, Dk, Dv].
+    torch::Tensor & conv_state(int64_t layer) { return conv_[layer]; }
+    torch::Tensor & recurrent_state(int64_t layer) { return recurrent_[layer]; }
     // Commits n written tokens after every layer has written them.
     void advance(int64_t n) { length_ += n; }
     // A deep copy (its own tensors) with the same length and capacity.
     SequenceCache fork() const;
 
   private:
-    std::vector<torch::Tensor> k_, v_;  // per layer [KV, capacity, D]
-    int64_t n_kv_heads_ = 0, head_dim_ = 0;
+    std::shared_ptr<const CacheShape> shape_;
+    std::vector<torch::Tensor> k_, v_;             // per attention layer [KV, capacity, D]; undefined otherwise
+    std::vector<torch::Tensor> conv_, recurrent_;  // per linear-attention layer; undefined otherwise
     int64_t length_ = 0, capacity_ = 0;
-    torch::TensorOptions options_;
 };
 
 // The attention of one cached forward: new rows of several sequences, sequence s owning rows

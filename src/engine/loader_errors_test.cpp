@@ -204,19 +204,29 @@ TEST_F(LoaderErrorsTest, Qwen35ConditionalGenerationNamesItsTextModelTensors) {
     EXPECT_TRUE(contains(msg, "model.language_model.")) << msg;
 }
 
-// A Qwen3.5 model trains but cannot sample yet: Engine::sample fails with UNSUPPORTED naming it.
-TEST_F(LoaderErrorsTest, Qwen35SamplingIsRefusedByName) {
+// A Qwen3.5 model samples too (it was refused before its cached decode existed): tokens in the vocabulary,
+// logprobs of a distribution. Exactness is sampler_test's and qwen3_5_sample_test's.
+TEST_F(LoaderErrorsTest, Qwen35Samples) {
     write_tiny_model(dir_.path(), TinyFamily::QWEN3_5, model::DType::F32, 5);
     auto loaded = Engine::load(dir_.path(), {ComputeDType::AUTO, 1});
     ASSERT_TRUE(loaded.ok()) << loaded.error().message;
     engine::SampleRequest request;
     request.prompt = {1, 5, 9};
     request.params.max_tokens = 3;
+    request.params.stop_at_eos = false;
+    request.params.seed = 7;
     auto out = (*loaded)->sample({request});
     ASSERT_EQ(out.size(), 1u);
-    ASSERT_FALSE(out[0].ok());
-    EXPECT_EQ(out[0].error().kind, ErrorKind::UNSUPPORTED) << out[0].error().message;
-    EXPECT_TRUE(contains(out[0].error().message, "Qwen3_5ForCausalLM")) << out[0].error().message;
+    ASSERT_TRUE(out[0].ok()) << out[0].error().message;
+    ASSERT_EQ(out[0]->sequences.size(), 1u);
+    const auto & seq = out[0]->sequences[0];
+    ASSERT_EQ(seq.tokens.size(), 3u);
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+        EXPECT_GE(seq.tokens[i], 0);
+        EXPECT_LT(seq.tokens[i], (*loaded)->config().vocab_size);
+        EXPECT_LE(seq.logprobs[i], 0.0f);
+        EXPECT_TRUE(std::isfinite(seq.logprobs[i]));
+    }
 }
 
 TEST_F(LoaderErrorsTest, MissingConfigJsonNamesThePath) {

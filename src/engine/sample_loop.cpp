@@ -32,18 +32,19 @@ int64_t SampleLoop::chunked_capacity(int64_t needed, int64_t limit) {
 }
 
 SampleLoop::SampleLoop(Transformer & transformer, int64_t kv_budget_bytes) : t_(transformer) {
-    const auto & c = t_.config();
-    bytes_per_token_ =
-        c.n_layers * 2 * c.n_kv_heads * c.head_dim * static_cast<int64_t>(torch::elementSize(t_.act_dtype()));
+    const CacheShape & shape = t_.cache_shape();
+    bytes_per_token_ = std::max<int64_t>(1, shape.kv_bytes_per_token());
+    state_tokens_ = (shape.state_bytes() + bytes_per_token_ - 1) / bytes_per_token_;
     budget_tokens_ = std::max<int64_t>(1, kv_budget_bytes / bytes_per_token_);
 }
 
 Result<SampleHandle> SampleLoop::submit(SampleRequest request, const Adapter * adapter) {
-    const int64_t worst = request.num_samples * token_limit(request);
+    const int64_t worst = request.num_samples * (token_limit(request) + state_tokens_);
     if (worst > budget_tokens_) {
         const int64_t mib = 1 << 20;
         return invalid_argument("the request needs up to " + std::to_string(worst * bytes_per_token_ / mib) +
-                                " MiB of KV cache (num_samples x (prompt + max_tokens) = " + std::to_string(worst) +
+                                " MiB of KV cache (num_samples x (prompt + max_tokens" +
+                                (state_tokens_ > 0 ? " + recurrent state" : "") + ") = " + std::to_string(worst) +
                                 " tokens) but the server's budget is " +
                                 std::to_string(budget_tokens_ * bytes_per_token_ / mib) +
                                 " MiB; lower max_tokens or num_samples (or raise --kv-cache-mib)");
@@ -100,26 +101,32 @@ SampleStats SampleLoop::stats() const {
     return s;
 }
 
+int64_t SampleLoop::held_tokens(const SequenceCache & cache) const {
+    return cache.capacity() > 0 ? cache.capacity() + state_tokens_ : 0;
+}
+
 int64_t SampleLoop::reserved_tokens() const {
     int64_t total = 0;
     for (const auto & [handle, r] : requests_) {
         for (const Sequence & seq : r.seqs) {
-            total += seq.cache.capacity();
+            total += held_tokens(seq.cache);
         }
     }
     return total;
 }
 
 // KV tokens a queued request takes when admitted: each prompt copy (first admission) or each unfinished
-// sequence's prompt + tokens so far (resumption), plus a growth chunk.
+// sequence's prompt + tokens so far (resumption), plus a growth chunk, plus each sequence's state.
 int64_t SampleLoop::admission_tokens(const LiveRequest & r) const {
     const int64_t prompt = static_cast<int64_t>(r.request.prompt.size()), limit = token_limit(r.request);
     if (r.seqs.empty()) {
-        return r.request.num_samples * chunked_capacity(prompt, limit);
+        return r.request.num_samples * (chunked_capacity(prompt, limit) + state_tokens_);
     }
     int64_t total = 0;
     for (const Sequence & seq : r.seqs) {
-        total += seq.done ? 0 : chunked_capacity(prompt + static_cast<int64_t>(seq.out.tokens.size()), limit);
+        total += seq.done
+                     ? 0
+                     : chunked_capacity(prompt + static_cast<int64_t>(seq.out.tokens.size()), limit) + state_tokens_;
     }
     return total;
 }

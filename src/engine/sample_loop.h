@@ -1,7 +1,8 @@
 // SampleLoop: the continuous-batching state machine behind Engine::sample_submit / sample_step. It owns
-// every submitted request's sequences and KV caches, admits queued requests while the KV budget allows
-// (one batched prefill per step), runs one batched decode step over all live sequences, and preempts
-// the newest request (frees its caches; it re-prefills later and continues with the same tokens).
+// every submitted request's sequences and caches (K/V, plus the linear-attention layers' recurrent state, counted
+// in the budget as tokens' worth of bytes), admits queued requests while the KV budget allows (one batched
+// prefill per step), runs one batched decode step over all live sequences, and preempts the newest request
+// (frees its caches; it re-prefills later and continues with the same tokens).
 #pragma once
 
 #include <deque>
@@ -19,8 +20,10 @@ class SampleLoop {
   public:
     SampleLoop(Transformer & transformer, int64_t kv_budget_bytes);
 
-    // Bytes of K and V per cached token (every layer).
+    // Bytes of K and V per cached token (every attention layer; at least 1).
     int64_t bytes_per_token() const { return bytes_per_token_; }
+    // Tokens' worth of budget one sequence's recurrent state takes (0 without linear-attention layers).
+    int64_t state_tokens() const { return state_tokens_; }
     // Queues a validated request for the adapter (nullptr = base). Fails if it can never fit the budget.
     Result<SampleHandle> submit(SampleRequest request, const Adapter * adapter);
     std::vector<FinishedSample> step();
@@ -63,6 +66,8 @@ class SampleLoop {
     static int64_t token_limit(const SampleRequest & r);
     // The capacity to reserve when `needed` tokens must fit: a quarter more (at least 16), within limit.
     static int64_t chunked_capacity(int64_t needed, int64_t limit);
+    // Budget tokens a sequence's cache takes now: its K/V capacity and its state (0 when it holds none).
+    int64_t held_tokens(const SequenceCache & cache) const;
     int64_t reserved_tokens() const;
     int64_t admission_tokens(const LiveRequest & r) const;
     std::vector<PrefillJob> admit();
@@ -79,6 +84,7 @@ class SampleLoop {
     Transformer & t_;
     int64_t budget_tokens_ = 0;
     int64_t bytes_per_token_ = 0;
+    int64_t state_tokens_ = 0;
     std::map<SampleHandle, LiveRequest> requests_;  // by handle = submission order
     std::deque<SampleHandle> waiting_;              // queued and preempted, admission order
     SampleHandle next_handle_ = 1;

@@ -129,9 +129,12 @@ TokenChoice choose_token(const double * logits, int64_t vocab, const SamplingPar
         const double lse = log_sum_exp(logits, vocab);
         return {best, logits[best] - lse, top_entries(logits, vocab, top_n, lse)};
     }
-    std::vector<double> logprobs(logits, logits + vocab);  // log_softmax(logits / T)
+    // log_softmax(logits / T), computed as log_softmax((logits - max) / T): the same values, but a tiny T
+    // (1e-308) gives 0 and -inf instead of inf - inf = NaN (found probing asample with the values its schema allows).
+    const double top_logit = *std::max_element(logits, logits + vocab);
+    std::vector<double> logprobs(logits, logits + vocab);
     for (double & x : logprobs) {
-        x /= params.temperature;
+        x = (x - top_logit) / params.temperature;
     }
     const double lse = log_sum_exp(logprobs.data(), vocab);
     std::vector<double> probs(vocab);

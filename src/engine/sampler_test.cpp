@@ -1,7 +1,9 @@
-// Engine::sample on tiny random llama / qwen3 / qwen3_moe models and the real stories260K: KV-cache decoding equals
-// full forwards (sampled-token and prompt logprobs), temperature scaling of logprobs, top-k/top-p,
-// seeds independent of the batch, stop tokens / stop_check / max_tokens, mixed-adapter batches, the
-// validation of every field, and stories260K greedy decoding against expected.json (plus decode speed).
+// Engine::sample on tiny random llama / qwen3 / qwen3_moe / qwen3_5 models and the real stories260K: KV-cache decoding
+// equals full forwards (sampled-token and prompt logprobs), temperature scaling of logprobs, top-k/top-p, seeds
+// independent of the batch, stop tokens / stop_check / max_tokens, mixed-adapter batches, the validation of every
+// field, and stories260K greedy decoding against expected.json (plus decode speed).
+#include "engine/sampler.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "sample_test_helpers.h"
 #include "test_models.h"
 
 namespace tinkerd::testing {
@@ -28,34 +31,6 @@ using engine::AdapterId;
 using engine::Engine;
 using engine::SampleOutput;
 using engine::SampleRequest;
-
-SampleRequest request(AdapterId id, std::vector<int64_t> prompt, int64_t max_tokens, double temperature,
-                      std::optional<uint64_t> seed, int64_t num_samples = 1) {
-    SampleRequest r;
-    r.adapter = id;
-    r.prompt = std::move(prompt);
-    r.num_samples = num_samples;
-    r.params.max_tokens = max_tokens;
-    r.params.temperature = temperature;
-    r.params.seed = seed;
-    return r;
-}
-
-SampleOutput sample_one(Engine & e, const SampleRequest & r) {
-    auto out = e.sample({r});
-    EXPECT_TRUE(out[0].ok()) << out[0].error().message;
-    return out[0].ok() ? *out[0] : SampleOutput{};
-}
-
-// log p(tokens[i] | tokens[:i]) for i = 1..n-1 (index i - 1), by one full forward (no KV cache).
-std::vector<double> forward_logprobs(Engine & e, AdapterId id, const std::vector<int64_t> & tokens) {
-    const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
-    engine::Datum d{std::vector<int64_t>(tokens.begin(), tokens.end() - 1),
-                    {{"target_tokens", engine::make_host_tensor_i64({n}, {tokens.begin() + 1, tokens.end()})}}};
-    auto r = e.forward_backward({{id, {d}, "cross_entropy", {}}}, false);
-    EXPECT_TRUE(r[0].ok()) << r[0].error().message;
-    return r[0].ok() ? engine::host_tensor_values(r[0]->logprobs[0]) : std::vector<double>(n, NAN);
-}
 
 class SamplerTest : public ::testing::TestWithParam<TinyFamily> {
   protected:
@@ -67,32 +42,14 @@ class SamplerTest : public ::testing::TestWithParam<TinyFamily> {
         vocab_ = engine_->config().vocab_size;
     }
     // An adapter after one AdamW step (lr 1e-2), so B != 0 and it changes the model's outputs.
-    AdapterId trained_adapter(uint64_t seed) {
-        engine::LoraSpec spec;
-        spec.rank = 4;
-        spec.alpha = 8.0;
-        spec.seed = seed;
-        const AdapterId id = engine_->create_adapter(spec).value();
-        std::vector<int64_t> tokens = random_tokens(12, seed), targets = random_tokens(12, seed + 100);
-        engine::Datum d{tokens, {{"target_tokens", engine::make_host_tensor_i64({12}, targets)}}};
-        EXPECT_TRUE(engine_->forward_backward({{id, {d}, "cross_entropy", {}}}, true)[0].ok());
-        engine::AdamParams adam;
-        adam.learning_rate = 1e-2;
-        EXPECT_TRUE(engine_->optim_step(id, adam).ok());
-        return id;
-    }
+    AdapterId trained_adapter(uint64_t seed) { return testing::trained_adapter(*engine_, seed, 12, 1e-2); }
     std::vector<int64_t> random_tokens(int64_t n, uint64_t seed) const {
-        std::mt19937 rng(static_cast<uint32_t>(seed));
-        std::uniform_int_distribution<int64_t> tok(3, vocab_ - 1);  // no BOS / EOS
-        std::vector<int64_t> out(n);
-        for (auto & t : out)
-            t = tok(rng);
-        return out;
+        return testing::random_tokens(n, seed, vocab_);
     }
     // The full next-token distribution (temperature 1) after prompt, as logprobs [V].
     std::vector<double> distribution(AdapterId id, std::vector<int64_t> prompt) {
         prompt.push_back(0);
-        auto r = request(id, prompt, 0, 1.0, 1);
+        auto r = sample_request(id, prompt, 0, 1.0, 1);
         r.topk_prompt_logprobs = vocab_;
         const SampleOutput out = sample_one(*engine_, r);
         std::vector<double> lp(vocab_, NAN);
@@ -108,9 +65,9 @@ class SamplerTest : public ::testing::TestWithParam<TinyFamily> {
 
 TEST_P(SamplerTest, KvCacheDecodingEqualsFullForwardLogprobs) {
     const AdapterId id = trained_adapter(5);
-    std::vector<SampleRequest> reqs = {request(id, random_tokens(5, 1), 20, 1.0, 42, 3),
-                                       request(engine::BASE_MODEL, random_tokens(9, 2), 15, 1.0, 43, 2),
-                                       request(id, random_tokens(1, 3), 25, 1.0, 44, 1)};
+    std::vector<SampleRequest> reqs = {sample_request(id, random_tokens(5, 1), 20, 1.0, 42, 3),
+                                       sample_request(engine::BASE_MODEL, random_tokens(9, 2), 15, 1.0, 43, 2),
+                                       sample_request(id, random_tokens(1, 3), 25, 1.0, 44, 1)};
     auto out = engine_->sample(reqs);
     size_t checked = 0;
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -120,7 +77,7 @@ TEST_P(SamplerTest, KvCacheDecodingEqualsFullForwardLogprobs) {
             ASSERT_EQ(s.tokens.size(), s.logprobs.size());
             std::vector<int64_t> all = reqs[i].prompt;
             all.insert(all.end(), s.tokens.begin(), s.tokens.end());
-            const auto want = forward_logprobs(*engine_, reqs[i].adapter, all);
+            const auto want = full_forward_logprobs(*engine_, reqs[i].adapter, all);
             const size_t first = reqs[i].prompt.size() - 1;
             for (size_t t = 0; t < s.tokens.size(); ++t, ++checked)
                 EXPECT_NEAR(s.logprobs[t], want[first + t], 1e-4) << "request " << i << " token " << t;
@@ -131,11 +88,11 @@ TEST_P(SamplerTest, KvCacheDecodingEqualsFullForwardLogprobs) {
 
 TEST_P(SamplerTest, PromptLogprobsEqualFullForward) {
     const AdapterId id = trained_adapter(6);
-    auto r = request(id, random_tokens(14, 7), 1, 1.0, 1);
+    auto r = sample_request(id, random_tokens(14, 7), 1, 1.0, 1);
     r.prompt_logprobs = true;
     r.topk_prompt_logprobs = 5;
     const SampleOutput out = sample_one(*engine_, r);
-    const auto want = forward_logprobs(*engine_, id, r.prompt);
+    const auto want = full_forward_logprobs(*engine_, id, r.prompt);
     ASSERT_EQ(out.prompt_logprobs.size(), r.prompt.size());
     ASSERT_EQ(out.topk_prompt_logprobs.size(), r.prompt.size());
     EXPECT_TRUE(std::isnan(out.prompt_logprobs[0]));
@@ -165,7 +122,8 @@ TEST_P(SamplerTest, PromptLogprobsEqualFullForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SamplerTest,
-                         ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3, TinyFamily::QWEN3_MOE));
+                         ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3, TinyFamily::QWEN3_MOE,
+                                           TinyFamily::QWEN3_5));
 
 using SamplerLlamaTest = SamplerTest;
 
@@ -186,7 +144,7 @@ TEST_P(SamplerLlamaTest, LogprobsAreUnderTheTemperatureScaledDistributionBeforeT
         for (double & x : scaled)
             x /= tau;
         const double lse = log_sum_exp(scaled);
-        const SampleOutput out = sample_one(*engine_, request(id, prompt, 1, tau, 3, 64));
+        const SampleOutput out = sample_one(*engine_, sample_request(id, prompt, 1, tau, 3, 64));
         std::set<int64_t> seen;
         for (const auto & s : out.sequences) {
             seen.insert(s.tokens[0]);
@@ -203,7 +161,7 @@ TEST_P(SamplerLlamaTest, LogprobsAreUnderTheTemperatureScaledDistributionBeforeT
     std::vector<int64_t> by_prob(vocab_);
     std::iota(by_prob.begin(), by_prob.end(), 0);
     std::sort(by_prob.begin(), by_prob.end(), [&](int64_t x, int64_t y) { return lp1[x] > lp1[y]; });
-    auto r = request(id, prompt, 1, 1.0, 4, 64);
+    auto r = sample_request(id, prompt, 1, 1.0, 4, 64);
     r.params.top_k = 3;
     for (const auto & s : sample_one(*engine_, r).sequences) {
         EXPECT_TRUE(std::find(by_prob.begin(), by_prob.begin() + 3, s.tokens[0]) != by_prob.begin() + 3);
@@ -220,10 +178,10 @@ TEST_P(SamplerLlamaTest, LogprobsAreUnderTheTemperatureScaledDistributionBeforeT
 
 TEST_P(SamplerLlamaTest, SeedGivesTheSameTokensAloneAndInsideABatch) {
     const AdapterId a = trained_adapter(10), b = trained_adapter(11);
-    const auto mine = request(a, random_tokens(4, 12), 16, 1.0, 77, 2);
+    const auto mine = sample_request(a, random_tokens(4, 12), 16, 1.0, 77, 2);
     const SampleOutput alone = sample_one(*engine_, mine);
-    auto batch = engine_->sample({request(b, random_tokens(7, 13), 20, 0.8, 5, 3), mine,
-                                  request(engine::BASE_MODEL, random_tokens(4, 12), 9, 1.0, std::nullopt, 2)});
+    auto batch = engine_->sample({sample_request(b, random_tokens(7, 13), 20, 0.8, 5, 3), mine,
+                                  sample_request(engine::BASE_MODEL, random_tokens(4, 12), 9, 1.0, std::nullopt, 2)});
     ASSERT_TRUE(batch[1].ok());
     ASSERT_EQ(batch[1]->sequences.size(), 2u);
     for (size_t i = 0; i < 2; ++i) {
@@ -234,7 +192,7 @@ TEST_P(SamplerLlamaTest, SeedGivesTheSameTokensAloneAndInsideABatch) {
     EXPECT_NE(alone.sequences[0].tokens, alone.sequences[1].tokens);
     // Eight samples of one seeded request differ from each other.
     std::set<std::vector<int64_t>> distinct;
-    for (const auto & s : sample_one(*engine_, request(a, random_tokens(4, 12), 16, 1.0, 78, 8)).sequences)
+    for (const auto & s : sample_one(*engine_, sample_request(a, random_tokens(4, 12), 16, 1.0, 78, 8)).sequences)
         distinct.insert(s.tokens);
     EXPECT_GE(distinct.size(), 7u);
 }
@@ -249,7 +207,7 @@ TEST_P(SamplerLlamaTest, EosStopsUnlessTurnedOff) {
     uint64_t seed = 300;
     size_t at = 0;
     for (;; ++seed) {  // a seeded draw of 24 tokens with an EOS before the last one
-        auto r = request(engine::BASE_MODEL, prompt, 24, 2.0, seed);
+        auto r = sample_request(engine::BASE_MODEL, prompt, 24, 2.0, seed);
         r.params.stop_at_eos = false;
         through = sample_one(*engine_, r);
         const auto & t = through.sequences[0].tokens;
@@ -259,7 +217,7 @@ TEST_P(SamplerLlamaTest, EosStopsUnlessTurnedOff) {
         ASSERT_LT(seed, 2300u) << "no EOS drawn";
     }
     EXPECT_EQ(through.sequences[0].tokens.size(), 24u);
-    const auto stopped = sample_one(*engine_, request(engine::BASE_MODEL, prompt, 24, 2.0, seed)).sequences[0];
+    const auto stopped = sample_one(*engine_, sample_request(engine::BASE_MODEL, prompt, 24, 2.0, seed)).sequences[0];
     EXPECT_TRUE(stopped.stopped);
     const auto & t = through.sequences[0].tokens;
     EXPECT_EQ(stopped.tokens, std::vector<int64_t>(t.begin(), t.begin() + at + 1));
@@ -272,7 +230,7 @@ TEST_P(SamplerLlamaTest, StopTokensStopCheckAndMaxTokens) {
     SampleOutput free;
     uint64_t seed = 100;
     for (;; ++seed) {
-        free = sample_one(*engine_, request(engine::BASE_MODEL, prompt, 12, 1.0, seed));
+        free = sample_one(*engine_, sample_request(engine::BASE_MODEL, prompt, 12, 1.0, seed));
         const auto & t = free.sequences[0].tokens;
         if (t.size() == 12 && std::find(t.begin(), t.end(), eos) == t.end())
             break;
@@ -282,7 +240,7 @@ TEST_P(SamplerLlamaTest, StopTokensStopCheckAndMaxTokens) {
     EXPECT_FALSE(full.stopped) << "max_tokens ends as length";
     const int64_t stop = full.tokens[4];
     const size_t first = std::find(full.tokens.begin(), full.tokens.end(), stop) - full.tokens.begin();
-    auto r = request(engine::BASE_MODEL, prompt, 12, 1.0, seed);
+    auto r = sample_request(engine::BASE_MODEL, prompt, 12, 1.0, seed);
     r.params.stop_token_ids = {stop, vocab_ + 5};
     const auto stopped = sample_one(*engine_, r).sequences[0];
     EXPECT_TRUE(stopped.stopped);
@@ -300,7 +258,7 @@ TEST_P(SamplerLlamaTest, StopTokensStopCheckAndMaxTokens) {
     EXPECT_EQ(checked.tokens, std::vector<int64_t>(full.tokens.begin(), full.tokens.begin() + 3));
     EXPECT_EQ(seen_sizes, (std::vector<size_t>{1, 2, 3}));
     // max_tokens = 0 generates nothing.
-    const auto none = sample_one(*engine_, request(engine::BASE_MODEL, prompt, 0, 1.0, 1)).sequences[0];
+    const auto none = sample_one(*engine_, sample_request(engine::BASE_MODEL, prompt, 0, 1.0, 1)).sequences[0];
     EXPECT_TRUE(none.tokens.empty());
     EXPECT_FALSE(none.stopped);
 }
@@ -308,16 +266,16 @@ TEST_P(SamplerLlamaTest, StopTokensStopCheckAndMaxTokens) {
 TEST_P(SamplerLlamaTest, TopK1AndTinyTopPEqualGreedyForAnySeed) {
     const AdapterId id = trained_adapter(15);
     const auto prompt = random_tokens(5, 16);
-    const auto greedy = sample_one(*engine_, request(id, prompt, 14, 0.0, std::nullopt, 2)).sequences;
+    const auto greedy = sample_one(*engine_, sample_request(id, prompt, 14, 0.0, std::nullopt, 2)).sequences;
     EXPECT_EQ(greedy[0].tokens, greedy[1].tokens);
     // Greedy logprobs are reported at temperature 1.
     std::vector<int64_t> all = prompt;
     all.insert(all.end(), greedy[0].tokens.begin(), greedy[0].tokens.end());
-    const auto want = forward_logprobs(*engine_, id, all);
+    const auto want = full_forward_logprobs(*engine_, id, all);
     for (size_t t = 0; t < greedy[0].tokens.size(); ++t)
         EXPECT_NEAR(greedy[0].logprobs[t], want[prompt.size() - 1 + t], 1e-4);
     for (uint64_t seed : {1, 2, 3}) {
-        auto r = request(id, prompt, 14, 1.5, seed, 2);
+        auto r = sample_request(id, prompt, 14, 1.5, seed, 2);
         r.params.top_k = 1;
         for (const auto & s : sample_one(*engine_, r).sequences)
             EXPECT_EQ(s.tokens, greedy[0].tokens) << "top_k 1, seed " << seed;
@@ -330,10 +288,10 @@ TEST_P(SamplerLlamaTest, TopK1AndTinyTopPEqualGreedyForAnySeed) {
 
 TEST_P(SamplerLlamaTest, MixedAdapterBatchEqualsEachAlone) {
     const AdapterId a = trained_adapter(20), b = trained_adapter(21);
-    const std::vector<SampleRequest> reqs = {request(a, random_tokens(6, 22), 18, 1.0, 1, 2),
-                                             request(engine::BASE_MODEL, random_tokens(6, 22), 18, 1.0, 1, 2),
-                                             request(b, random_tokens(6, 22), 18, 1.0, 1, 2),
-                                             request(a, random_tokens(3, 23), 10, 0.0, std::nullopt, 1)};
+    const std::vector<SampleRequest> reqs = {sample_request(a, random_tokens(6, 22), 18, 1.0, 1, 2),
+                                             sample_request(engine::BASE_MODEL, random_tokens(6, 22), 18, 1.0, 1, 2),
+                                             sample_request(b, random_tokens(6, 22), 18, 1.0, 1, 2),
+                                             sample_request(a, random_tokens(3, 23), 10, 0.0, std::nullopt, 1)};
     auto together = engine_->sample(reqs);
     std::set<std::vector<int64_t>> firsts;
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -351,7 +309,7 @@ TEST_P(SamplerLlamaTest, MixedAdapterBatchEqualsEachAlone) {
 }
 
 TEST_P(SamplerLlamaTest, InvalidRequestsNameTheFieldAndOthersStillRun) {
-    const auto ok = request(engine::BASE_MODEL, random_tokens(4, 30), 5, 1.0, 1);
+    const auto ok = sample_request(engine::BASE_MODEL, random_tokens(4, 30), 5, 1.0, 1);
     std::vector<std::pair<SampleRequest, std::string>> cases;
     auto add = [&](std::function<void(SampleRequest &)> change, std::string field) {
         SampleRequest r = ok;
@@ -398,11 +356,35 @@ TEST_P(SamplerLlamaTest, InvalidRequestsNameTheFieldAndOthersStillRun) {
 INSTANTIATE_TEST_SUITE_P(Llama, SamplerLlamaTest, ::testing::Values(TinyFamily::LLAMA));
 // The same seeds, stops and mixed-adapter batches on a model with routed experts (and expert LoRA).
 INSTANTIATE_TEST_SUITE_P(Moe, SamplerLlamaTest, ::testing::Values(TinyFamily::QWEN3_MOE));
+// And on the Gated DeltaNet hybrid: its per-sequence recurrent state must not depend on the batch either.
+INSTANTIATE_TEST_SUITE_P(Qwen35, SamplerLlamaTest, ::testing::Values(TinyFamily::QWEN3_5));
 
 // stories260K ($TINKERD_SOURCE_DIR/../shared/models), skipped when absent.
 std::string stories_dir() {
     const char * source_dir = std::getenv("TINKERD_SOURCE_DIR");
     return (std::filesystem::path(source_dir ? source_dir : ".") / ".." / "shared" / "models" / "stories260K").string();
+}
+
+// A temperature so small that logits / T overflows: the argmax with logprob 0, never NaN (the fuzzer's
+// temperature 1e-308 gave NaN logprobs and always the last token id).
+TEST(ChooseTokenTest, TinyTemperatureIsGreedyWithFiniteLogprob) {
+    const std::vector<double> logits = {0.5, 3.0, -2.0, 1.0};
+    engine::SamplingParams params;
+    params.temperature = 1e-308;
+    std::mt19937_64 rng(7);
+    const auto choice = engine::choose_token(logits.data(), 4, params, rng, 2);
+    EXPECT_EQ(choice.token, 1);
+    EXPECT_EQ(choice.logprob, 0.0);
+    ASSERT_EQ(choice.top.size(), 2u);
+    EXPECT_EQ(choice.top[0].first, 1);
+    EXPECT_FALSE(std::isnan(choice.top[1].second));
+    params.temperature = 0.5;  // ordinary temperatures keep their values: log_softmax(logits / T)
+    const auto scaled = engine::choose_token(logits.data(), 4, params, rng);
+    double lse = 0;
+    for (double x : logits) {
+        lse += std::exp(x / 0.5);
+    }
+    EXPECT_NEAR(scaled.logprob, logits[scaled.token] / 0.5 - std::log(lse), 1e-12);
 }
 
 TEST(SamplerStoriesTest, GreedySamplingMatchesExpectedAndReportsDecodeSpeed) {
@@ -419,8 +401,8 @@ TEST(SamplerStoriesTest, GreedySamplingMatchesExpectedAndReportsDecodeSpeed) {
     std::vector<std::vector<int64_t>> wants;
     for (const auto & [prompt, g] : expected["generation"].items()) {
         wants.push_back(g["greedy_48_ids"].get<std::vector<int64_t>>());
-        reqs.push_back(request(engine::BASE_MODEL, g["prompt_ids"].get<std::vector<int64_t>>(),
-                               static_cast<int64_t>(wants.back().size()), 0.0, std::nullopt));
+        reqs.push_back(sample_request(engine::BASE_MODEL, g["prompt_ids"].get<std::vector<int64_t>>(),
+                                      static_cast<int64_t>(wants.back().size()), 0.0, std::nullopt));
         reqs.back().params.stop_token_ids = {1};
     }
     auto out = e.sample(reqs);
@@ -431,14 +413,14 @@ TEST(SamplerStoriesTest, GreedySamplingMatchesExpectedAndReportsDecodeSpeed) {
     }
     // 255 greedy tokens from BOS, through the cache.
     const auto bos = expected["greedy_from_bos_255_ids_f32"].get<std::vector<int64_t>>();
-    auto r = request(engine::BASE_MODEL, {1}, 255, 0.0, std::nullopt);
+    auto r = sample_request(engine::BASE_MODEL, {1}, 255, 0.0, std::nullopt);
     r.params.stop_token_ids = {1};
     const auto long_run = e.sample({r});
     ASSERT_TRUE(long_run[0].ok());
     EXPECT_EQ(long_run[0]->sequences[0].tokens, std::vector<int64_t>(bos.begin() + 1, bos.end()));
     // Decode speed (informational): 200 tokens at batch 1 and 8, one thread.
     for (int64_t batch : {1, 8}) {
-        auto speed = request(engine::BASE_MODEL, {1}, 200, 1.0, 9, batch);
+        auto speed = sample_request(engine::BASE_MODEL, {1}, 200, 1.0, 9, batch);
         const auto start = std::chrono::steady_clock::now();
         auto res = e.sample({speed});
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,10 +1,33 @@
 // Transformer: loading the base weights through the family code, and the packed forward pass.
 #include "engine/transformer.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
+namespace {
+
+CacheShape cache_shape_of(const model::ModelConfig & c, torch::ScalarType act, torch::Device device) {
+    CacheShape shape;
+    shape.n_layers = c.n_layers;
+    shape.n_kv_heads = c.n_kv_heads;
+    shape.head_dim = c.head_dim;
+    for (int64_t layer = 0; layer < c.n_layers; ++layer) {
+        shape.recurrent.push_back(c.is_linear_attention_layer(layer));
+    }
+    shape.conv_dim = 2 * c.linear_k_heads * c.linear_k_head_dim + c.linear_v_heads * c.linear_v_head_dim;
+    shape.conv_width = std::max<int64_t>(c.linear_conv_kernel - 1, 0);
+    shape.v_heads = c.linear_v_heads;
+    shape.k_head_dim = c.linear_k_head_dim;
+    shape.v_head_dim = c.linear_v_head_dim;
+    shape.dtype = act;
+    shape.device = device;
+    return shape;
+}
+
+}  // namespace
 
 Transformer::Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamily> family, torch::ScalarType compute,
                          torch::ScalarType act, torch::Device device)
@@ -13,7 +36,8 @@ Transformer::Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamil
       compute_(compute),
       act_(act),
       device_(device),
-      rope_(config_, act, device) {}
+      rope_(config_, act, device),
+      cache_shape_(std::make_shared<const CacheShape>(cache_shape_of(config_, act, device))) {}
 
 Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model_dir,
                                                        std::optional<torch::ScalarType> requested,
@@ -66,8 +90,12 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         }
         fuse_projections(*lw, *file);
         weights_.layers.push_back(std::move(lw).value());
-        LOG_DBG("engine", "loaded layer %lld/%lld", static_cast<long long>(layer + 1),
-                static_cast<long long>(c.n_layers));
+        // A long load shows progress at each quarter (a 30B model's layers take minutes); small ones stay quiet.
+        const int64_t quarter = std::max<int64_t>(1, c.n_layers / 4);
+        if (c.n_layers >= 16 && ((layer + 1) % quarter == 0 || layer + 1 == c.n_layers)) {
+            LOG_INF("engine", "loaded layer %lld/%lld", static_cast<long long>(layer + 1),
+                    static_cast<long long>(c.n_layers));
+        }
     }
     auto norm = loader.vector("model.norm.weight", c.hidden_size);
     if (!norm.ok()) {
@@ -116,13 +144,8 @@ torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
     return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
 }
 
-SequenceCache Transformer::make_cache() const {
-    return SequenceCache(config_.n_layers, config_.n_kv_heads, config_.head_dim, act_, device_);
-}
-
 torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
     torch::NoGradGuard no_grad;  // sampling never needs a graph
-    TORCH_CHECK(family_->supports_cached_decode(), "the ", family_->name(), " family has no KV-cached decode");
     std::vector<int64_t> positions;
     for (size_t s = 0; s < batch.caches.size(); ++s) {
         const int64_t start = batch.caches[s]->length();
@@ -134,12 +157,11 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
     const CachedAttention attention(batch.lengths, batch.caches, device_);
     torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);              // [T, C]
     auto [cos, sin] = rope_.lookup(torch::tensor(positions, torch::kInt64).to(device_));  // [T, 1, D]
+    const CachedMixerContext ctx{batch.segments, batch.lengths, batch.caches, attention, cos, sin};
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
         const LayerWeights & w = weights_.layers[layer];
         torch::Tensor h = rms_norm(x, w.input_norm, config_.rms_norm_eps);  // [T, C]
-        auto [q, k, v] = family_->attention_inputs(w, config_, h, batch.segments, cos, sin, layer);
-        torch::Tensor attn = attention.run(layer, q, k, v);  // [T, H*D]
-        x = layer_output(layer, x, lora_linear(attn, w.wo, {}, batch.segments, layer, LoraTarget::O), batch.segments);
+        x = layer_output(layer, x, family_->cached_token_mixer(w, config_, h, ctx, layer), batch.segments);
     }
     for (size_t s = 0; s < batch.caches.size(); ++s) {
         batch.caches[s]->advance(batch.lengths[s]);

@@ -50,12 +50,13 @@ class Transformer {
 
     // Final-norm hidden states [T, C] in the act dtype.
     torch::Tensor hidden_states(const PackedBatch & batch);
-    // Incremental forward without autograd: runs the new rows against each sequence's cached K/V,
-    // appends their K/V, and returns their final-norm hidden states [T, C] in the act dtype.
-    // Only for families with supports_cached_decode() (not Qwen3.5; Engine::sample_submit refuses it).
+    // Incremental forward without autograd: runs the new rows against each sequence's cache (the attention
+    // layers' K/V, the linear-attention layers' state: prefill from empty caches, or one row per sequence),
+    // appends / updates it, and returns their final-norm hidden states [T, C] in the act dtype.
     torch::Tensor hidden_states_cached(const CachedBatch & batch);
-    // An empty cache shaped for this model.
-    SequenceCache make_cache() const;
+    // An empty cache shaped for this model, and that shape (what a sequence's cache holds per layer).
+    SequenceCache make_cache() const { return SequenceCache(cache_shape_); }
+    const CacheShape & cache_shape() const { return *cache_shape_; }
     // Logits [n, V] in the act dtype for hidden rows h [n, C]; segments index rows of h.
     torch::Tensor logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const;
     // Target logprobs [T, Kmax] = log_softmax(logits)[t, index[t, k]] of hidden rows h [T, C] (segments
@@ -82,6 +83,7 @@ class Transformer {
     BaseWeights weights_;
     torch::Tensor lm_head_exact_;  // [V, C] fp32 copy of a bf16 lm_head on GPUs only (CPU: fp32 math in place)
     RopeTables rope_;
+    std::shared_ptr<const CacheShape> cache_shape_;
 };
 
 }  // namespace tinkerd::engine

@@ -60,6 +60,8 @@ class SampleScheduler {
     Result<void> enqueue(SampleJob & job);
     bool has_work() const { return !queued_.empty() || !running_.empty(); }  // engine thread
     std::vector<SampleJob> take_queued();
+    size_t queued() const { return queued_.size(); }               // under the worker's lock
+    size_t resident_adapters() const { return adapters_.size(); }  // engine thread
 
     // Engine thread, without the lock.
     SampleStepOutcome execute(engine::Engine & engine, std::vector<SampleJob> & admit);

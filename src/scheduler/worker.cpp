@@ -48,6 +48,7 @@ struct StepPlan {
 // What execute() did, for update() to report.
 struct StepOutcome {
     std::vector<FbResult> fb_results;  // TRAIN batch: one per op
+    double fb_seconds = 0;             // TRAIN batch: the engine call's time
     SampleStepOutcome sample;          // SAMPLE
 };
 
@@ -72,12 +73,12 @@ void cancel_op(Op & op, const std::string & reason) {
     }
 }
 
-void deliver_fb(Op & op, FbResult result) {
+void deliver_fb(Op & op, FbResult result, double batch_seconds) {
     if (!op.on_fb_done) {
         return;
     }
     try {
-        op.on_fb_done(std::move(result));
+        op.on_fb_done(std::move(result), batch_seconds);
     } catch (...) {
         LOG_ERR("worker", "on_fb_done threw: %s", exception_text(std::current_exception()).c_str());
     }
@@ -107,6 +108,7 @@ struct EngineWorker::Impl {
     std::atomic<int64_t> fb_ops{0};
     std::atomic<int64_t> max_runs{0};
     std::atomic<int64_t> sample_steps{0};
+    LoadMeter meter;
 
     Impl(engine::Engine & e, std::string n, WorkerOptions o)
         : engine(e), name(std::move(n)), options(o), sampling(o.max_sampler_adapters, o.max_queued_samples) {}
@@ -227,6 +229,7 @@ struct EngineWorker::Impl {
     }
 
     void loop() {
+        meter.note_sampling(engine.sample_stats(), 0);  // the KV budget before the first sampling step
         for (;;) {
             StepPlan plan;
             {
@@ -236,8 +239,10 @@ struct EngineWorker::Impl {
                 }
                 plan = plan_locked();
             }
+            const auto t0 = std::chrono::steady_clock::now();
             StepOutcome outcome = execute(plan);
             update(plan, outcome);
+            meter.note_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
     }
 
@@ -250,7 +255,7 @@ struct EngineWorker::Impl {
             outcome.sample = sampling.execute(engine, plan.admit);
             sample_steps += outcome.sample.step ? 1 : 0;
         } else if (plan.fb_batch) {
-            outcome.fb_results = run_fb_batch(plan);
+            outcome.fb_results = run_fb_batch(plan, outcome.fb_seconds);
         } else {
             run_generic(plan.ops.front());
         }
@@ -261,9 +266,10 @@ struct EngineWorker::Impl {
     void update(StepPlan & plan, StepOutcome & outcome) {
         if (plan.kind == StepPlan::Kind::SAMPLE) {
             sampling.update(engine, outcome.sample);
+            meter.note_sampling(engine.sample_stats(), sampling.resident_adapters());
         } else if (plan.fb_batch) {
             for (size_t i = 0; i < plan.ops.size(); i++) {
-                deliver_fb(plan.ops[i].queued.op, std::move(outcome.fb_results[i]));
+                deliver_fb(plan.ops[i].queued.op, std::move(outcome.fb_results[i]), outcome.fb_seconds);
             }
         }
     }
@@ -315,7 +321,7 @@ struct EngineWorker::Impl {
         return results;
     }
 
-    std::vector<FbResult> run_fb_batch(StepPlan & work) {
+    std::vector<FbResult> run_fb_batch(StepPlan & work, double & seconds) {
         std::vector<engine::ForwardBackwardInput> inputs;
         std::set<std::string> run_ids;
         inputs.reserve(work.ops.size());
@@ -325,11 +331,11 @@ struct EngineWorker::Impl {
         }
         auto t0 = std::chrono::steady_clock::now();
         std::vector<FbResult> results = call_forward_backward(inputs, !work.forward_only);
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         record_batch(static_cast<int64_t>(run_ids.size()), static_cast<int64_t>(inputs.size()));
         LOG_DBG("worker", "%s: %s batch runs=%zu ops=%zu tokens=%lld %.1f ms", name.c_str(),
                 work.forward_only ? "forward" : "forward_backward", run_ids.size(), inputs.size(),
-                static_cast<long long>(work.tokens), ms);
+                static_cast<long long>(work.tokens), seconds * 1e3);
         return results;
     }
 
@@ -472,6 +478,19 @@ void EngineWorker::submit_sample(SampleJob job) {
         return;
     }
     impl_->cv.notify_one();
+}
+
+WorkerLoad EngineWorker::load() const {
+    WorkerLoad load;
+    {
+        std::lock_guard lock(impl_->mu);
+        for (const auto & [run_id, run] : impl_->runs) {
+            load.queued_ops += static_cast<int64_t>(run.queued());
+        }
+        load.queued_samples = static_cast<int64_t>(impl_->sampling.queued());
+    }
+    impl_->meter.fill(load);
+    return load;
 }
 
 int64_t EngineWorker::sample_steps_run() const {

@@ -41,6 +41,7 @@
 #include "common/status.h"
 #include "engine/engine.h"
 #include "scheduler/sampling.h"
+#include "scheduler/worker_load.h"
 
 namespace tinkerd::scheduler {
 
@@ -51,7 +52,8 @@ struct Op {
     // FORWARD_BACKWARD: the input (its adapter id set) and whether to skip the backward pass.
     engine::ForwardBackwardInput fb_input;
     bool forward_only = false;
-    std::function<void(Result<engine::ForwardBackwardOutput>)> on_fb_done;
+    // batch_seconds: the engine time of the batch the op ran in (shared by the batch's ops).
+    std::function<void(Result<engine::ForwardBackwardOutput>, double batch_seconds)> on_fb_done;
     // GENERIC: runs on the engine thread (optim_step, save, load, unload, ...).
     std::function<void(engine::Engine &)> run;
     // Called instead of the above when the op will never run (run closed, worker stopped).
@@ -115,6 +117,9 @@ class EngineWorker {
     // outcome, or with the reason it never ran (queue full, cancelled, worker stopped), possibly on the
     // caller's thread when it is refused here.
     void submit_sample(SampleJob job);
+
+    // Queue depths, KV-cache use, resident sampler adapters and busy time (server_status, /metrics).
+    WorkerLoad load() const;
 
     // Counters for logs and tests.
     int64_t batches_run() const;          // engine forward_backward calls

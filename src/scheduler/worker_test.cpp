@@ -50,7 +50,7 @@ Op fb_op(Recorder & rec, AdapterId adapter, int tag, int64_t tokens = 4, bool fo
     datum.tokens.assign(static_cast<size_t>(tokens), 7);
     datum.loss_inputs["target_tokens"] = i64_tensor(datum.tokens);
     op.fb_input.datums.push_back(std::move(datum));
-    op.on_fb_done = [&rec, tag](Result<ForwardBackwardOutput> result) {
+    op.on_fb_done = [&rec, tag](Result<ForwardBackwardOutput> result, double) {
         std::string prefix = std::string("fb") + std::to_string(tag) + ":";
         if (!result.ok()) {
             rec.add(prefix + "error:" + result.error().message);
@@ -265,6 +265,29 @@ TEST(EngineWorker, BatchesForwardBackwardAcrossRuns) {
     }
 }
 
+TEST(EngineWorker, LoadCountsQueuedOpsAndBusyTime) {
+    FakeEngine engine;
+    engine.hold_first_call();
+    Recorder rec;
+    EngineWorker worker(engine, "test");
+    worker.open_run("A", 1);
+    worker.start();
+    submit_kind(worker, "A", 1, fb_op(rec, 1, 10));
+    engine.wait_entered(1);  // the engine is busy with seq 1: seq 2 and 3 wait
+    submit_kind(worker, "A", 2, fb_op(rec, 2, 10));
+    submit_kind(worker, "A", 3, generic_op(rec, "optim"));
+    EXPECT_EQ(worker.load().queued_ops, 2);
+    std::this_thread::sleep_for(20ms);
+    engine.release();
+    ASSERT_TRUE(rec.wait_for(3));
+    std::this_thread::sleep_for(20ms);  // the last step's time is noted after its callbacks
+    const WorkerLoad load = worker.load();
+    EXPECT_EQ(load.queued_ops, 0);
+    EXPECT_GE(load.busy_seconds, 0.015);  // the held call counts as engine time
+    EXPECT_GT(load.busy_fraction, 0.0);
+    EXPECT_LE(load.busy_fraction, 1.0);
+}
+
 TEST(EngineWorker, ConsecutiveChunksOfOneRunJoinOneBatch) {
     FakeEngine engine;
     Recorder rec;
@@ -392,7 +415,7 @@ TEST(EngineWorker, ExceptionsAreCaughtAndTheWorkerGoesOn) {
     submit_kind(worker, "A", 1, std::move(throwing));
     submit_kind(worker, "A", 2, generic_op(rec, "A2"));
     Op bad_callback = fb_op(rec, 2, 1);
-    bad_callback.on_fb_done = [](Result<ForwardBackwardOutput>) { throw std::logic_error("callback"); };
+    bad_callback.on_fb_done = [](Result<ForwardBackwardOutput>, double) { throw std::logic_error("callback"); };
     submit_kind(worker, "B", 1, std::move(bad_callback));
     submit_kind(worker, "B", 2, generic_op(rec, "B2"));
     worker.start();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,27 @@ struct FutureRow {
     double finished_at = 0;
 };
 
+// One point of a run's metric curves: a completed forward_backward, forward or optim_step.
+struct MetricPoint {
+    std::string run_id;
+    std::string op;    // "forward_backward", "forward" or "optim_step"
+    int64_t step = 0;  // the run's optimizer steps when the op ran (optim_step: the count after it)
+    double time = 0;   // when it completed
+    double duration_s = 0;
+    std::map<std::string, double> values;  // "loss:sum", ..., "num_tokens" or "learning_rate"
+    int64_t merged = 1;                    // how many recorded ops this point stands for (downsampling)
+};
+
+// Requests and tokens sampled by one sampler of a tenant (a sampler id, or the model an OpenAI call named).
+struct SamplerUsageRow {
+    std::string sampler_id;
+    std::string tenant;
+    std::string base_model;
+    int64_t requests = 0;
+    int64_t tokens_sampled = 0;
+    double last_used = 0;
+};
+
 struct Page {
     int64_t limit = 20;
     int64_t offset = 0;
@@ -162,6 +184,17 @@ class Database {
     Result<int64_t> fail_pending_futures(const std::string & error, double now);
     // Deletes finished futures older than `before`; returns how many.
     Result<int64_t> prune_futures(double before);
+
+    // Run metrics (run_metrics.cpp). record adds a point; when the run then holds more than
+    // max_points_per_op points of that op, its oldest half is thinned by merging neighbours in pairs.
+    Result<void> record_metric_point(const MetricPoint & point, int64_t max_points_per_op);
+    // A run's points with step >= since_step, ordered by time; and whether any was merged.
+    Result<std::vector<MetricPoint>> metric_points(const std::string & run_id, int64_t since_step);
+    Result<bool> metrics_downsampled(const std::string & run_id);
+    // Adds `delta`'s requests and tokens to its sampler's row (created when missing).
+    Result<void> add_sampler_usage(const SamplerUsageRow & delta);
+    // A tenant's samplers' usage, most recently used first (tenant "" = every tenant).
+    Result<std::vector<SamplerUsageRow>> sampler_usage(const std::string & tenant);
 
     // A monotonically increasing counter (request ids, session ids) that survives restarts.
     Result<int64_t> next_counter(const std::string & name);

@@ -71,12 +71,12 @@ class DatabaseTest : public testing::Test {
 };
 
 TEST_F(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
-    EXPECT_EQ(db_->schema_version(), 2);
+    EXPECT_EQ(db_->schema_version(), 3);
     add_session("s1", "t1", 1.0);
     db_.reset();
     db_ = open_db();  // second open: no migration re-runs (CREATE TABLE would fail if it did)
     ASSERT_NE(db_, nullptr);
-    EXPECT_EQ(db_->schema_version(), 2);
+    EXPECT_EQ(db_->schema_version(), 3);
     auto session = db_->get_session("s1");
     ASSERT_TRUE(session.ok());
     EXPECT_TRUE(session->has_value());
@@ -87,8 +87,8 @@ TEST_F(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
     ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT COUNT(*), MAX(version) FROM schema_version", -1, &stmt, nullptr),
               SQLITE_OK);
     ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(stmt, 0), 2);
-    EXPECT_EQ(sqlite3_column_int(stmt, 1), 2);
+    EXPECT_EQ(sqlite3_column_int(stmt, 0), 3);
+    EXPECT_EQ(sqlite3_column_int(stmt, 1), 3);
     sqlite3_finalize(stmt);
     ASSERT_EQ(sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
     ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
@@ -100,7 +100,7 @@ TEST_F(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
 TEST_F(DatabaseTest, InMemoryDatabaseWorks) {
     auto db = Database::open(":memory:");
     ASSERT_TRUE(db.ok()) << db.error().message;
-    EXPECT_EQ(db.value()->schema_version(), 2);
+    EXPECT_EQ(db.value()->schema_version(), 3);
     auto n = db.value()->next_counter("x");
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(n.value(), 1);

@@ -102,8 +102,36 @@ ALTER TABLE samplers ADD COLUMN expires_at REAL;
 CREATE INDEX samplers_by_expiry ON samplers (expires_at) WHERE expires_at IS NOT NULL;
 )sql";
 
+// Version 3: the console's metrics (issue 14). run_metrics: one row per completed forward_backward, forward
+// or optim_step of a run (values_json = every "name:reduction" metric plus num_tokens / learning_rate);
+// `merged` > 1 marks a point that stands for several after downsampling (store/run_metrics.cpp).
+// sampler_usage: requests and tokens sampled per sampler, so the counts survive a restart.
+constexpr const char * MIGRATION_3 = R"sql(
+CREATE TABLE run_metrics (
+    point_id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    op TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    time REAL NOT NULL,
+    duration_s REAL NOT NULL,
+    values_json TEXT NOT NULL,
+    merged INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX run_metrics_by_run ON run_metrics (run_id, op, time);
+
+CREATE TABLE sampler_usage (
+    sampler_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    base_model TEXT NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0,
+    tokens_sampled INTEGER NOT NULL DEFAULT 0,
+    last_used REAL NOT NULL,
+    PRIMARY KEY (tenant, sampler_id)
+);
+)sql";
+
 // Index i holds the script of version i + 1. Append new versions; never edit a released one.
-constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2};
+constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3};
 
 Result<int> current_version(sqlite3 * db) {
     auto stmt = Statement::prepare(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");

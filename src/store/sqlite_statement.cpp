@@ -114,6 +114,12 @@ Result<int64_t> Statement::run() {
     return static_cast<int64_t>(sqlite3_changes64(db_));
 }
 
+void Statement::reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    bind_error_ = SQLITE_OK;
+}
+
 std::string Statement::text(int column) const {
     const auto * data = reinterpret_cast<const char *>(sqlite3_column_text(stmt_, column));
     const int size = sqlite3_column_bytes(stmt_, column);

@@ -40,6 +40,8 @@ class Statement {
     Result<bool> step();
     // Steps a statement that returns no rows; returns sqlite3_changes().
     Result<int64_t> run();
+    // Makes the statement runnable again with new bindings (one prepare for many rows).
+    void reset();
 
     // Columns are numbered from 0.
     std::string text(int column) const;

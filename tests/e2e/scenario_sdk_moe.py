@@ -1,7 +1,7 @@
 # Qwen3-MoE through the official SDK: a tiny random Qwen3MoeForCausalLM made by transformers (layer 0 with
 # 8 routed experts, top 2; layer 1 dense) served with --model. get_server_capabilities lists it; a LoRA run
 # (experts included, the shared-outer layout) learns a fixed batch; the sampler weights' compute_logprobs
-# equal the trainer's forward; save_state + create_training_client_from_state_with_optimizer resumes
+# equal the trainer's forward and sampled tokens' logprobs equal compute_logprobs of the whole sequence; save_state + create_training_client_from_state_with_optimizer resumes
 # bit-exactly; an attention-only run beside it in the same batches keeps its own numbers.
 import os
 
@@ -34,18 +34,6 @@ def check_learns(svc, batch):
     return tc, sdk.learn_fixed_batch(tc, batch, LR)
 
 
-def check_sampler_matches_trainer(tc, batch):
-    sampler = sdk.resolved(tc.save_weights_and_get_sampling_client("moe-12"))
-    fwd = tc.forward(batch, "cross_entropy").result()
-    for i, d in enumerate(batch[:2]):
-        toks = d.model_input.to_ints() + [int(d.loss_fn_inputs["target_tokens"].tolist()[-1])]
-        lps = sampler.compute_logprobs(sdk.prompt(toks)).result()
-        check_abs(lps[1:], sdk.logprobs(fwd, i), 2e-4, "datum %d: sampler compute_logprobs vs forward" % i)
-    out = sampler.sample(sdk.prompt(batch[0].model_input.to_ints()[:6]), 2,
-                         sdk.params(max_tokens=8, temperature=1.0, seed=3)).result()
-    check(len(out.sequences) == 2 and all(len(s.tokens) == 8 for s in out.sequences), "sample: %r" % out)
-
-
 def check_mixed_runs(svc, batch):
     """An attention-only run trained alone and then beside an expert run: the same losses."""
     def client(rank, seed, **kw):
@@ -72,7 +60,7 @@ def run(ctx):
     learned = ctx.case("expert LoRA learns a fixed batch", check_learns, svc, batch)
     if learned:
         tc, nll = learned
-        ctx.case("sampler weights equal the trainer", check_sampler_matches_trainer, tc, batch)
+        ctx.case("sampler weights equal the trainer", sdk.check_sampler_matches_trainer, tc, batch, "moe-12")
         ctx.case("resume with optimizer is bit-exact", sdk.check_resume_bit_exact, svc, tc, batch, LR, "moe-state")
     ctx.case("mixed runs keep their own numbers", check_mixed_runs, svc, batch)
     ctx.finish()

@@ -1,12 +1,15 @@
 # Qwen3.5 (dense Gated DeltaNet hybrid) through the official SDK: a tiny random Qwen3_5ForCausalLM made by
 # transformers (3 linear-attention layers, then one gated full-attention layer) served with --model.
-# Training works end to end (a LoRA on the Gated DeltaNet projections, attention and MLP learns a fixed
-# batch; save_state + resume with the optimizer is bit-exact); sampling is not implemented yet for this
-# family and must fail at once with a user error naming it (never a 5xx the SDK would retry for minutes).
+# A LoRA on the Gated DeltaNet projections, attention and MLP learns a fixed batch; its sampler weights'
+# compute_logprobs equal the trainer's forward and sampled tokens' logprobs (the cached decode: K/V of the
+# attention layer, conv + delta-rule state of the linear ones) equal compute_logprobs of the whole sequence;
+# a seed gives the same tokens alone and beside base-model and other requests; greedy sampling of the base
+# model equals transformers' own cached generate (its conv / recurrent cache) token for token, with the
+# same logprobs; save_state + resume with the optimizer is bit-exact.
 import os
 
 import sdk_common as sdk
-from harness import check
+from harness import check, check_abs
 
 MODEL = "tiny/qwen3.5"
 VOCAB = 256
@@ -33,12 +36,39 @@ def check_learns_and_resumes(svc, batch):
     return tc, nll
 
 
-def check_sampling_refused(svc, tc):
-    sampler = sdk.resolved(svc.create_sampling_client(base_model=MODEL))
-    err = sdk.expect_api_error(lambda: sampler.sample(sdk.prompt([5, 6, 7]), 1, sdk.params(max_tokens=4)).result(),
-                               sdk.USER_ERRORS, "sampling a Qwen3.5 model")
-    check("not supported" in str(err).lower() or "unsupported" in str(err).lower(),
-          "the refusal should say sampling is not supported yet: %s" % err)
+def check_seed_alone_and_batched(svc, sampler):
+    """A seeded request gives the same tokens alone and while base-model requests sample beside it."""
+    base = sdk.resolved(svc.create_sampling_client(base_model=MODEL))
+    mine = sdk.prompt([5, 6, 7, 8, 9])
+    want = sdk.params(max_tokens=12, temperature=1.0, seed=11)
+    alone = [list(s.tokens) for s in sampler.sample(mine, 2, want).result().sequences]
+    others = [base.sample(sdk.prompt([3 + i] * (4 + 9 * i)), 2, sdk.params(max_tokens=16, seed=i)) for i in range(3)]
+    batched = sampler.sample(mine, 2, want)
+    together = [list(s.tokens) for s in batched.result().sequences]
+    check(all(len(o.result().sequences) == 2 for o in others), "base-model requests beside it")
+    check(together == alone, "seeded tokens alone %r vs beside other requests %r" % (alone, together))
+    check(alone[0] != alone[1], "two samples of one request should differ: %r" % alone)
+
+
+def check_greedy_matches_transformers(svc, model_dir):
+    """Greedy decoding through tinkerd's caches vs transformers' generate with its own cache, from a prompt
+    longer than one 64-row chunk of the delta rule: the same tokens, and logprobs within 1e-4."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM
+    start = [(7 * i + 3) % (VOCAB - 3) + 3 for i in range(70)]
+    model = Qwen3_5ForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64).eval()
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([start]), max_new_tokens=16, do_sample=False, use_cache=True,
+                             output_scores=True, return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
+    want = gen.sequences[0, len(start):].tolist()
+    want_lps = [torch.log_softmax(score[0], -1)[t].item() for score, t in zip(gen.scores, want)]
+    base = sdk.resolved(svc.create_sampling_client(base_model=MODEL))
+    out = base.sample(sdk.prompt(start), 1, sdk.params(max_tokens=16, temperature=0.0, stop=[])).result()
+    got = list(out.sequences[0].tokens)
+    check(got == want, "greedy tokens: tinkerd %r vs transformers %r" % (got, want))
+    check_abs(list(out.sequences[0].logprobs), want_lps, 1e-4, "greedy logprobs vs transformers")
+    check(len(set(want)) > 1, "a degenerate greedy continuation proves little: %r" % want)
+    return max(abs(a - b) for a, b in zip(out.sequences[0].logprobs, want_lps))
 
 
 def run(ctx):
@@ -48,9 +78,16 @@ def run(ctx):
     batch = sdk.sft_batch(seed=23, vocab=VOCAB)
     names = [m.model_name for m in svc.get_server_capabilities().supported_models]
     check(MODEL in names, "capabilities lack %s: %r" % (MODEL, names))
+    greedy_diff = ctx.case("greedy sampling equals transformers' cached generate", check_greedy_matches_transformers,
+                           svc, model_dir)
     learned = ctx.case("Qwen3.5 LoRA learns and resumes bit-exactly", check_learns_and_resumes, svc, batch)
     if learned:
-        ctx.case("sampling is refused by name, at once", check_sampling_refused, svc, learned[0])
+        sampler = ctx.case("sampler weights equal the trainer", sdk.check_sampler_matches_trainer, learned[0], batch,
+                           "q35-sampler")
+        if sampler:
+            ctx.case("a seed gives the same tokens alone and batched", check_seed_alone_and_batched, svc, sampler)
     ctx.finish()
-    return "Qwen3.5 (3 Gated DeltaNet + 1 gated attention layer): NLL %.3f -> %.3f in 12 steps" % (
-        learned[1][0], learned[1][-1]) if learned else "failed"
+    if not learned or greedy_diff is None:
+        return "failed"
+    return ("Qwen3.5 (3 Gated DeltaNet + 1 gated attention layer): NLL %.3f -> %.3f in 12 steps; greedy decode "
+            "== transformers' generate, logprobs within %.2g" % (learned[1][0], learned[1][-1], greedy_diff))

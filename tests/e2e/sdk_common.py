@@ -11,7 +11,7 @@ try:
 except ImportError as e:  # a missing SDK is a failure of the tier, never a skip
     raise SystemExit("FAIL: the official `tinker` SDK is not importable with %s: %s" % (os.sys.executable, e))
 
-from harness import BUILTIN_MODEL, CheckFailed, check, memorisation_sequences
+from harness import BUILTIN_MODEL, CheckFailed, check, check_abs, memorisation_sequences
 
 SDK_VERSION = tinker.__version__
 EOS = 257  # the built-in model's eos_token_id (vocab 260: 256 bytes + bos, eos, pad, unk)
@@ -166,3 +166,23 @@ def check_resume_bit_exact(svc, tc, batch, lr, name):
     continued = train(tc, batch, [lr] * 2)
     resumed = train(resolved(svc.create_training_client_from_state_with_optimizer(path)), batch, [lr] * 2)
     check(resumed == continued, "resume with optimizer: %r vs uninterrupted %r (bit-identical)" % (resumed, continued))
+
+
+def check_sampler_matches_trainer(tc, batch, name):
+    """The sampler weights saved as `name`: compute_logprobs of two data equal the trainer's forward, and the
+    logprobs of sampled tokens (the cached decode) equal compute_logprobs of prompt + tokens (one prefill)."""
+    sampler = resolved(tc.save_weights_and_get_sampling_client(name))
+    fwd = tc.forward(batch, "cross_entropy").result()
+    for i, d in enumerate(batch[:2]):
+        toks = d.model_input.to_ints() + [int(d.loss_fn_inputs["target_tokens"].tolist()[-1])]
+        lps = sampler.compute_logprobs(prompt(toks)).result()
+        check_abs(lps[1:], logprobs(fwd, i), 2e-4, "datum %d: sampler compute_logprobs vs forward" % i)
+    start = batch[0].model_input.to_ints()[:6]
+    out = sampler.sample(prompt(start), 2, params(max_tokens=8, temperature=1.0, seed=3)).result()
+    check(len(out.sequences) == 2 and all(len(s.tokens) == 8 for s in out.sequences), "sample: %r" % out)
+    for k, seq in enumerate(out.sequences):
+        whole = sampler.compute_logprobs(prompt(start + list(seq.tokens))).result()
+        check_abs(list(seq.logprobs), whole[len(start):], 2e-4,
+                  "sequence %d: sampled-token logprobs vs compute_logprobs of the whole sequence" % k)
+    return sampler
+

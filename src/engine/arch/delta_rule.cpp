@@ -268,4 +268,53 @@ torch::Tensor deltanet_mix_step(const DeltaNetWeights & w, const DeltaNetDims & 
     return norm_and_gate(core, w, dims, in.z);
 }
 
+namespace {
+
+// The layer's states of every sequence, stacked: conv [S, Cc, K-1], recurrent [S, HV, Dk, Dv].
+DeltaNetState gather_states(const std::vector<SequenceCache *> & caches, int64_t layer) {
+    std::vector<torch::Tensor> conv, recurrent;
+    for (SequenceCache * cache : caches) {
+        conv.push_back(cache->conv_state(layer));
+        recurrent.push_back(cache->recurrent_state(layer));
+    }
+    return {torch::stack(conv), torch::stack(recurrent)};
+}
+
+void store_states(const DeltaNetState & state, const std::vector<SequenceCache *> & caches, int64_t layer) {
+    for (size_t s = 0; s < caches.size(); ++s) {
+        const int64_t row = static_cast<int64_t>(s);
+        caches[s]->conv_state(layer).copy_(state.conv[row]);
+        caches[s]->recurrent_state(layer).copy_(state.recurrent[row]);
+    }
+}
+
+}  // namespace
+
+torch::Tensor deltanet_mix_cached(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
+                                  const std::vector<int64_t> & lengths, const std::vector<SequenceCache *> & caches,
+                                  int64_t layer) {
+    torch::NoGradGuard no_grad;
+    if (std::all_of(lengths.begin(), lengths.end(), [](int64_t n) { return n == 1; })) {
+        DeltaNetState state = gather_states(caches, layer);
+        torch::Tensor out = deltanet_mix_step(w, dims, in, state);  // [S, HV·Dv]
+        store_states(state, caches, layer);
+        return out;
+    }
+    SequenceLayout layout;
+    int64_t offset = 0;
+    for (size_t s = 0; s < caches.size(); ++s) {
+        TORCH_CHECK(caches[s]->length() == 0,
+                    "a linear-attention prefill of several rows must start from an empty "
+                    "cache (sequence ",
+                    s, " holds ", caches[s]->length(), " tokens)");
+        layout.offsets.push_back(offset);
+        layout.lengths.push_back(lengths[s]);
+        offset += lengths[s];
+    }
+    DeltaNetState state;
+    torch::Tensor out = deltanet_mix(w, dims, in, layout, &state);  // [T, HV·Dv]
+    store_states(state, caches, layer);
+    return out;
+}
+
 }  // namespace tinkerd::engine

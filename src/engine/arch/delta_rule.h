@@ -1,12 +1,14 @@
 // Gated DeltaNet building blocks of Qwen3.5's linear-attention layers, on packed sequences (each sequence
 // starts from zero state): the causal depthwise conv + SiLU (full and one-step), the chunked gated delta rule
 // (differentiable by autograd) and its one-step recurrent form for decoding, the gated RMSNorm, and the whole
-// mixer (Qwen3_5GatedDeltaNet.forward) given its projected inputs. No LoRA here: callers project.
+// mixer (Qwen3_5GatedDeltaNet.forward) given its projected inputs, also over sequences' cached states (sampling).
+// No LoRA here: callers project.
 #pragma once
 
 #include <torch/torch.h>
 
 #include "engine/attention.h"
+#include "engine/kv_cache.h"
 
 namespace tinkerd::engine {
 
@@ -84,5 +86,13 @@ torch::Tensor deltanet_mix(const DeltaNetWeights & w, const DeltaNetDims & dims,
 // One decoding step of deltanet_mix: inputs with one row per sequence [S, ...], state updated in place.
 torch::Tensor deltanet_mix_step(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
                                 DeltaNetState & state);
+
+// deltanet_mix for the new rows of a cached forward, continuing each sequence's state kept in its cache (the
+// layer's conv_state / recurrent_state, updated): one row per sequence (decode: deltanet_mix_step), or whole
+// prompts from empty caches (prefill: the chunked pass, its final states stored). Sequence s owns rows
+// [sum(lengths[..s]), + lengths[s]) of in; returns [T, HV·Dv]. No autograd.
+torch::Tensor deltanet_mix_cached(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
+                                  const std::vector<int64_t> & lengths, const std::vector<SequenceCache *> & caches,
+                                  int64_t layer);
 
 }  // namespace tinkerd::engine

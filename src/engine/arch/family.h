@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "engine/attention.h"
+#include "engine/kv_cache.h"
 #include "engine/lora.h"
 #include "engine/weights.h"
 #include "model/model_config.h"
@@ -22,6 +23,17 @@ struct MixerContext {
     const std::vector<RowSegment> & segments;
     const SequenceLayout & layout;
     const torch::Tensor & cos;  // [T, 1, Dr] (Dr = rotary_dim(config))
+    const torch::Tensor & sin;  // [T, 1, Dr]
+};
+
+// The same for an incremental (cached) forward: sequence s owns rows [sum(lengths[..s]), + lengths[s]) and
+// continues caches[s]; attention appends the attention layers' K/V.
+struct CachedMixerContext {
+    const std::vector<RowSegment> & segments;
+    const std::vector<int64_t> & lengths;         // new rows per sequence
+    const std::vector<SequenceCache *> & caches;  // one per sequence
+    const CachedAttention & attention;
+    const torch::Tensor & cos;  // [T, 1, Dr] at each row's position
     const torch::Tensor & sin;  // [T, 1, Dr]
 };
 
@@ -44,6 +56,11 @@ class DecoderFamily {
     // Default: causal self-attention (attention_inputs, packed attention, o_proj with LoRA).
     virtual torch::Tensor token_mixer(const LayerWeights & weights, const model::ModelConfig & config,
                                       const torch::Tensor & h, const MixerContext & ctx, int64_t layer) const;
+    // token_mixer for the new rows of a cached forward (sampling), reading and extending each sequence's
+    // cache. Default: attention_inputs, CachedAttention::run, o_proj with LoRA.
+    virtual torch::Tensor cached_token_mixer(const LayerWeights & weights, const model::ModelConfig & config,
+                                             const torch::Tensor & h, const CachedMixerContext & ctx,
+                                             int64_t layer) const;
     // q [T, H, D] and k, v [T, KV, D] of one attention layer from h [T, C]: the fused q/k/v product with
     // LoRA, prepare_qk, RoPE. Also used by the KV-cached decode path.
     std::array<torch::Tensor, 3> attention_inputs(const LayerWeights & weights, const model::ModelConfig & config,
@@ -52,8 +69,6 @@ class DecoderFamily {
                                                   int64_t layer) const;
     // Added to every RMSNorm weight when loading (Qwen3.5 multiplies by 1 + weight). Default: 0.
     virtual double norm_weight_offset() const { return 0.0; }
-    // Whether the KV-cached forward (sampling) can run this family. Default: yes.
-    virtual bool supports_cached_decode() const { return true; }
     // The feed-forward block on x [T, C] -> [T, C]. Default: SwiGLU down(silu(gate(x)) * up(x)).
     virtual torch::Tensor mlp(const LayerWeights & weights, const model::ModelConfig & config, const torch::Tensor & x,
                               const std::vector<RowSegment> & segments, int64_t layer) const;

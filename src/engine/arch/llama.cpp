@@ -122,6 +122,14 @@ torch::Tensor DecoderFamily::token_mixer(const LayerWeights & w, const model::Mo
     return lora_linear(attn, w.wo, {}, ctx.segments, layer, LoraTarget::O);
 }
 
+torch::Tensor DecoderFamily::cached_token_mixer(const LayerWeights & w, const model::ModelConfig & c,
+                                                const torch::Tensor & h, const CachedMixerContext & ctx,
+                                                int64_t layer) const {
+    auto [q, k, v] = attention_inputs(w, c, h, ctx.segments, ctx.cos, ctx.sin, layer);
+    torch::Tensor attn = ctx.attention.run(layer, q, k, v);  // [T, H*D]
+    return lora_linear(attn, w.wo, {}, ctx.segments, layer, LoraTarget::O);
+}
+
 namespace {
 class LlamaFamily final : public DecoderFamily {
   public:

@@ -1,7 +1,8 @@
 // Qwen3.5 (dense) family: Gated DeltaNet linear-attention layers (config.linear_attention_layers; the mixer
 // of delta_rule.h) between gated full-attention layers (q_proj emits per head [query ‖ gate], the attention
 // output is multiplied by sigmoid(gate); q/k norm; RoPE on the first rotary_dim dims), every RMSNorm scaled by
-// (1 + weight). Training forward only: the KV-cached decode (sampling) is not implemented for it yet.
+// (1 + weight). The cached forward (sampling) keeps K/V for the attention layers and each linear-attention
+// layer's conv + delta-rule state per sequence (SequenceCache; deltanet_mix_cached).
 #include "engine/arch/delta_rule.h"
 #include "engine/arch/qwen3.h"
 #include "engine/kernels/matmul.h"
@@ -57,7 +58,6 @@ class Qwen35Family final : public Qwen3Family {
   public:
     const char * name() const override { return "qwen3_5"; }
     double norm_weight_offset() const override { return 1.0; }
-    bool supports_cached_decode() const override { return false; }
 
     Result<LayerWeights> load_layer(const WeightLoader & loader, const model::ModelConfig & c,
                                     int64_t layer) const override {
@@ -81,44 +81,69 @@ class Qwen35Family final : public Qwen3Family {
 
     torch::Tensor token_mixer(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
                               const MixerContext & ctx, int64_t layer) const override {
-        return c.is_linear_attention_layer(layer) ? linear_attention(w, c, h, ctx, layer)
-                                                  : gated_attention(w, c, h, ctx, layer);
+        if (c.is_linear_attention_layer(layer)) {
+            const DeltaNetInputs in = deltanet_inputs(w, c, h, ctx.segments, layer);
+            const torch::Tensor mixed = deltanet_mix(deltanet_weights(w), deltanet_dims(c), in, ctx.layout);
+            return lora_linear(mixed, w.w_lin_out, {}, ctx.segments, layer, LoraTarget::LINEAR_OUT);
+        }
+        GatedQkv g = gated_qkv(w, c, h, ctx.segments, ctx.cos, ctx.sin, layer);
+        const torch::Tensor attn = packed_causal_attention(g.q, g.k, g.v, ctx.layout);  // [T, H*D]
+        return lora_linear(attn * torch::sigmoid(g.gate), w.wo, {}, ctx.segments, layer, LoraTarget::O);
+    }
+
+    // The same mixers over the sequences' caches: the linear-attention state continued (prefill or one
+    // decode step), the attention's K/V appended.
+    torch::Tensor cached_token_mixer(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
+                                     const CachedMixerContext & ctx, int64_t layer) const override {
+        if (c.is_linear_attention_layer(layer)) {
+            const DeltaNetInputs in = deltanet_inputs(w, c, h, ctx.segments, layer);
+            const torch::Tensor mixed =
+                deltanet_mix_cached(deltanet_weights(w), deltanet_dims(c), in, ctx.lengths, ctx.caches, layer);
+            return lora_linear(mixed, w.w_lin_out, {}, ctx.segments, layer, LoraTarget::LINEAR_OUT);
+        }
+        GatedQkv g = gated_qkv(w, c, h, ctx.segments, ctx.cos, ctx.sin, layer);
+        const torch::Tensor attn = ctx.attention.run(layer, g.q, g.k, g.v);  // [T, H*D]
+        return lora_linear(attn * torch::sigmoid(g.gate), w.wo, {}, ctx.segments, layer, LoraTarget::O);
     }
 
   private:
-    // Qwen3_5GatedDeltaNet: h [T, C] -> [T, C]. The fused in_proj_qkv's output gets three LoRAs (LINEAR_Q/K/V,
-    // one per row slice), in_proj_z LINEAR_Z, out_proj LINEAR_OUT; in_proj_b / in_proj_a none.
-    static torch::Tensor linear_attention(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
-                                          const MixerContext & ctx, int64_t layer) {
+    static DeltaNetWeights deltanet_weights(const LayerWeights & w) {
+        return {w.conv1d, w.dt_bias, w.A_log, w.lin_norm};
+    }
+
+    // Qwen3_5GatedDeltaNet's projections of h [T, C]. The fused in_proj_qkv's output gets three LoRAs
+    // (LINEAR_Q/K/V, one per row slice), in_proj_z LINEAR_Z; in_proj_b / in_proj_a none (out_proj, LINEAR_OUT,
+    // is the caller's).
+    static DeltaNetInputs deltanet_inputs(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
+                                          const std::vector<RowSegment> & segments, int64_t layer) {
         const DeltaNetDims d = deltanet_dims(c);
         const int64_t Kd = d.key_dim(), Vd = d.value_dim(), HV = d.v_heads;
         torch::Tensor in = kernels::base_linear(h, w.w_lin_in);  // [T, 2Kd + 2Vd + 2HV]
         auto parts = in.split_with_sizes({Kd, Kd, Vd, Vd, HV, HV}, 1);
         auto adapted = add_lora_shared_input(
-            {parts[0], parts[1], parts[2], parts[3]}, h, ctx.segments, layer,
+            {parts[0], parts[1], parts[2], parts[3]}, h, segments, layer,
             {LoraTarget::LINEAR_Q, LoraTarget::LINEAR_K, LoraTarget::LINEAR_V, LoraTarget::LINEAR_Z});
-        const DeltaNetInputs inputs{torch::cat({adapted[0], adapted[1], adapted[2]}, 1), adapted[3], parts[4],
-                                    parts[5]};
-        const DeltaNetWeights weights{w.conv1d, w.dt_bias, w.A_log, w.lin_norm};
-        torch::Tensor mixed = deltanet_mix(weights, d, inputs, ctx.layout);  // [T, Vd]
-        return lora_linear(mixed, w.w_lin_out, {}, ctx.segments, layer, LoraTarget::LINEAR_OUT);
+        return {torch::cat({adapted[0], adapted[1], adapted[2]}, 1), adapted[3], parts[4], parts[5]};
     }
 
-    // Qwen3_5Attention: h [T, C] -> [T, C]. One LoRA on q_proj covers query and gate (its per-head layout).
-    torch::Tensor gated_attention(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
-                                  const MixerContext & ctx, int64_t layer) const {
+    // Qwen3_5Attention's inputs from h [T, C]: one LoRA on q_proj covers query and gate (its per-head layout
+    // [query ‖ gate]); q/k norm, then RoPE on the first rotary dims at each row's position (cos, sin).
+    struct GatedQkv {
+        torch::Tensor q;     // [T, H, D]
+        torch::Tensor k, v;  // [T, KV, D]
+        torch::Tensor gate;  // [T, H*D], before the sigmoid
+    };
+    GatedQkv gated_qkv(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
+                       const std::vector<RowSegment> & segments, const torch::Tensor & cos, const torch::Tensor & sin,
+                       int64_t layer) const {
         const int64_t T = h.size(0), H = c.n_heads, D = c.head_dim;
-        auto [q_gate, k_rows, v_rows] = project_qkv(w, c, h, ctx.segments, layer);  // [T, 2HD], [T, KV·D] x2
-        auto halves = q_gate.reshape({T, H, 2 * D}).split(D, -1);                   // [T, H, D] each
+        auto [q_gate, k_rows, v_rows] = project_qkv(w, c, h, segments, layer);  // [T, 2HD], [T, KV·D] x2
+        auto halves = q_gate.reshape({T, H, 2 * D}).split(D, -1);               // [T, H, D] each
         torch::Tensor q = halves[0];
         torch::Tensor k = k_rows.reshape({T, c.n_kv_heads, D});
-        torch::Tensor v = v_rows.reshape({T, c.n_kv_heads, D});
         prepare_qk(w, c, q, k);  // q_norm, k_norm
-        q = apply_partial_rope(q, ctx.cos, ctx.sin);
-        k = apply_partial_rope(k, ctx.cos, ctx.sin);
-        torch::Tensor attn = packed_causal_attention(q, k, v, ctx.layout);  // [T, H*D]
-        attn = attn * torch::sigmoid(halves[1].reshape({T, H * D}));
-        return lora_linear(attn, w.wo, {}, ctx.segments, layer, LoraTarget::O);
+        return {apply_partial_rope(q, cos, sin), apply_partial_rope(k, cos, sin), v_rows.reshape({T, c.n_kv_heads, D}),
+                halves[1].reshape({T, H * D})};
     }
 };
 

@@ -1,0 +1,90 @@
+// ===== Console data contract (issue 14) =====
+// The schemas and RouteDocs of the routes the console branches add (metrics per run, server status,
+// Prometheus /metrics, the console page and its assets), written from the contract so the lead can wire
+// them at merge: register each route with `route.doc = console_route_doc("GET /api/v1/server_status")`.
+// Until then they are unused (no route names them), which is harmless.
+#include <map>
+
+#include "api/openapi_schemas.h"
+
+namespace tinkerd::api {
+
+namespace detail {
+
+namespace {
+
+const char * const CONSOLE_SCHEMAS = R"json({
+  "MetricPoint": {"type": "object", "required": ["step", "op", "time", "duration_s", "values"],
+    "properties": {"step": {"type": "integer", "minimum": 0,
+        "description": "The run's optimizer step count when the op ran"},
+      "op": {"enum": ["forward_backward", "forward", "optim_step"]},
+      "time": {"type": "number", "description": "Seconds since the epoch"},
+      "duration_s": {"type": "number", "minimum": 0},
+      "values": {"type": "object", "additionalProperties": {"type": "number"},
+        "description": "Every name:reduction metric of the op, num_tokens (forward ops), learning_rate (optim_step)"}}},
+  "TrainingRunMetrics": {"type": "object", "required": ["training_run_id", "downsampled", "points"],
+    "properties": {"training_run_id": {"type": "string"}, "downsampled": {"type": "boolean"},
+      "points": {"type": "array", "items": {"$ref": "#/components/schemas/MetricPoint"}}}},
+  "ModelStatus": {"type": "object",
+    "required": ["base_model", "queue_depth", "kv_cache_bytes_used", "kv_cache_bytes_total", "adapters_resident",
+      "snapshots_resident", "tokens_per_s_trained", "tokens_per_s_sampled", "engine_busy_fraction"],
+    "properties": {"base_model": {"type": "string"}, "queue_depth": {"type": "integer", "minimum": 0},
+      "kv_cache_bytes_used": {"type": "integer", "minimum": 0},
+      "kv_cache_bytes_total": {"type": "integer", "minimum": 0},
+      "adapters_resident": {"type": "integer", "minimum": 0},
+      "snapshots_resident": {"type": "integer", "minimum": 0},
+      "tokens_per_s_trained": {"type": "number", "minimum": 0},
+      "tokens_per_s_sampled": {"type": "number", "minimum": 0},
+      "engine_busy_fraction": {"type": "number", "minimum": 0, "maximum": 1}}},
+  "SamplerStatus": {"type": "object",
+    "required": ["sampler_id", "base_model", "requests", "tokens_sampled", "latency_p50_s", "latency_p95_s"],
+    "properties": {"sampler_id": {"type": "string"}, "base_model": {"type": "string"},
+      "requests": {"type": "integer", "minimum": 0}, "tokens_sampled": {"type": "integer", "minimum": 0},
+      "latency_p50_s": {"type": ["number", "null"]}, "latency_p95_s": {"type": ["number", "null"]}}},
+  "SessionStatus": {"type": "object", "required": ["session_id", "age_s", "training_runs", "samplers"],
+    "properties": {"session_id": {"type": "string"}, "age_s": {"type": "number"},
+      "training_runs": {"type": "integer", "minimum": 0}, "samplers": {"type": "integer", "minimum": 0}}},
+  "ServerStatus": {"type": "object",
+    "required": ["version", "uptime_s", "futures_pending", "models", "samplers", "sessions"],
+    "description": "samplers and sessions: the caller's tenant's only",
+    "properties": {"version": {"type": "string"}, "uptime_s": {"type": "number", "minimum": 0},
+      "futures_pending": {"type": "integer", "minimum": 0},
+      "models": {"type": "array", "items": {"$ref": "#/components/schemas/ModelStatus"}},
+      "samplers": {"type": "array", "items": {"$ref": "#/components/schemas/SamplerStatus"}},
+      "sessions": {"type": "array", "items": {"$ref": "#/components/schemas/SessionStatus"}}}}
+})json";
+
+}  // namespace
+
+std::vector<const char *> console_schema_texts() {
+    return {CONSOLE_SCHEMAS};
+}
+
+}  // namespace detail
+
+RouteDoc console_route_doc(const std::string & method_and_pattern) {
+    static const std::map<std::string, RouteDoc> docs = [] {
+        std::map<std::string, RouteDoc> out;
+        RouteDoc metrics =
+            route_doc("console", "A training run's recorded metrics, oldest first", "", "TrainingRunMetrics");
+        metrics.query = {"since_step"};
+        out["GET /api/v1/training_runs/{run_id}/metrics"] = metrics;
+        out["GET /api/v1/server_status"] = route_doc(
+            "console", "Models, queues, KV cache, throughput; the caller's samplers and sessions", "", "ServerStatus");
+        RouteDoc prometheus =
+            route_doc("meta", "Prometheus metrics (text format; labelled by base model)", "", "", KeyCheck::NONE);
+        prometheus.response_media = {"text/plain"};
+        out["GET /metrics"] = prometheus;
+        RouteDoc page = route_doc("console", "The web console (it asks for the API key)", "", "", KeyCheck::NONE);
+        page.response_media = {"text/html"};
+        out["GET /"] = page;
+        RouteDoc asset = route_doc("console", "A static asset of the console", "", "", KeyCheck::NONE);
+        asset.response_media = {"text/javascript", "text/css", "image/svg+xml"};
+        out["GET /console/{asset...}"] = asset;
+        return out;
+    }();
+    auto it = docs.find(method_and_pattern);
+    return it == docs.end() ? RouteDoc{} : it->second;
+}
+
+}  // namespace tinkerd::api

@@ -1,0 +1,159 @@
+// Telemetry: request counters and latency histograms, per-model token totals and rates, per-sampler
+// latency quantiles (the newest LATENCIES_KEPT requests) and counts, and the runs' metric points.
+#include "api/telemetry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "api/json_util.h"
+#include "common/log.h"
+
+namespace tinkerd::api {
+namespace {
+
+// The tensor's elements as doubles when it is a float tensor (weights are), else empty.
+std::vector<double> float_values(const engine::HostTensor & t) {
+    std::vector<double> out;
+    if (t.dtype == model::DType::F32) {
+        out.resize(t.bytes.size() / sizeof(float));
+        for (size_t i = 0; i < out.size(); ++i) {
+            float v = 0;
+            std::memcpy(&v, t.bytes.data() + i * sizeof(float), sizeof(float));
+            out[i] = v;
+        }
+    } else if (t.dtype == model::DType::F64) {
+        out.resize(t.bytes.size() / sizeof(double));
+        std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(double));
+    }
+    return out;
+}
+
+// The value at quantile q (0..1) of unsorted samples, by the nearest-rank method.
+double quantile(std::vector<double> samples, double q) {
+    std::sort(samples.begin(), samples.end());
+    const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(samples.size())));
+    return samples[std::min(samples.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+}  // namespace
+
+int64_t loss_bearing_tokens(const engine::Datum & datum) {
+    auto targets = datum.loss_inputs.find("target_tokens");
+    const int64_t positions = targets != datum.loss_inputs.end() && !targets->second.shape.empty()
+                                  ? targets->second.shape[0]
+                                  : static_cast<int64_t>(datum.tokens.size());
+    auto weights = datum.loss_inputs.find("weights");
+    if (weights == datum.loss_inputs.end() || weights->second.shape.empty()) {
+        return positions;
+    }
+    const std::vector<double> values = float_values(weights->second);
+    const int64_t rows = weights->second.shape[0];
+    if (values.empty() || rows <= 0) {
+        return positions;
+    }
+    const size_t per_row = values.size() / static_cast<size_t>(rows);  // [N] or [N, K]
+    int64_t bearing = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto first = values.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * per_row);
+        bearing += std::any_of(first, first + static_cast<std::ptrdiff_t>(per_row), [](double w) { return w > 0; });
+    }
+    return bearing;
+}
+
+Telemetry::Telemetry(store::Database & db, int64_t max_points_per_op)
+    : db_(db), max_points_per_op_(max_points_per_op), started_at_(now_seconds()) {}
+
+void Telemetry::observe_request(const std::string & method, const std::string & route, int status, double seconds) {
+    std::lock_guard lock(mutex_);
+    RouteStats & stats = routes_[{method, route, status}];
+    if (stats.count == 0) {
+        stats.method = method;
+        stats.route = route;
+        stats.status = status;
+    }
+    stats.count++;
+    stats.sum_seconds += seconds;
+    for (size_t i = 0; i < LATENCY_BUCKETS.size(); ++i) {
+        if (seconds <= LATENCY_BUCKETS[i]) {
+            stats.bucket_counts[i]++;
+            break;
+        }
+    }
+}
+
+std::vector<RouteStats> Telemetry::routes() const {
+    std::lock_guard lock(mutex_);
+    std::vector<RouteStats> out;
+    out.reserve(routes_.size());
+    for (const auto & [key, stats] : routes_) {
+        out.push_back(stats);
+    }
+    return out;
+}
+
+void Telemetry::record_training_op(const store::MetricPoint & point, const std::string & base_model,
+                                   int64_t input_tokens) {
+    if (auto recorded = db_.record_metric_point(point, max_points_per_op_); !recorded.ok()) {
+        LOG_WRN("api", "cannot record a %s metric point of %s: %s", point.op.c_str(), point.run_id.c_str(),
+                recorded.error().message.c_str());
+    }
+    if (point.op != "forward_backward") {
+        return;
+    }
+    std::lock_guard lock(mutex_);
+    ModelCounters & model = models_[base_model];
+    model.totals.tokens_trained += input_tokens;
+    model.trained.add(point.time, static_cast<double>(input_tokens));
+}
+
+ModelActivity Telemetry::model_activity(const std::string & base_model) const {
+    const double now = now_seconds();
+    std::lock_guard lock(mutex_);
+    auto it = models_.find(base_model);
+    if (it == models_.end()) {
+        return {};
+    }
+    ModelActivity out = it->second.totals;
+    out.trained_per_s = it->second.trained.rate(now, now - started_at_);
+    out.sampled_per_s = it->second.sampled.rate(now, now - started_at_);
+    return out;
+}
+
+void Telemetry::record_sample(const SampleUsage & usage) {
+    const double now = now_seconds();
+    {
+        std::lock_guard lock(mutex_);
+        ModelCounters & model = models_[usage.base_model];
+        model.totals.tokens_sampled += usage.tokens;
+        model.totals.sample_requests++;
+        model.sampled.add(now, static_cast<double>(usage.tokens));
+        std::deque<double> & latencies = latencies_[{usage.tenant, usage.sampler_id}];
+        if (usage.ok) {
+            latencies.push_back(usage.latency_s);
+        }
+        while (latencies.size() > LATENCIES_KEPT) {
+            latencies.pop_front();
+        }
+    }
+    store::SamplerUsageRow delta{usage.sampler_id, usage.tenant, usage.base_model, 1, usage.tokens, now};
+    if (auto added = db_.add_sampler_usage(delta); !added.ok()) {
+        LOG_WRN("api", "cannot record the usage of sampler %s: %s", usage.sampler_id.c_str(),
+                added.error().message.c_str());
+    }
+}
+
+SamplerLatency Telemetry::sampler_latency(const std::string & tenant, const std::string & sampler_id) const {
+    std::vector<double> samples;
+    {
+        std::lock_guard lock(mutex_);
+        auto it = latencies_.find({tenant, sampler_id});
+        if (it == latencies_.end() || it->second.empty()) {
+            return {};
+        }
+        samples.assign(it->second.begin(), it->second.end());
+    }
+    return SamplerLatency{quantile(samples, 0.5), quantile(samples, 0.95)};
+}
+
+}  // namespace tinkerd::api

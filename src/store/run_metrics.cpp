@@ -1,0 +1,209 @@
+// Database: the console's metrics tables (migration 3). run_metrics holds one point per completed training
+// op, bounded per (run, op) by thinning the oldest half in merged pairs; sampler_usage holds per-sampler
+// request and token counts. Every call is one transaction under the connection's mutex.
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "store/database.h"
+#include "store/database_impl.h"
+
+namespace tinkerd::store {
+namespace {
+
+using Lock = std::lock_guard<std::mutex>;
+using json = nlohmann::json;
+
+constexpr int64_t MIN_POINTS_PER_OP = 4;  // below this, thinning would merge the newest points too
+
+#define TINKERD_METRIC_COLUMNS "point_id, run_id, op, step, time, duration_s, values_json, merged"
+
+struct StoredPoint {
+    int64_t point_id = 0;
+    MetricPoint point;
+};
+
+std::string values_json(const std::map<std::string, double> & values) {
+    json out = json::object();
+    for (const auto & [name, value] : values) {
+        if (std::isfinite(value)) {  // JSON has no NaN / Inf
+            out[name] = value;
+        }
+    }
+    return out.dump();
+}
+
+std::map<std::string, double> parse_values(const std::string & text) {
+    std::map<std::string, double> values;
+    const json parsed = json::parse(text, nullptr, false);
+    if (!parsed.is_object()) {
+        return values;
+    }
+    for (const auto & [name, value] : parsed.items()) {
+        if (value.is_number()) {
+            values[name] = value.get<double>();
+        }
+    }
+    return values;
+}
+
+StoredPoint read_point(const Statement & stmt) {
+    StoredPoint stored;
+    stored.point_id = stmt.integer(0);
+    stored.point.run_id = stmt.text(1);
+    stored.point.op = stmt.text(2);
+    stored.point.step = stmt.integer(3);
+    stored.point.time = stmt.real(4);
+    stored.point.duration_s = stmt.real(5);
+    stored.point.values = parse_values(stmt.text(6));
+    stored.point.merged = stmt.integer(7);
+    return stored;
+}
+
+// Two neighbours as one point: the later one's step and time; durations and values averaged, weighted
+// by how many ops each stands for (a value only one of them has is kept as it is).
+MetricPoint merge_points(const MetricPoint & older, const MetricPoint & newer) {
+    MetricPoint out = newer;
+    const double w_old = static_cast<double>(older.merged);
+    const double w_new = static_cast<double>(newer.merged);
+    out.merged = older.merged + newer.merged;
+    out.duration_s = (older.duration_s * w_old + newer.duration_s * w_new) / (w_old + w_new);
+    for (const auto & [name, value] : older.values) {
+        auto it = out.values.find(name);
+        out.values[name] = it == out.values.end() ? value : (value * w_old + it->second * w_new) / (w_old + w_new);
+    }
+    return out;
+}
+
+Result<void> insert_point(sqlite3 * db, const MetricPoint & p) {
+    auto stmt = Statement::prepare(db,
+                                   "INSERT INTO run_metrics (run_id, op, step, time, duration_s, values_json, merged)"
+                                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                   "record_metric_point");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, p.run_id).bind_text(2, p.op).bind_int(3, p.step).bind_double(4, p.time);
+    stmt->bind_double(5, std::isfinite(p.duration_s) ? p.duration_s : 0.0);
+    stmt->bind_text(6, values_json(p.values)).bind_int(7, std::max<int64_t>(p.merged, 1));
+    TRY_STATUS(stmt->run());
+    return {};
+}
+
+// Each pair (older, newer) becomes one row: the newer one updated with the merge, the older one deleted.
+Result<void> merge_pairs(sqlite3 * db, const std::vector<StoredPoint> & points) {
+    auto update = Statement::prepare(db,
+                                     "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
+                                     " WHERE point_id = ?1",
+                                     "merge metric points");
+    auto remove = Statement::prepare(db, "DELETE FROM run_metrics WHERE point_id = ?1", "drop merged metric point");
+    TRY_STATUS(update);
+    TRY_STATUS(remove);
+    for (size_t i = 0; i + 1 < points.size(); i += 2) {
+        const MetricPoint merged = merge_points(points[i].point, points[i + 1].point);
+        update->reset();
+        update->bind_int(1, points[i + 1].point_id).bind_double(2, merged.duration_s);
+        update->bind_text(3, values_json(merged.values)).bind_int(4, merged.merged);
+        TRY_STATUS(update->run());
+        remove->reset();
+        TRY_STATUS(remove->bind_int(1, points[i].point_id).run());
+    }
+    return {};
+}
+
+// When (run, op) holds more than `max_points` points: its oldest half (an even number) becomes half as
+// many points, each pair merged into its newer member. Repeated thinning makes old history coarser.
+Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::string & op, int64_t max_points) {
+    auto count =
+        Statement::prepare(db, "SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
+    TRY_STATUS(count);
+    count->bind_text(1, run_id).bind_text(2, op);
+    Result<int64_t> n = count_of(*count);
+    TRY_STATUS(n);
+    if (*n <= max_points) {
+        return {};
+    }
+    auto oldest = Statement::prepare(db,
+                                     "SELECT " TINKERD_METRIC_COLUMNS
+                                     " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
+                                     " ORDER BY time, point_id LIMIT ?3",
+                                     "oldest metric points");
+    TRY_STATUS(oldest);
+    oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
+    auto points = collect<StoredPoint>(*oldest, read_point);
+    TRY_STATUS(points);
+    return merge_pairs(db, *points);
+}
+
+}  // namespace
+
+Result<void> Database::record_metric_point(const MetricPoint & point, int64_t max_points_per_op) {
+    Lock lock(impl_->mutex);
+    TRY_STATUS(exec_sql(impl_->db, "BEGIN IMMEDIATE", "begin record_metric_point"));
+    Result<void> done = insert_point(impl_->db, point);
+    if (done.ok()) {
+        done = thin_if_over(impl_->db, point.run_id, point.op, std::max(max_points_per_op, MIN_POINTS_PER_OP));
+    }
+    if (!done.ok()) {
+        (void)exec_sql(impl_->db, "ROLLBACK", "rollback record_metric_point");
+        return done;
+    }
+    return exec_sql(impl_->db, "COMMIT", "commit record_metric_point");
+}
+
+Result<std::vector<MetricPoint>> Database::metric_points(const std::string & run_id, int64_t since_step) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare("SELECT " TINKERD_METRIC_COLUMNS
+                               " FROM run_metrics WHERE run_id = ?1 AND step >= ?2"
+                               " ORDER BY time, point_id",
+                               "metric_points");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, run_id).bind_int(2, since_step);
+    auto stored = collect<StoredPoint>(*stmt, read_point);
+    TRY_STATUS(stored);
+    std::vector<MetricPoint> points;
+    points.reserve(stored->size());
+    for (auto & s : *stored) {
+        points.push_back(std::move(s.point));
+    }
+    return points;
+}
+
+Result<bool> Database::metrics_downsampled(const std::string & run_id) {
+    Lock lock(impl_->mutex);
+    auto stmt =
+        impl_->prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND merged > 1", "metrics_downsampled");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, run_id);
+    Result<int64_t> n = count_of(*stmt);
+    TRY_STATUS(n);
+    return *n > 0;
+}
+
+Result<void> Database::add_sampler_usage(const SamplerUsageRow & delta) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare(
+        "INSERT INTO sampler_usage (sampler_id, tenant, base_model, requests, tokens_sampled, last_used)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, sampler_id) DO UPDATE SET"
+        " requests = requests + excluded.requests, tokens_sampled = tokens_sampled + excluded.tokens_sampled,"
+        " last_used = excluded.last_used, base_model = excluded.base_model",
+        "add_sampler_usage");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, delta.sampler_id).bind_text(2, delta.tenant).bind_text(3, delta.base_model);
+    stmt->bind_int(4, delta.requests).bind_int(5, delta.tokens_sampled).bind_double(6, delta.last_used);
+    TRY_STATUS(stmt->run());
+    return {};
+}
+
+Result<std::vector<SamplerUsageRow>> Database::sampler_usage(const std::string & tenant) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare(
+        "SELECT sampler_id, tenant, base_model, requests, tokens_sampled, last_used"
+        " FROM sampler_usage WHERE ?1 = '' OR tenant = ?1 ORDER BY last_used DESC",
+        "sampler_usage");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, tenant);
+    return collect<SamplerUsageRow>(*stmt, [](const Statement & s) {
+        return SamplerUsageRow{s.text(0), s.text(1), s.text(2), s.integer(3), s.integer(4), s.real(5)};
+    });
+}
+
+}  // namespace tinkerd::store

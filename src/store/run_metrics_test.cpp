@@ -1,0 +1,134 @@
+// Unit tests for the metrics tables (store/run_metrics.cpp): points read back in time order and filtered
+// by step, kept across a reopen of the file, thinned to the per-op bound with every op still counted
+// and weighted means preserved, and sampler usage summed per (tenant, sampler) across a reopen.
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <stdlib.h>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "store/database.h"
+
+namespace tinkerd::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunMetricsTest : public testing::Test {
+  protected:
+    void SetUp() override {
+        std::string pattern = (fs::path(testing::TempDir()) / "run_metrics_test_XXXXXX").string();
+        ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+        dir_ = pattern;
+        reopen();
+    }
+    void TearDown() override {
+        db_.reset();
+        fs::remove_all(dir_);
+    }
+    void reopen() {
+        db_.reset();
+        auto db = Database::open((dir_ / "tinkerd.db").string());
+        ASSERT_TRUE(db.ok()) << db.error().message;
+        db_ = std::move(db.value());
+    }
+    void record(const std::string & op, int64_t step, double time, double loss, int64_t max_points = 1000) {
+        MetricPoint p;
+        p.run_id = "run-1";
+        p.op = op;
+        p.step = step;
+        p.time = time;
+        p.duration_s = 0.5;
+        p.values = {{"loss:sum", loss}, {"num_tokens", 10.0}};
+        auto done = db_->record_metric_point(p, max_points);
+        ASSERT_TRUE(done.ok()) << done.error().message;
+    }
+    std::vector<MetricPoint> points(int64_t since_step = 0) {
+        auto got = db_->metric_points("run-1", since_step);
+        EXPECT_TRUE(got.ok()) << got.error().message;
+        return got.ok() ? *got : std::vector<MetricPoint>{};
+    }
+
+    fs::path dir_;
+    std::unique_ptr<Database> db_;
+};
+
+TEST_F(RunMetricsTest, PointsComeBackInTimeOrderAfterReopen) {
+    record("forward_backward", 0, 10.0, 3.0);
+    record("optim_step", 1, 11.0, 0.0);
+    record("forward_backward", 1, 12.0, 2.5);
+    reopen();  // nothing is lost on restart
+    auto all = points();
+    ASSERT_EQ(all.size(), 3u);
+    EXPECT_EQ(all[0].op, "forward_backward");
+    EXPECT_EQ(all[1].op, "optim_step");
+    EXPECT_EQ(all[2].step, 1);
+    EXPECT_DOUBLE_EQ(all[2].values.at("loss:sum"), 2.5);
+    EXPECT_DOUBLE_EQ(all[2].values.at("num_tokens"), 10.0);
+    EXPECT_DOUBLE_EQ(all[0].duration_s, 0.5);
+    EXPECT_EQ(points(1).size(), 2u);  // since_step
+    EXPECT_TRUE(db_->metric_points("other-run", 0)->empty());
+    EXPECT_FALSE(db_->metrics_downsampled("run-1").value());
+}
+
+TEST_F(RunMetricsTest, NonFiniteValuesAreLeftOut) {
+    MetricPoint p;
+    p.run_id = "run-1";
+    p.op = "forward";
+    p.values = {{"loss:sum", std::nan("")}, {"num_tokens", 4.0}};
+    ASSERT_TRUE(db_->record_metric_point(p, 100).ok());
+    auto all = points();
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].values.count("loss:sum"), 0u);
+    EXPECT_DOUBLE_EQ(all[0].values.at("num_tokens"), 4.0);
+}
+
+TEST_F(RunMetricsTest, DownsamplingKeepsTheBoundAndTheWeightedMean) {
+    const int64_t bound = 8;
+    double sum = 0;
+    for (int i = 0; i < 40; i++) {
+        record("forward_backward", i, 100.0 + i, static_cast<double>(i), bound);
+        sum += i;
+        record("optim_step", i + 1, 100.5 + i, 0.0, bound);
+    }
+    auto all = points();
+    int64_t fb_points = 0;
+    int64_t fb_ops = 0;
+    double weighted = 0;
+    double last_time = 0;
+    for (const auto & p : all) {
+        EXPECT_GE(p.time, last_time);  // still in time order
+        last_time = p.time;
+        if (p.op == "forward_backward") {
+            fb_points++;
+            fb_ops += p.merged;
+            weighted += p.values.at("loss:sum") * static_cast<double>(p.merged);
+        }
+    }
+    EXPECT_LE(fb_points, bound);
+    EXPECT_GE(fb_points, bound / 2);
+    EXPECT_EQ(fb_ops, 40);             // every op is still counted once
+    EXPECT_NEAR(weighted, sum, 1e-9);  // merging averages, it does not lose mass
+    EXPECT_EQ(all.back().step, 40);    // the newest points are never merged
+    EXPECT_EQ(all.back().merged, 1);
+    EXPECT_TRUE(db_->metrics_downsampled("run-1").value());
+}
+
+TEST_F(RunMetricsTest, SamplerUsageSumsPerTenantAndSurvivesReopen) {
+    ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "alice", "base", 1, 10, 5.0}).ok());
+    ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "alice", "base", 2, 7, 6.0}).ok());
+    ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "bob", "base", 1, 1, 7.0}).ok());
+    reopen();
+    auto alice = db_->sampler_usage("alice");
+    ASSERT_TRUE(alice.ok());
+    ASSERT_EQ(alice->size(), 1u);
+    EXPECT_EQ((*alice)[0].requests, 3);
+    EXPECT_EQ((*alice)[0].tokens_sampled, 17);
+    EXPECT_DOUBLE_EQ((*alice)[0].last_used, 6.0);
+    EXPECT_EQ(db_->sampler_usage("")->size(), 2u);
+}
+
+}  // namespace
+}  // namespace tinkerd::store
