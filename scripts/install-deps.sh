@@ -18,6 +18,8 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   # the console's browser tests (e2e): Debian's chromium driven headless through chromedriver
   chromium chromium-driver fonts-dejavu-core
+  # data-parallel training (src/dist): Gloo's headers, which the torch wheel's c10d headers include
+  libgloo-dev
 )
 
 missing=()

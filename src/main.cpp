@@ -13,6 +13,7 @@
 
 #include "api/app.h"
 #include "common/log.h"
+#include "dist/launch.h"
 #include "engine/engine.h"
 #include "gguf/convert.h"
 #include "http/server.h"
@@ -47,6 +48,7 @@ struct Flags {
     double snapshot_ttl_seconds = 3600;
     long long snapshot_disk_mib = 10240;
     long long max_metric_points = 2000;
+    tinkerd::dist::DistFlags dist;
 };
 
 const char * USAGE =
@@ -59,6 +61,7 @@ const char * USAGE =
     "               [--disk-reserve-mib N]\n"
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
     "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N] [--max-metric-points N]\n"
+    "               [--dp N | --dist-init tcp://HOST:PORT --rank R --world-size W] [--dist-timeout-seconds S]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -101,9 +104,23 @@ const char * USAGE =
     "                     (default 10240)\n"
     "  --max-metric-points  recorded metric points kept per training run and op (forward_backward,\n"
     "                     forward, optim_step); beyond it the oldest half is thinned by merging\n"
-    "                     neighbours (docs/console.md; default 2000, at least 4)\n";
+    "                     neighbours (docs/console.md; default 2000, at least 4)\n"
+    "  --dp N             data-parallel training on N processes of this machine: this one serves HTTP and\n"
+    "                     samples, N-1 copies it starts run their share of each forward_backward (split by\n"
+    "                     tokens, LoRA gradients all-reduced over Gloo); each gets cores/N threads (default 1)\n"
+    "  --dist-init tcp://HOST:PORT --rank R --world-size W  the same group over several machines: rank 0\n"
+    "                     (HOST is its address) serves HTTP, every other rank runs `tinkerd` with the same\n"
+    "                     --model flags and its own --rank\n"
+    "  --dist-timeout-seconds  limit of each collective; a rank gone or stuck fails the op (default 300)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
+    std::string dist_error;
+    if (tinkerd::dist::parse_dist_flag(flag, value, flags.dist, dist_error)) {
+        if (!dist_error.empty()) {
+            std::fprintf(stderr, "%s\n", dist_error.c_str());
+        }
+        return dist_error.empty();
+    }
     if (flag == "--model") {
         const auto eq = value.find('=');
         if (eq == 0 || (eq != std::string::npos && eq + 1 == value.size())) {
@@ -185,6 +202,11 @@ bool parse_flags(int argc, char ** argv, Flags & flags) {
                      "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1, "
                      "--snapshot-ttl-seconds, --snapshot-disk-mib and --disk-reserve-mib >= 0, "
                      "--max-metric-points >= 4\n");
+        return false;
+    }
+    auto dist = tinkerd::dist::finish_dist_flags(flags.dist);
+    if (!dist.ok()) {
+        std::fprintf(stderr, "error: %s\n", dist.error().message.c_str());
         return false;
     }
     return true;
@@ -373,7 +395,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     tinkerd::engine::EngineOptions engine_options;
-    engine_options.n_threads = flags.threads;
+    engine_options.n_threads = tinkerd::dist::threads_per_process(flags.threads, flags.dist);
     engine_options.device = flags.device;
     engine_options.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
     if (!parse_dtype(flags.dtype, engine_options.dtype)) {
@@ -385,6 +407,14 @@ int main(int argc, char ** argv) {
         flags.data_dir = std::string(home ? home : ".") + "/.local/share/tinkerd";
     }
     tinkerd::wire::route_protobuf_logs_to_debug();
+    if (flags.dist.follower()) {  // a rank > 0 of a data-parallel group: no HTTP, no database
+        tinkerd::dist::pin_to_share(flags.dist);
+        EngineList engines;
+        if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
+            return 1;
+        }
+        return tinkerd::dist::run_follower_process(engines, flags.dist);
+    }
     tinkerd::api::Auth auth;
     if (!flags.api_keys_file.empty()) {
         auto loaded = tinkerd::api::Auth::from_file(flags.api_keys_file);
@@ -402,8 +432,29 @@ int main(int argc, char ** argv) {
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     EngineList engines;
-    if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
+    if (!resolve_model_dirs(flags)) {
         return 1;
     }
-    return serve(flags, engines, std::move(auth), signals);
+    if (flags.dist.dp > 1) {
+        auto started = tinkerd::dist::start_local_followers(argc, argv, flags.dist);
+        if (!started.ok()) {
+            LOG_ERR("main", "%s", started.error().message.c_str());
+            return 1;
+        }
+        tinkerd::dist::pin_to_share(flags.dist);  // after the fork: the followers take their own slices
+    }
+    if (!load_engines(flags, engine_options, engines)) {
+        return 1;
+    }
+    if (flags.dist.enabled()) {
+        auto wrapped = tinkerd::dist::wrap_engines(engines, flags.dist);
+        if (!wrapped.ok()) {
+            LOG_ERR("main", "%s", wrapped.error().message.c_str());
+            return 1;
+        }
+    }
+    const int code = serve(flags, engines, std::move(auth), signals);
+    engines.clear();  // tells the followers to stop
+    tinkerd::dist::reap_local_followers();
+    return code;
 }

@@ -190,6 +190,30 @@ Result<std::map<std::string, HostTensor>> EngineImpl::export_gradients(AdapterId
     return out;
 }
 
+Result<void> EngineImpl::check_forward_backward_input(const ForwardBackwardInput & input, bool backward) {
+    auto loss = validate_input(input, backward);
+    if (!loss.ok()) {
+        return loss.error();
+    }
+    return {};
+}
+
+Result<void> EngineImpl::visit_gradients(AdapterId id, const std::function<void(float * data, int64_t count)> & visit) {
+    auto adapter = find_adapter(id);
+    if (!adapter.ok()) {
+        return adapter.error();
+    }
+    torch::NoGradGuard no_grad;
+    torch::Tensor & flat = (*adapter)->flat_grads;  // [N]
+    const bool in_place = flat.device().is_cpu() && flat.scalar_type() == torch::kFloat32 && flat.is_contiguous();
+    torch::Tensor host = in_place ? flat : flat.to(torch::kCPU, torch::kFloat32).contiguous();  // [N]
+    visit(host.data_ptr<float>(), host.numel());
+    if (!in_place) {
+        flat.copy_(host);
+    }
+    return {};
+}
+
 // Finds key with the given shape in tensors, or names what is wrong.
 static Result<torch::Tensor> lookup_import(const std::map<std::string, HostTensor> & tensors, const std::string & key,
                                            const torch::Tensor & like) {

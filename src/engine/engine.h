@@ -169,6 +169,22 @@ class Engine {
     // The adapter's accumulated gradients, PEFT-named (for tests and debugging).
     virtual Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const = 0;
 
+    // The checks forward_backward makes on one input before running it (adapter, loss, tokens, loss
+    // inputs); nothing changes. The data-parallel engine (dist/) refuses a bad input before sharding it.
+    virtual Result<void> check_forward_backward_input(const ForwardBackwardInput & input, bool backward) {
+        (void)input;
+        (void)backward;
+        return {};
+    }
+    // The adapter's accumulated gradients as ONE flat fp32 host buffer [count] (every parameter back to
+    // back, in the same order on every engine with the same model and spec), read and written in place by
+    // `visit` (dist/'s gradient all-reduce). A buffer on a device or in fp64 is copied out and back.
+    virtual Result<void> visit_gradients(AdapterId id, const std::function<void(float * data, int64_t count)> & visit) {
+        (void)id;
+        (void)visit;
+        return unsupported("this engine does not expose its gradient buffer");
+    }
+
     // Continuous batching. sample_submit validates a request and queues it; each sample_step admits
     // queued requests while the KV budget allows (one batched prefill), then runs ONE decode step over
     // every live sequence of every request (rows of different adapters and of the base model share it),

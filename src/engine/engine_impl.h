@@ -31,6 +31,8 @@ class EngineImpl final : public Engine {
     Result<void> import_adapter(AdapterId id, const std::map<std::string, HostTensor> & tensors,
                                 bool with_optimizer) override;
     Result<std::map<std::string, HostTensor>> export_gradients(AdapterId id) const override;
+    Result<void> check_forward_backward_input(const ForwardBackwardInput & input, bool backward) override;
+    Result<void> visit_gradients(AdapterId id, const std::function<void(float * data, int64_t count)> & visit) override;
     Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) override;
     Result<SampleHandle> sample_submit(SampleRequest request) override;
     std::vector<FinishedSample> sample_step() override { return sampling_.step(); }

@@ -139,6 +139,11 @@ class Server:
         except OSError:
             pass
 
+    def child_pids(self):
+        """The server's child processes (the followers `--dp` started)."""
+        with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
+            return [int(p) for p in f.read().split()]
+
     def tail(self, lines=60):
         try:
             with open(self.log_path, "rb") as f:

@@ -1,0 +1,301 @@
+// Data-parallel exactness: groups of 1, 2 and 3 processes on loopback (this binary re-executed as the
+// follower ranks) against one plain engine on the same tiny model: the same per-token logprobs, losses
+// and LoRA gradients (<= 1e-5 relative, fp32) for a mixed batch of two adapters (two runs' ops, whose
+// gradients must not mix), the same weights after optim_step, a bad input refused alone, and overflowing
+// gradients on one rank failing their adapter with its earlier gradients restored. Also the split itself.
+#include <cmath>
+#include <csignal>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "dist/distributed_engine.h"
+#include "dist/shard.h"
+#include "engine/test_models.h"
+
+extern char ** environ;
+
+namespace tinkerd::dist {
+namespace {
+
+using engine::AdapterId;
+using engine::ForwardBackwardInput;
+using engine::HostTensor;
+
+std::string g_self;  // this binary
+
+std::unique_ptr<engine::Engine> load_engine(const std::string & dir) {
+    engine::EngineOptions options;
+    options.dtype = engine::ComputeDType::FP32;
+    options.n_threads = 1;
+    auto loaded = engine::Engine::load(dir, options);
+    if (!loaded.ok()) {
+        throw std::runtime_error(loaded.error().message);
+    }
+    return std::move(loaded).value();
+}
+
+// Datums of several lengths, weighted cross-entropy; `shift` makes the two runs' data differ.
+ForwardBackwardInput make_input(AdapterId adapter, int n_datums, int shift) {
+    ForwardBackwardInput input;
+    input.adapter = adapter;
+    for (int d = 0; d < n_datums; ++d) {
+        const int n = 3 + (d * 5 + shift) % 9;
+        engine::Datum datum;
+        std::vector<int64_t> targets;
+        std::vector<float> weights;
+        for (int t = 0; t < n; ++t) {
+            datum.tokens.push_back((t * 7 + d * 3 + shift) % 50);
+            targets.push_back((t * 11 + d + shift) % 50);
+            weights.push_back(t == 0 ? 0.0f : 1.0f);
+        }
+        datum.loss_inputs["target_tokens"] = engine::make_host_tensor_i64({n}, targets);
+        datum.loss_inputs["weights"] = engine::make_host_tensor_f32({n}, weights);
+        input.datums.push_back(std::move(datum));
+    }
+    return input;
+}
+
+// ||a - b|| / ||b|| over every element of two PEFT-named tensor maps.
+double relative_difference(const std::map<std::string, HostTensor> & a, const std::map<std::string, HostTensor> & b) {
+    double diff = 0, norm = 0;
+    EXPECT_EQ(a.size(), b.size());
+    for (const auto & [name, tensor] : b) {
+        const auto x = engine::host_tensor_values(a.at(name));
+        const auto y = engine::host_tensor_values(tensor);
+        EXPECT_EQ(x.size(), y.size()) << name;
+        for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+            diff += (x[i] - y[i]) * (x[i] - y[i]);
+            norm += y[i] * y[i];
+        }
+    }
+    EXPECT_GT(norm, 0.0) << "all-zero reference: the test would not see a difference";
+    return std::sqrt(diff / norm);
+}
+
+// A group of `world` processes: this one as rank 0 (a DistributedEngine) and world-1 spawned followers.
+class Group {
+  public:
+    Group(const std::string & model_dir, int world) {
+        const std::string init = "file://" + dir_.file("store");
+        for (int r = 1; r < world; ++r) {
+            std::vector<std::string> args = {g_self, "--follower",          std::to_string(r),
+                                             init,   std::to_string(world), model_dir};
+            std::vector<char *> argv;
+            for (auto & a : args) {
+                argv.push_back(a.data());
+            }
+            argv.push_back(nullptr);
+            pid_t pid = 0;
+            if (posix_spawn(&pid, g_self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+                throw std::runtime_error("posix_spawn failed");
+            }
+            pids_.push_back(pid);
+        }
+        GroupOptions options{init, 0, world, "model0", std::chrono::milliseconds(60000)};
+        auto group = DataParallelGroup::join(options);
+        if (!group.ok()) {
+            throw std::runtime_error(group.error().message);
+        }
+        engine_ = std::make_unique<DistributedEngine>(load_engine(model_dir), std::move(group).value());
+    }
+    ~Group() {
+        engine_.reset();  // STOP
+        for (pid_t pid : pids_) {
+            int status = 0;
+            waitpid(pid, &status, 0);
+            EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a follower failed";
+        }
+    }
+    DistributedEngine & engine() { return *engine_; }
+
+  private:
+    testing::ScopedTempDir dir_{"dist_test"};
+    std::vector<pid_t> pids_;
+    std::unique_ptr<DistributedEngine> engine_;
+};
+
+class DataParallel : public ::testing::TestWithParam<int> {
+  protected:
+    void SetUp() override {
+        testing::write_tiny_model(model_.path(), testing::TinyFamily::QWEN3, model::DType::F32, 5);
+    }
+    testing::ScopedTempDir model_{"dist_model"};
+};
+
+engine::LoraSpec spec_with_seed(uint64_t seed) {
+    engine::LoraSpec spec;
+    spec.rank = 4;
+    spec.alpha = 8;
+    spec.seed = seed;
+    return spec;
+}
+
+void expect_same_outputs(const std::vector<Result<engine::ForwardBackwardOutput>> & got,
+                         const std::vector<Result<engine::ForwardBackwardOutput>> & want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_TRUE(got[i].ok() && want[i].ok()) << (got[i].ok() ? "" : got[i].error().message);
+        const double loss = want[i]->metrics.at("loss:sum");
+        EXPECT_NEAR(got[i]->metrics.at("loss:sum"), loss, 1e-5 * std::abs(loss)) << "input " << i;
+        ASSERT_EQ(got[i]->logprobs.size(), want[i]->logprobs.size());
+        for (size_t d = 0; d < want[i]->logprobs.size(); ++d) {
+            const auto x = engine::host_tensor_values(got[i]->logprobs[d]);
+            const auto y = engine::host_tensor_values(want[i]->logprobs[d]);
+            ASSERT_EQ(x.size(), y.size());
+            for (size_t t = 0; t < y.size(); ++t) {
+                EXPECT_NEAR(x[t], y[t], 1e-5 * std::max(1.0, std::abs(y[t]))) << i << "/" << d << "/" << t;
+            }
+        }
+    }
+}
+
+TEST_P(DataParallel, MixedBatchMatchesOneProcessThroughTwoSteps) {
+    auto reference = load_engine(model_.path());
+    Group group(model_.path(), GetParam());
+    engine::Engine & dp = group.engine();
+    std::vector<AdapterId> ref_ids, dp_ids;
+    for (uint64_t seed : {11u, 12u}) {
+        ref_ids.push_back(reference->create_adapter(spec_with_seed(seed)).value());
+        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
+    }
+    engine::AdamParams adam;
+    adam.learning_rate = 0.05;
+    for (int step = 0; step < 2; ++step) {
+        auto batch = [&](const std::vector<AdapterId> & ids) {
+            return std::vector<ForwardBackwardInput>{make_input(ids[0], 5, step), make_input(ids[1], 3, 7 + step)};
+        };
+        expect_same_outputs(dp.forward_backward(batch(dp_ids), true),
+                            reference->forward_backward(batch(ref_ids), true));
+        for (size_t a = 0; a < 2; ++a) {
+            EXPECT_LE(relative_difference(dp.export_gradients(dp_ids[a]).value(),
+                                          reference->export_gradients(ref_ids[a]).value()),
+                      1e-5)
+                << "adapter " << a << " step " << step;
+            ASSERT_TRUE(dp.optim_step(dp_ids[a], adam).ok());
+            ASSERT_TRUE(reference->optim_step(ref_ids[a], adam).ok());
+            EXPECT_LE(relative_difference(dp.export_adapter(dp_ids[a], true).value(),
+                                          reference->export_adapter(ref_ids[a], true).value()),
+                      1e-5);
+        }
+    }
+    // Forward only, after the steps: the followers' replicas took the same steps as rank 0.
+    expect_same_outputs(dp.forward_backward({make_input(dp_ids[1], 4, 3)}, false),
+                        reference->forward_backward({make_input(ref_ids[1], 4, 3)}, false));
+}
+
+TEST_P(DataParallel, BadInputIsRefusedAloneAndChangesNothing) {
+    auto reference = load_engine(model_.path());
+    Group group(model_.path(), GetParam());
+    engine::Engine & dp = group.engine();
+    const AdapterId id = dp.create_adapter(spec_with_seed(3)).value();
+    const AdapterId ref_id = reference->create_adapter(spec_with_seed(3)).value();
+    auto bad = make_input(id, 2, 0);
+    bad.datums[1].tokens[0] = 100000;
+    auto results = dp.forward_backward({bad, make_input(id, 4, 1)}, true);
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_FALSE(results[0].ok());
+    EXPECT_NE(results[0].error().message.find("outside the vocabulary"), std::string::npos);
+    EXPECT_TRUE(results[1].ok());
+    ASSERT_TRUE(reference->forward_backward({make_input(ref_id, 4, 1)}, true)[0].ok());
+    EXPECT_LE(relative_difference(dp.export_gradients(id).value(), reference->export_gradients(ref_id).value()), 1e-5)
+        << "only the good input's gradients were kept";
+    auto unknown = dp.forward_backward({make_input(999, 2, 0)}, true);
+    EXPECT_FALSE(unknown[0].ok());
+}
+
+// An input whose gradients overflow on one rank fails as a whole (its other parts succeeded elsewhere)
+// and its adapter keeps the gradients it had; the other adapter of the batch trains as in one process.
+TEST_P(DataParallel, NonFiniteGradientsFailTheirAdapterAndRestoreItsGradients) {
+    auto reference = load_engine(model_.path());
+    Group group(model_.path(), GetParam());
+    engine::Engine & dp = group.engine();
+    std::vector<AdapterId> ref_ids, dp_ids;
+    for (uint64_t seed : {21u, 22u}) {
+        ref_ids.push_back(reference->create_adapter(spec_with_seed(seed)).value());
+        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
+    }
+    auto batch = [&](const std::vector<AdapterId> & ids, bool overflow) {
+        std::vector<ForwardBackwardInput> inputs = {make_input(ids[0], 3, 1), make_input(ids[1], 2, 4)};
+        if (overflow) {
+            auto & weights = inputs[0].datums[0].loss_inputs["weights"];
+            const int64_t n = weights.shape[0];
+            weights = engine::make_host_tensor_f32({n}, std::vector<float>(static_cast<size_t>(n), 3e38f));
+        }
+        return inputs;
+    };
+    ASSERT_TRUE(dp.forward_backward(batch(dp_ids, false), true)[0].ok());  // gradients to keep
+    ASSERT_TRUE(reference->forward_backward(batch(ref_ids, false), true)[0].ok());
+    auto want = reference->forward_backward(batch(ref_ids, true), true);
+    auto got = dp.forward_backward(batch(dp_ids, true), true);
+    ASSERT_FALSE(want[0].ok()) << "the reference must refuse the overflowing input for this test to mean much";
+    EXPECT_FALSE(got[0].ok());
+    EXPECT_TRUE(got[1].ok());
+    for (size_t a = 0; a < 2; ++a) {
+        EXPECT_LE(relative_difference(dp.export_gradients(dp_ids[a]).value(),
+                                      reference->export_gradients(ref_ids[a]).value()),
+                  1e-5)
+            << "adapter " << a;
+        ASSERT_TRUE(dp.optim_step(dp_ids[a], engine::AdamParams{}).ok());
+        ASSERT_TRUE(reference->optim_step(ref_ids[a], engine::AdamParams{}).ok());
+    }
+    // Forward on every rank: the followers' replicas kept the same gradients as rank 0.
+    expect_same_outputs(dp.forward_backward(batch(dp_ids, false), false),
+                        reference->forward_backward(batch(ref_ids, false), false));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DataParallel, ::testing::Values(1, 2, 3));
+
+TEST(Shard, BalancesTokensAndCoversEveryDatumOnce) {
+    std::vector<ForwardBackwardInput> inputs = {make_input(1, 7, 0), make_input(2, 5, 4)};
+    const DatumRanks ranks = assign_datum_ranks(inputs, 3);
+    const auto tokens = tokens_per_rank(inputs, ranks, 3);
+    const auto [lo, hi] = std::minmax_element(tokens.begin(), tokens.end());
+    EXPECT_LE(*hi - *lo, 11) << "greedy longest-first is within one datum (<= 11 tokens) of balanced";
+    size_t covered = 0;
+    for (int r = 0; r < 3; ++r) {
+        const Shard shard = make_shard(inputs, ranks, r);
+        for (size_t k = 0; k < shard.inputs.size(); ++k) {
+            EXPECT_EQ(shard.inputs[k].adapter, inputs[shard.source[k]].adapter);
+            covered += shard.inputs[k].datums.size();
+        }
+    }
+    EXPECT_EQ(covered, 12u);
+    EXPECT_EQ(assign_datum_ranks(inputs, 3), ranks) << "deterministic";
+}
+
+int follower_main(char ** argv) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    GroupOptions options{argv[3], std::atoi(argv[2]), std::atoi(argv[4]), "model0", std::chrono::milliseconds(60000)};
+    auto local = load_engine(argv[5]);
+    auto group = DataParallelGroup::join(options);
+    if (!group.ok()) {
+        std::fprintf(stderr, "follower: %s\n", group.error().message.c_str());
+        return 1;
+    }
+    auto status = run_follower(*local, **group);
+    if (!status.ok()) {
+        std::fprintf(stderr, "follower: %s\n", status.error().message.c_str());
+    }
+    return status.ok() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace tinkerd::dist
+
+int main(int argc, char ** argv) {
+    tinkerd::dist::g_self = "/proc/self/exe";
+    char path[4096];
+    const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n > 0) {
+        tinkerd::dist::g_self.assign(path, static_cast<size_t>(n));
+    }
+    if (argc == 6 && std::string(argv[1]) == "--follower") {
+        return tinkerd::dist::follower_main(argv);
+    }
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}

@@ -1,0 +1,257 @@
+// DistributedEngine (rank 0) and run_follower (every other rank): the commands of distributed_engine.h.
+#include "dist/distributed_engine.h"
+
+#include <map>
+
+#include "common/log.h"
+#include "dist/codec.h"
+#include "dist/step.h"
+
+namespace tinkerd::dist {
+
+using engine::AdapterId;
+using engine::ForwardBackwardInput;
+using engine::ForwardBackwardOutput;
+
+DistributedEngine::DistributedEngine(std::unique_ptr<engine::Engine> local, std::unique_ptr<DataParallelGroup> group)
+    : local_(std::move(local)), group_(std::move(group)) {}
+
+DistributedEngine::~DistributedEngine() {
+    const ReduceStats & stats = group_->reduce_stats();
+    LOG_INF("dist", "gradient all-reduces: %lld, %.1f MiB, %.3f s in all", static_cast<long long>(stats.calls),
+            static_cast<double>(stats.bytes) / (1 << 20), stats.seconds);
+    if (!alone()) {
+        (void)group_->send_command(static_cast<int64_t>(Command::STOP), {});
+    }
+}
+
+bool DistributedEngine::alone() {
+    if (!alone_ && group_->broken()) {
+        alone_ = true;
+        replicated_.clear();
+        LOG_WRN("dist",
+                "the data-parallel group failed; training goes on in rank 0 alone (restart tinkerd to "
+                "use every rank again)");
+    }
+    return alone_;
+}
+
+Result<AdapterId> DistributedEngine::create_adapter(const engine::LoraSpec & spec) {
+    return local_->create_adapter(spec);  // the other ranks get it on its first forward_backward
+}
+
+Result<void> DistributedEngine::remove_adapter(AdapterId id) {
+    drop_replica(id);
+    return local_->remove_adapter(id);
+}
+
+Result<void> DistributedEngine::replicate(AdapterId id) {
+    if (id == engine::BASE_MODEL || replicated_.count(id) || alone()) {
+        return {};
+    }
+    auto spec = local_->adapter_spec(id);
+    auto tensors = local_->export_adapter(id, /*with_optimizer=*/true);
+    if (!spec.ok() || !tensors.ok()) {
+        return {};  // unknown adapter: forward_backward's own check names it
+    }
+    ByteWriter w;
+    w.i64(id);
+    write_spec(w, *spec);
+    w.tensors(*tensors);
+    TRY_STATUS(group_->send_command(static_cast<int64_t>(Command::REPLICATE), w.take()));
+    replicated_.insert(id);
+    return {};
+}
+
+void DistributedEngine::drop_replica(AdapterId id) {
+    if (replicated_.erase(id) && !alone()) {
+        ByteWriter w;
+        w.i64(id);
+        (void)group_->send_command(static_cast<int64_t>(Command::DROP), w.take());
+    }
+}
+
+std::vector<Result<ForwardBackwardOutput>> DistributedEngine::forward_backward(
+    const std::vector<ForwardBackwardInput> & inputs, bool backward) {
+    if (alone()) {
+        return local_->forward_backward(inputs, backward);
+    }
+    std::vector<Result<ForwardBackwardOutput>> results(inputs.size(), internal_error("not run"));
+    std::vector<ForwardBackwardInput> valid;  // refused inputs never reach the other ranks
+    std::vector<size_t> where;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        auto status = local_->check_forward_backward_input(inputs[i], backward);
+        if (!status.ok()) {
+            results[i] = status.error();
+            continue;
+        }
+        auto replicated = replicate(inputs[i].adapter);
+        if (!replicated.ok()) {
+            results[i] = replicated.error();
+            continue;
+        }
+        valid.push_back(inputs[i]);
+        where.push_back(i);
+    }
+    if (valid.empty()) {
+        return results;
+    }
+    ByteWriter w;
+    w.i64(backward ? 1 : 0);
+    write_inputs(w, valid);
+    auto sent = group_->send_command(static_cast<int64_t>(Command::FORWARD_BACKWARD), w.take());
+    if (!sent.ok()) {
+        for (size_t i : where) {
+            results[i] = sent.error();
+        }
+        return results;
+    }
+    auto outputs = run_forward_backward_step(*local_, *group_, valid, backward);
+    for (size_t k = 0; k < where.size() && k < outputs.size(); ++k) {
+        results[where[k]] = std::move(outputs[k]);
+    }
+    return results;
+}
+
+Result<engine::OptimStepOutput> DistributedEngine::optim_step(AdapterId id, const engine::AdamParams & params) {
+    if (replicated_.count(id) && !alone()) {
+        ByteWriter w;
+        w.i64(id);
+        write_adam(w, params);
+        TRY_STATUS(group_->send_command(static_cast<int64_t>(Command::OPTIM_STEP), w.take()));
+    }
+    return local_->optim_step(id, params);  // the same gradients everywhere: the same step everywhere
+}
+
+Result<std::map<std::string, engine::HostTensor>> DistributedEngine::export_adapter(AdapterId id,
+                                                                                    bool with_optimizer) const {
+    return local_->export_adapter(id, with_optimizer);
+}
+
+Result<void> DistributedEngine::import_adapter(AdapterId id, const std::map<std::string, engine::HostTensor> & tensors,
+                                               bool with_optimizer) {
+    drop_replica(id);  // re-sent with the new weights on its next forward_backward
+    return local_->import_adapter(id, tensors, with_optimizer);
+}
+
+Result<std::map<std::string, engine::HostTensor>> DistributedEngine::export_gradients(AdapterId id) const {
+    return local_->export_gradients(id);  // already summed over the ranks
+}
+
+Result<void> DistributedEngine::check_forward_backward_input(const ForwardBackwardInput & input, bool backward) {
+    return local_->check_forward_backward_input(input, backward);
+}
+
+Result<void> DistributedEngine::visit_gradients(AdapterId id,
+                                                const std::function<void(float * data, int64_t count)> & visit) {
+    return local_->visit_gradients(id, visit);
+}
+
+Result<engine::SampleHandle> DistributedEngine::sample_submit(engine::SampleRequest request) {
+    return local_->sample_submit(std::move(request));
+}
+
+Result<std::vector<float>> DistributedEngine::last_logits(AdapterId id, const std::vector<int64_t> & tokens) {
+    return local_->last_logits(id, tokens);
+}
+
+namespace {
+
+// A follower's adapters, keyed by rank 0's ids.
+class FollowerState {
+  public:
+    explicit FollowerState(engine::Engine & local) : local_(local) {}
+
+    AdapterId local_id(AdapterId id) const {
+        if (id == engine::BASE_MODEL) {
+            return id;
+        }
+        auto it = ids_.find(id);
+        return it == ids_.end() ? -1 : it->second;  // -1: the engine answers "unknown adapter"
+    }
+
+    void replicate(ByteReader & r) {
+        const AdapterId id = r.i64();
+        const engine::LoraSpec spec = read_spec(r);
+        const auto tensors = r.tensors();
+        drop(id);
+        auto created = local_.create_adapter(spec);
+        if (!r.ok() || !created.ok()) {
+            LOG_ERR("dist", "cannot replicate adapter %lld", static_cast<long long>(id));
+            return;
+        }
+        auto imported = local_.import_adapter(*created, tensors, /*with_optimizer=*/true);
+        if (!imported.ok()) {
+            LOG_ERR("dist", "cannot import adapter %lld: %s", static_cast<long long>(id),
+                    imported.error().message.c_str());
+        }
+        ids_[id] = *created;
+    }
+
+    void drop(AdapterId id) {
+        auto it = ids_.find(id);
+        if (it != ids_.end()) {
+            (void)local_.remove_adapter(it->second);
+            ids_.erase(it);
+        }
+    }
+
+    Result<void> forward_backward(ByteReader & r, DataParallelGroup & group) {
+        const bool backward = r.i64() != 0;
+        auto inputs = read_inputs(r);
+        if (!inputs.ok()) {
+            return inputs.error();  // rank 0 then waits for this rank until the timeout: stop
+        }
+        for (auto & input : *inputs) {
+            input.adapter = local_id(input.adapter);
+        }
+        (void)run_forward_backward_step(local_, group, *inputs, backward);
+        return {};
+    }
+
+    void optim_step(ByteReader & r) {
+        const AdapterId id = local_id(r.i64());
+        const engine::AdamParams params = read_adam(r);
+        auto out = local_.optim_step(id, params);
+        if (!out.ok()) {
+            LOG_INF("dist", "optim_step: %s (rank 0 answers the same)", out.error().message.c_str());
+        }
+    }
+
+  private:
+    engine::Engine & local_;
+    std::map<AdapterId, AdapterId> ids_;
+};
+
+}  // namespace
+
+Result<void> run_follower(engine::Engine & local, DataParallelGroup & group) {
+    FollowerState state(local);
+    while (true) {
+        auto command = group.receive_command();
+        if (!command.ok()) {
+            return command.error();
+        }
+        ByteReader reader(command->second);
+        switch (static_cast<Command>(command->first)) {
+            case Command::FORWARD_BACKWARD:
+                TRY_STATUS(state.forward_backward(reader, group));
+                break;
+            case Command::OPTIM_STEP:
+                state.optim_step(reader);
+                break;
+            case Command::REPLICATE:
+                state.replicate(reader);
+                break;
+            case Command::DROP:
+                state.drop(reader.i64());
+                break;
+            case Command::STOP:
+                return {};
+            default:
+                return internal_error("unknown data-parallel command " + std::to_string(command->first));
+        }
+    }
+}
+
+}  // namespace tinkerd::dist

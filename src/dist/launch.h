@@ -1,0 +1,49 @@
+// Start-up of a data-parallel tinkerd: the flags (--dp, --dist-init, --rank, --world-size,
+// --dist-timeout-seconds), the follower processes --dp starts from this same binary, wrapping rank 0's
+// engines in DistributedEngines, and the followers' main (one command loop per served base model).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/engine.h"
+
+namespace tinkerd::dist {
+
+struct DistFlags {
+    int dp = 1;                    // --dp N: N processes on this machine (rank 0 starts the others)
+    std::string init;              // --dist-init file://PATH | tcp://HOST:PORT
+    int rank = 0;                  // --rank R
+    int world_size = 1;            // --world-size W
+    double timeout_seconds = 300;  // --dist-timeout-seconds: limit of every collective
+    bool enabled() const { return world_size > 1; }
+    bool follower() const { return rank > 0; }
+};
+
+// Parses one flag if it is a data-parallel one: true when it was (`error` set if its value is bad).
+bool parse_dist_flag(const std::string & flag, const std::string & value, DistFlags & flags, std::string & error);
+// Checks the combination and fills world_size from --dp; an error names the flag.
+Result<void> finish_dist_flags(DistFlags & flags);
+
+// Rank 0 of --dp N: a fresh FileStore path, then N-1 copies of this binary started with the same
+// arguments plus --rank R --dist-init file://... --world-size N (each dies with this process).
+Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags);
+// Waits (a few seconds at most) for the followers started above to exit.
+void reap_local_followers();
+
+// --dp N: pins this process (and the threads it starts later) to its 1/N of the cores it may use, rank
+// r taking the r-th slice; nothing when there are fewer cores than processes or without --dp.
+void pin_to_share(const DistFlags & flags);
+
+// Compute threads of each process: --threads if given, else this machine's cores / --dp (at least 1).
+int threads_per_process(int threads, const DistFlags & flags);
+
+using EngineList = std::vector<std::unique_ptr<engine::Engine>>;
+// Rank 0: joins one group per engine (store prefix "model<i>") and wraps each engine.
+Result<void> wrap_engines(EngineList & engines, const DistFlags & flags);
+// Ranks > 0: joins the same groups and runs their command loops until rank 0 stops; the exit code.
+int run_follower_process(EngineList & engines, const DistFlags & flags);
+
+}  // namespace tinkerd::dist

@@ -1,0 +1,215 @@
+// DataParallelGroup over c10d: a store (FileStore / TCPStore) and two ProcessGroupGloo on it: "cmd",
+// whose only op is the followers' unbounded wait for rank 0's next command, and "data" (every other
+// collective, with GroupOptions::timeout). Exceptions from c10d become Results here.
+#include "dist/process_group.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "common/log.h"
+
+namespace tinkerd::dist {
+
+using Gloo = c10d::ProcessGroupGloo;
+
+struct DataParallelGroup::State {
+    GroupOptions options;
+    c10::intrusive_ptr<c10d::Store> store;
+    c10::intrusive_ptr<Gloo> command_group;
+    c10::intrusive_ptr<Gloo> data_group;
+    std::string broken;  // why the group stopped working; empty while it works
+    ReduceStats stats;
+};
+
+namespace {
+
+constexpr std::chrono::hours NO_DEADLINE{24 * 365};
+
+Result<c10::intrusive_ptr<c10d::Store>> open_store(const GroupOptions & o) {
+    if (o.init.rfind("file://", 0) == 0) {
+        return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::FileStore>(o.init.substr(7), o.world_size));
+    }
+    if (o.init.rfind("tcp://", 0) == 0) {
+        const std::string address = o.init.substr(6);
+        const auto colon = address.rfind(':');
+        const int port = colon == std::string::npos ? 0 : std::atoi(address.c_str() + colon + 1);
+        if (colon == std::string::npos || port <= 0 || port > 65535) {
+            return invalid_argument("--dist-init: expected tcp://HOST:PORT, got '" + o.init + "'");
+        }
+        c10d::TCPStoreOptions tcp;
+        tcp.port = static_cast<uint16_t>(port);
+        tcp.isServer = o.rank == 0;
+        tcp.numWorkers = o.world_size;
+        tcp.waitWorkers = false;
+        tcp.timeout = o.timeout;
+        return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(address.substr(0, colon), tcp));
+    }
+    return invalid_argument("--dist-init must be file://PATH or tcp://HOST:PORT, got '" + o.init + "'");
+}
+
+// Gloo binds to loopback for a file store or a loopback TCP host, else to this machine's address.
+std::shared_ptr<::gloo::transport::Device> make_device(const GroupOptions & o) {
+    const bool local = o.init.rfind("file://", 0) == 0 || o.init.find("://127.") != std::string::npos ||
+                       o.init.find("://localhost:") != std::string::npos;
+    return local ? Gloo::createDeviceForHostname("127.0.0.1") : Gloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store> & store, const GroupOptions & o,
+                                    const std::string & name, std::chrono::milliseconds timeout) {
+    auto gloo_options = Gloo::Options::create(timeout);
+    gloo_options->devices.push_back(make_device(o));
+    gloo_options->threads = 1;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(o.prefix + "/" + name, store);
+    return c10::make_intrusive<Gloo>(prefixed, o.rank, o.world_size, gloo_options);
+}
+
+// Runs one collective; an exception marks the group broken.
+template <typename F>
+Result<void> guarded(std::string & broken, const char * what, F && body) {
+    if (!broken.empty()) {
+        return internal_error("the data-parallel group is broken (" + broken + "); restart tinkerd");
+    }
+    try {
+        body();
+        return {};
+    } catch (const std::exception & e) {
+        std::string reason = e.what();  // Gloo's: "[/its/source/file.cc:123] Read error ...: Connection reset"
+        reason = reason.substr(0, reason.find('\n'));
+        if (!reason.empty() && reason[0] == '[' && reason.find("] ") != std::string::npos) {
+            reason = reason.substr(reason.find("] ") + 2);
+        }
+        broken = std::string(what) + ": " + reason;
+        LOG_ERR("dist", "data-parallel %s failed: %s", what, broken.c_str());
+        return internal_error("data-parallel " + broken);
+    }
+}
+
+torch::Tensor bytes_tensor(const std::vector<uint8_t> & bytes) {  // [n] uint8, a copy
+    torch::Tensor t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+    if (!bytes.empty()) {
+        std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+    }
+    return t;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::join(const GroupOptions & options) {
+    if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+        return invalid_argument("--rank must be in [0, --world-size)");
+    }
+    auto state = std::make_unique<State>();
+    state->options = options;
+    try {
+        auto store = open_store(options);
+        if (!store.ok()) {
+            return store.error();
+        }
+        state->store = *store;
+        state->data_group = make_group(state->store, options, "data", options.timeout);
+        state->command_group = make_group(state->store, options, "cmd", NO_DEADLINE);
+    } catch (const std::exception & e) {
+        return internal_error("cannot form the data-parallel group (rank " + std::to_string(options.rank) + " of " +
+                              std::to_string(options.world_size) + ", " + options.init + "): " + e.what());
+    }
+    LOG_INF("dist", "rank %d of %d joined %s (%s)", options.rank, options.world_size, options.init.c_str(),
+            options.prefix.c_str());
+    return std::unique_ptr<DataParallelGroup>(new DataParallelGroup(std::move(state)));
+}
+
+DataParallelGroup::DataParallelGroup(std::unique_ptr<State> state) : state_(std::move(state)) {}
+DataParallelGroup::~DataParallelGroup() = default;
+
+int DataParallelGroup::rank() const {
+    return state_->options.rank;
+}
+int DataParallelGroup::size() const {
+    return state_->options.world_size;
+}
+const ReduceStats & DataParallelGroup::reduce_stats() const {
+    return state_->stats;
+}
+bool DataParallelGroup::broken() const {
+    return !state_->broken.empty();
+}
+
+Result<void> DataParallelGroup::send_command(int64_t op, const std::vector<uint8_t> & payload) {
+    std::vector<at::Tensor> header{torch::tensor({op, static_cast<int64_t>(payload.size())}, torch::kInt64)};
+    TRY_STATUS(guarded(state_->broken, "command", [&] { state_->command_group->broadcast(header)->wait(); }));
+    std::vector<uint8_t> copy = payload;
+    return broadcast_bytes(copy);
+}
+
+Result<std::pair<int64_t, std::vector<uint8_t>>> DataParallelGroup::receive_command() {
+    std::vector<at::Tensor> header{torch::zeros({2}, torch::kInt64)};
+    TRY_STATUS(guarded(state_->broken, "command wait", [&] { state_->command_group->broadcast(header)->wait(); }));
+    std::vector<uint8_t> payload(static_cast<size_t>(header[0][1].item<int64_t>()));
+    TRY_STATUS(broadcast_bytes(payload));
+    return std::make_pair(header[0][0].item<int64_t>(), std::move(payload));
+}
+
+Result<void> DataParallelGroup::broadcast_bytes(std::vector<uint8_t> & bytes) {
+    return guarded(state_->broken, "broadcast", [&] {
+        std::vector<at::Tensor> size{torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64)};
+        state_->data_group->broadcast(size)->wait();
+        bytes.resize(static_cast<size_t>(size[0][0].item<int64_t>()));
+        std::vector<at::Tensor> data{bytes_tensor(bytes)};
+        if (!bytes.empty()) {
+            state_->data_group->broadcast(data)->wait();
+            std::memcpy(bytes.data(), data[0].data_ptr<uint8_t>(), bytes.size());
+        }
+    });
+}
+
+Result<std::vector<std::vector<uint8_t>>> DataParallelGroup::gather_to_root(const std::vector<uint8_t> & mine) {
+    const int world = size();
+    std::vector<std::vector<uint8_t>> out;
+    TRY_STATUS(guarded(state_->broken, "gather", [&] {
+        std::vector<at::Tensor> my_size{torch::tensor({static_cast<int64_t>(mine.size())}, torch::kInt64)};
+        std::vector<std::vector<at::Tensor>> sizes(1);
+        for (int r = 0; r < world; ++r) {
+            sizes[0].push_back(torch::zeros({1}, torch::kInt64));
+        }
+        state_->data_group->allgather(sizes, my_size)->wait();
+        int64_t longest = 1;
+        for (const auto & s : sizes[0]) {
+            longest = std::max(longest, s[0].item<int64_t>());
+        }
+        std::vector<at::Tensor> padded{torch::zeros({longest}, torch::kUInt8)};
+        if (!mine.empty()) {
+            std::memcpy(padded[0].data_ptr<uint8_t>(), mine.data(), mine.size());
+        }
+        std::vector<std::vector<at::Tensor>> gathered(rank() == 0 ? 1 : 0);
+        for (int r = 0; rank() == 0 && r < world; ++r) {
+            gathered[0].push_back(torch::zeros({longest}, torch::kUInt8));
+        }
+        c10d::GatherOptions gather_options;
+        gather_options.rootRank = 0;
+        state_->data_group->gather(gathered, padded, gather_options)->wait();
+        for (int r = 0; rank() == 0 && r < world; ++r) {
+            const auto * p = gathered[0][r].data_ptr<uint8_t>();
+            out.emplace_back(p, p + sizes[0][r][0].item<int64_t>());
+        }
+    }));
+    return out;
+}
+
+Result<void> DataParallelGroup::all_reduce_sum(float * data, int64_t count) {
+    const auto start = std::chrono::steady_clock::now();
+    auto status = guarded(state_->broken, "all-reduce", [&] {
+        std::vector<at::Tensor> buffer{torch::from_blob(data, {count}, torch::kFloat32)};  // [count], in place
+        state_->data_group->allreduce(buffer)->wait();
+    });
+    state_->stats.calls += 1;
+    state_->stats.bytes += count * static_cast<int64_t>(sizeof(float));
+    state_->stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return status;
+}
+
+}  // namespace tinkerd::dist

@@ -1,0 +1,62 @@
+// DataParallelGroup: one process's membership in a data-parallel group over torch's c10d (Gloo on the
+// CPU): rendezvous through a FileStore (file://PATH) or a TCPStore (tcp://HOST:PORT, rank 0 hosts it),
+// and the few collectives the distributed engine needs, each with a timeout and as a Result (a dead or
+// stuck peer fails the op; the group is then marked broken and every later op fails at once).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tinkerd::dist {
+
+struct GroupOptions {
+    std::string init;  // "file:///path/to/store" or "tcp://HOST:PORT"
+    int rank = 0;
+    int world_size = 1;
+    std::string prefix = "tinkerd";             // store key prefix: one group per served base model
+    std::chrono::milliseconds timeout{300000};  // every collective but the followers' wait for a command
+};
+
+// Bytes and time spent in gradient all-reduces since start (for benchmarks and logs).
+struct ReduceStats {
+    int64_t calls = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+};
+
+class DataParallelGroup {
+  public:
+    // Blocks until every rank has joined (or the timeout passes).
+    static Result<std::unique_ptr<DataParallelGroup>> join(const GroupOptions & options);
+    ~DataParallelGroup();
+
+    int rank() const;
+    int size() const;
+
+    // Rank 0 sends (op, bytes) to every rank; the others receive it. A follower waits without a deadline
+    // for the next command (rank 0 may idle for days); a closed connection (rank 0 gone) ends the wait.
+    Result<void> send_command(int64_t op, const std::vector<uint8_t> & payload);
+    Result<std::pair<int64_t, std::vector<uint8_t>>> receive_command();
+    // Rank 0 gets every rank's bytes, in rank order; the others get an empty list.
+    Result<std::vector<std::vector<uint8_t>>> gather_to_root(const std::vector<uint8_t> & mine);
+    // Rank 0's bytes on every rank.
+    Result<void> broadcast_bytes(std::vector<uint8_t> & bytes);
+    // Element-wise sum over ranks, in place; every rank ends with the same bits.
+    Result<void> all_reduce_sum(float * data, int64_t count);
+
+    const ReduceStats & reduce_stats() const;
+    // True once a collective failed (every later one fails at once).
+    bool broken() const;
+
+  private:
+    struct State;
+    explicit DataParallelGroup(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+};
+
+}  // namespace tinkerd::dist
