@@ -320,14 +320,14 @@ Result<int64_t> Database::next_counter(const std::string & name) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare(
         "INSERT INTO counters (name, value) VALUES (?1, 1)"
-        " ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value",
+        " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value",
         "next_counter");
     TRY_STATUS(stmt);
     stmt->bind_text(1, name);
     Result<bool> row = stmt->step();
     TRY_STATUS(row);
     if (!row.value()) {
-        return internal_error("sqlite: next_counter: no value returned for " + name);
+        return internal_error("store: next_counter: no value returned for " + name);
     }
     int64_t value = stmt->integer(0);
     Result<bool> done = stmt->step();  // completes the statement so the write commits now
