@@ -42,6 +42,7 @@ class App {
   private:
     App() = default;
     void prepare_data_dir();
+    void remove_interrupted_writes();
     void add_models(std::vector<ServedModelSpec> models);
 
     AppOptions options_;

@@ -1,6 +1,8 @@
 // The sweeper: a background thread that expires sessions without a heartbeat (their models leave memory,
 // their checkpoints stay, their sampler snapshots stay --snapshot-ttl-seconds more), deletes checkpoints
 // whose TTL has passed and snapshots whose session has been over that long, and prunes old finished futures.
+#include <algorithm>
+
 #include "api/tinker_routes.h"
 #include "common/log.h"
 
@@ -32,20 +34,24 @@ void TinkerRoutes::sweeper_loop() {
     }
 }
 
-// A session is live while it heartbeats or its models receive requests.
+// A session is live while it heartbeats or its models receive requests. Activity seen only in memory
+// reaches the database once the row is half a timeout old, so that another front end on a shared
+// database (which does not see this one's memory) never ends a live session.
 void TinkerRoutes::expire_sessions(double now) {
-    auto stale = db_->stale_sessions(now - options_.session_timeout_seconds);
+    const double timeout = options_.session_timeout_seconds;
+    auto stale = db_->stale_sessions(now - timeout / 2);
     if (!stale.ok()) {
         LOG_ERR("sweeper", "%s", stale.error().message.c_str());
         return;
     }
     for (const auto & session : *stale) {
         const double last_seen = registry_->session_last_seen(session.session_id).value_or(0);
-        if (last_seen > now - options_.session_timeout_seconds) {
+        if (last_seen > session.last_heartbeat) {
             (void)db_->touch_session(session.session_id, last_seen);
-            continue;
         }
-        end_session(session.session_id, "expired (no heartbeat)");
+        if (std::max(last_seen, session.last_heartbeat) <= now - timeout) {
+            end_session(session.session_id, "expired (no heartbeat)");
+        }
     }
 }
 

@@ -107,6 +107,9 @@ struct SamplerUsageRow {
     double last_used = 0;
 };
 
+// Whether a --database value names a PostgreSQL server ("postgresql://" or "postgres://") rather than a file.
+bool is_postgres_uri(const std::string & location);
+
 struct Page {
     int64_t limit = 20;
     int64_t offset = 0;

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <regex>
 
+#include "store/database.h"
 #include "store/sql_dialect.h"
 
 namespace tinkerd::store {

@@ -102,7 +102,5 @@ Result<void> in_transaction(SqlConnection & conn, const std::string & what, Body
 Result<std::unique_ptr<SqlConnection>> open_sqlite(const std::string & path);
 // Opens a PostgreSQL connection from a libpq URI ("postgresql://user@host:port/db").
 Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri);
-// Whether a --database value names a PostgreSQL server rather than a SQLite file.
-bool is_postgres_uri(const std::string & location);
 
 }  // namespace tinkerd::store
