@@ -255,9 +255,7 @@ struct EngineWorker::Impl {
             outcome.sample = sampling.execute(engine, plan.admit);
             sample_steps += outcome.sample.step ? 1 : 0;
         } else if (plan.fb_batch) {
-            const auto t0 = std::chrono::steady_clock::now();
-            outcome.fb_results = run_fb_batch(plan);
-            outcome.fb_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            outcome.fb_results = run_fb_batch(plan, outcome.fb_seconds);
         } else {
             run_generic(plan.ops.front());
         }
@@ -323,7 +321,7 @@ struct EngineWorker::Impl {
         return results;
     }
 
-    std::vector<FbResult> run_fb_batch(StepPlan & work) {
+    std::vector<FbResult> run_fb_batch(StepPlan & work, double & seconds) {
         std::vector<engine::ForwardBackwardInput> inputs;
         std::set<std::string> run_ids;
         inputs.reserve(work.ops.size());
@@ -333,11 +331,11 @@ struct EngineWorker::Impl {
         }
         auto t0 = std::chrono::steady_clock::now();
         std::vector<FbResult> results = call_forward_backward(inputs, !work.forward_only);
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         record_batch(static_cast<int64_t>(run_ids.size()), static_cast<int64_t>(inputs.size()));
         LOG_DBG("worker", "%s: %s batch runs=%zu ops=%zu tokens=%lld %.1f ms", name.c_str(),
                 work.forward_only ? "forward" : "forward_backward", run_ids.size(), inputs.size(),
-                static_cast<long long>(work.tokens), ms);
+                static_cast<long long>(work.tokens), seconds * 1e3);
         return results;
     }
 

@@ -4,7 +4,8 @@
 # trained == the datums' tokens, tokens sampled == the tokens the SDK got, no tenant or run id in any
 # label; GET /api/v1/training_runs/{id}/metrics has one point per op, with the SDK's own loss values,
 # num_tokens, learning rates and steps, and is a 404 for bob; server_status lists alice's sampler (its
-# tokens) and sessions, none for bob; a run past the bound is downsampled; a restart keeps every point.
+# tokens) and sessions, none for bob; a run resumed with its optimizer counts steps on from its checkpoint;
+# a run past the bound is downsampled; a restart keeps every point.
 import json
 import os
 import urllib.error
@@ -158,15 +159,26 @@ def check_downsampled_points(srv, run_id, losses):
     return "%d ops kept as %d points" % (len(losses), n)
 
 
+def check_resumed_steps(svc, srv, tc, batch):
+    """A run resumed with its optimizer state counts steps on from its checkpoint's step."""
+    path = tc.save_state("metrics-%d" % STEPS).result().path
+    resumed = sdk.resolved(svc.create_training_client_from_state_with_optimizer(path))
+    sdk.step(resumed, batch, LR)
+    points = get_json(srv, "/api/v1/training_runs/%s/metrics" % resumed.get_info().model_id)["points"]
+    check([(p["op"], p["step"]) for p in points] == [("forward_backward", STEPS), ("optim_step", STEPS + 1)],
+          "resumed run's points %r" % [(p["op"], p["step"]) for p in points])
+
+
 def run(ctx):
     srv = ctx.start_server(extra=["--api-keys", write_keys(ctx), "--max-metric-points", str(MAX_POINTS)])
     svc = sdk.service(srv, "tml-alice")
     batch = sdk.sft_batch(seed=5)
-    _, run_id, ops = train(svc, batch)
+    tc, run_id, ops = train(svc, batch)
     sampled = sample(svc)
     points = ctx.case("run metrics: one point per op, the SDK's values", check_run_points, srv, run_id, ops, batch)
     prom = ctx.case("GET /metrics parsed by prometheus_client", check_prometheus, srv, batch, ops, sampled, run_id)
     ctx.case("server_status: alice's sampler and sessions only", check_server_status, srv, sampled)
+    ctx.case("a run resumed with its optimizer counts steps on", check_resumed_steps, svc, srv, tc, batch)
     small_run, losses = check_downsampled(svc, batch)
     thinned = ctx.case("a run past --max-metric-points is downsampled", check_downsampled_points, srv, small_run,
                        losses)
