@@ -1,6 +1,7 @@
 // Unit tests for what only a shared PostgreSQL store does: front ends starting at once migrate once, each
 // sees the others' sessions, runs, checkpoints and finished futures, counters stay distinct across them,
-// and a starting front end learns whether another one is running; plus the SQLite -> PostgreSQL dialect.
+// a starting front end learns whether another one is running, and a lost connection is reopened; plus the
+// SQLite -> PostgreSQL dialect.
 #include <filesystem>
 #include <set>
 #include <string>
@@ -123,6 +124,24 @@ TEST_F(SharedPostgresTest, AStartingFrontEndKnowsWhetherOthersRun) {
     auto alone = open_front_end();
     ASSERT_NE(alone, nullptr);
     EXPECT_TRUE(alone->sole_user_at_open());
+}
+
+TEST_F(SharedPostgresTest, ALostConnectionIsReopenedForTheNextCall) {
+    auto db = open_front_end();
+    ASSERT_NE(db, nullptr);
+    SessionRow session{"s1", "t1", "[]", "{}", "", "0.38", 1.0, 1.0, false};
+    ASSERT_TRUE(db->insert_session(session).ok());
+    const std::string killed =
+        testing_backends::postgres_query(location_,
+                                         "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                         " WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    ASSERT_EQ(killed, "1");  // the front end's one connection
+    auto got = db->get_session("s1");
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    EXPECT_TRUE(got->has_value());
+    auto again = open_front_end();  // it holds the front-end lock again: a new one is not alone
+    ASSERT_NE(again, nullptr);
+    EXPECT_FALSE(again->sole_user_at_open());
 }
 
 TEST(PostgresDialectTest, PlaceholdersAreNumberedOutsideLiterals) {

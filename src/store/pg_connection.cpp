@@ -1,6 +1,6 @@
 // The PostgreSQL backend of the portable SQL layer (sql_statement.h), over libpq: statements run with
 // PQexecParams (typed parameters, "?N" translated to "$N"; results in text form), migration scripts
-// translated from SQLite's types (sql_dialect.h), a lost connection reset once before the next statement,
+// translated from SQLite's types (sql_dialect.h), a lost connection reset and the statement retried once,
 // and a session-level shared advisory lock per database that tells a starting front end whether others run.
 #include <cmath>
 #include <cstdio>
@@ -131,11 +131,20 @@ Result<void> PgStatement::execute() {
         lengths[i] = params_[i].value ? static_cast<int>(params_[i].value->size()) : 0;
         formats[i] = params_[i].format;
     }
-    if (!ensure_connected(conn_)) {
-        return pg_error(what_, PQerrorMessage(conn_));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        if (!ensure_connected(conn_)) {
+            return pg_error(what_, PQerrorMessage(conn_));
+        }
+        const bool in_transaction = PQtransactionStatus(conn_) != PQTRANS_IDLE;
+        PQclear(result_);
+        result_ = PQexecParams(conn_, sql_.c_str(), static_cast<int>(n), types.data(), values.data(), lengths.data(),
+                               formats.data(), 0);
+        // A connection lost (server restarted, backend terminated) before this statement: one more try on a
+        // new one, unless a transaction was open (its earlier statements are gone with the connection).
+        if (PQstatus(conn_) != CONNECTION_BAD || in_transaction) {
+            break;
+        }
     }
-    result_ = PQexecParams(conn_, sql_.c_str(), static_cast<int>(n), types.data(), values.data(), lengths.data(),
-                           formats.data(), 0);
     const ExecStatusType status = PQresultStatus(result_);
     if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
         return pg_error(what_, message_of(result_, conn_));
