@@ -1,6 +1,7 @@
 // The sweeper: a background thread that expires sessions without a heartbeat (their models leave memory,
 // their checkpoints stay, their sampler snapshots stay --snapshot-ttl-seconds more), deletes checkpoints
-// whose TTL has passed and snapshots whose session has been over that long, and prunes old finished futures.
+// whose TTL has passed and snapshots whose session has been over that long, prunes old finished futures and,
+// on a shared database, fails the pending futures of front ends that have stopped.
 #include <algorithm>
 
 #include "api/tinker_routes.h"
@@ -25,12 +26,28 @@ void TinkerRoutes::sweeper_loop() {
         expire_checkpoints(now);
         expire_snapshots(now);
         (void)db_->prune_futures(now - FUTURE_RETENTION_SECONDS);
+        fail_orphaned_futures(now);
         if (recovery_pending_ && !recover_from_last_process().ok()) {
             LOG_ERR("api", "start-up recovery failed after the disk had room again");
         }
         disk_reserve_->restore_if_room();  // after a full disk was freed
         registry_->expire_archive_tokens(now);
         lock.lock();
+    }
+}
+
+// On a shared database, requests pending in a front end that has stopped (killed, crashed) can never finish:
+// they fail here, category server, as a single process's do at its restart; any front end answers them.
+void TinkerRoutes::fail_orphaned_futures(double now) {
+    if (!db_->shared()) {
+        return;
+    }
+    auto failed = db_->fail_orphaned_futures("the front end running this request stopped before it finished", now);
+    if (!failed.ok()) {
+        LOG_ERR("sweeper", "%s", failed.error().message.c_str());
+    } else if (*failed > 0) {
+        LOG_WRN("sweeper", "%lld request(s) of a front end that stopped are now failed",
+                static_cast<long long>(*failed));
     }
 }
 

@@ -192,6 +192,9 @@ class Database {
     Result<std::optional<FutureRow>> future_by_seq(const std::string & run_id, int64_t seq_id);
     // At start-up: every still-pending future becomes failed with this error (category "server").
     Result<int64_t> fail_pending_futures(const std::string & error, double now);
+    // On a shared database: every pending future whose front end is no longer connected (killed, stopped)
+    // becomes failed with this error (category "server"); returns how many. Never touches a live one's.
+    Result<int64_t> fail_orphaned_futures(const std::string & error, double now);
     // Deletes finished futures older than `before`; returns how many.
     Result<int64_t> prune_futures(double before);
 

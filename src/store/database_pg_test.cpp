@@ -1,7 +1,8 @@
 // Unit tests for what only a shared PostgreSQL store does: front ends starting at once migrate once, each
 // sees the others' sessions, runs, checkpoints and finished futures, counters stay distinct across them,
-// a starting front end learns whether another one is running, and a lost connection is reopened; plus the
-// SQLite -> PostgreSQL dialect.
+// a starting front end learns whether another one is running, a stopped one's pending futures fail in the
+// others, and a lost connection is reopened; plus the SQLite -> PostgreSQL dialect.
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -18,6 +19,19 @@ namespace tinkerd::store {
 namespace {
 
 using testing_backends::Backend;
+
+// Whether `condition` holds within 10 s: a closed connection's server process (and its locks) goes away
+// shortly after PQfinish returns, not at once.
+template <typename Condition>
+bool eventually(Condition condition) {
+    for (int i = 0; i < 200; ++i) {
+        if (condition()) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+}
 
 class SharedPostgresTest : public testing::Test {
   protected:
@@ -51,10 +65,10 @@ TEST_F(SharedPostgresTest, FrontEndsStartingAtOnceMigrateOnce) {
     }
     for (const auto & db : opened) {
         ASSERT_NE(db, nullptr);
-        EXPECT_EQ(db->schema_version(), 3);
+        EXPECT_EQ(db->schema_version(), 4);
         EXPECT_TRUE(db->shared());
     }
-    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"), "3");
+    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"), "4");
 }
 
 TEST_F(SharedPostgresTest, EachFrontEndSeesTheOthersRows) {
@@ -121,9 +135,36 @@ TEST_F(SharedPostgresTest, AStartingFrontEndKnowsWhetherOthersRun) {
     EXPECT_FALSE(third->sole_user_at_open());
     second.reset();
     third.reset();
-    auto alone = open_front_end();
-    ASSERT_NE(alone, nullptr);
-    EXPECT_TRUE(alone->sole_user_at_open());
+    EXPECT_TRUE(eventually([&] {
+        auto alone = open_front_end();
+        return alone != nullptr && alone->sole_user_at_open();
+    }));
+}
+
+TEST_F(SharedPostgresTest, PendingFuturesOfAStoppedFrontEndFailElsewhere) {
+    auto a = open_front_end();
+    auto b = open_front_end();
+    ASSERT_TRUE(a && b);
+    FutureRow future;
+    future.tenant = "t1";
+    future.request_type = "ForwardBackward";
+    future.request_id = "req-a";
+    ASSERT_TRUE(a->insert_future(future).ok());
+    future.request_id = "req-b";
+    ASSERT_TRUE(b->insert_future(future).ok());
+    EXPECT_EQ(b->fail_orphaned_futures("gone", 5.0).value(), 0);  // both front ends live
+    a.reset();                                                    // A stops (or is killed)
+    EXPECT_TRUE(eventually([&] {
+        auto n = b->fail_orphaned_futures("gone", 5.0);
+        return n.ok() && n.value() == 1;
+    }));
+    auto failed = b->get_future("req-a");
+    ASSERT_TRUE(failed.ok() && failed->has_value());
+    EXPECT_EQ((*failed)->state, "failed");
+    EXPECT_EQ((*failed)->error_category, "server");
+    auto own = b->get_future("req-b");
+    ASSERT_TRUE(own.ok() && own->has_value());
+    EXPECT_EQ((*own)->state, "pending");  // B's own stays pending
 }
 
 TEST_F(SharedPostgresTest, ALostConnectionIsReopenedForTheNextCall) {
@@ -142,6 +183,12 @@ TEST_F(SharedPostgresTest, ALostConnectionIsReopenedForTheNextCall) {
     auto again = open_front_end();  // it holds the front-end lock again: a new one is not alone
     ASSERT_NE(again, nullptr);
     EXPECT_FALSE(again->sole_user_at_open());
+    FutureRow future;
+    future.request_id = "req-1";
+    future.tenant = "t1";
+    future.request_type = "OptimStep";
+    ASSERT_TRUE(db->insert_future(future).ok());
+    EXPECT_EQ(again->fail_orphaned_futures("gone", 5.0).value(), 0);  // its owner lock was taken again
 }
 
 TEST(PostgresDialectTest, PlaceholdersAreNumberedOutsideLiterals) {

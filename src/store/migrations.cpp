@@ -130,8 +130,14 @@ CREATE TABLE sampler_usage (
 );
 )sql";
 
+// Version 4: several front ends on one PostgreSQL database. A future's `owner` is the front end that runs it
+// (SqlConnection::owner_id; 0 on SQLite), so that another front end can fail it once that one has stopped.
+constexpr const char * MIGRATION_4 = R"sql(
+ALTER TABLE futures ADD COLUMN owner INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 // Index i holds the script of version i + 1. Append new versions; never edit a released one.
-constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3};
+constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4};
 
 Result<int> current_version(SqlConnection & conn) {
     auto stmt = conn.prepare("SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");

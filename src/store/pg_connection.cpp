@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <libpq-fe.h>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,11 @@ constexpr Oid BYTEA_OID = 17;
 
 // Held (shared) by every open front end for as long as its connection lives; keyed by the database.
 constexpr const char * FRONT_END_KEY = "hashtext(current_database()), 2";
+// Each front end also holds (OWNER_CLASS, its owner id) exclusively; pg_locks lists the live ones.
+constexpr int64_t OWNER_CLASS = 1953195110;  // "tkdf"
+constexpr const char * LIVE_OWNERS_SQL =
+    "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND classid = 1953195110"
+    " AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
 Error pg_error(const std::string & what, const std::string & message) {
     std::string text = message;
@@ -40,8 +46,12 @@ std::string message_of(const PGresult * result, PGconn * conn) {
 
 void ignore_notice(void *, const char *) {}  // "relation already exists, skipping" and the like
 
-// A reset connection has lost its session lock; take it again so that later starters still see us.
-bool ensure_connected(PGconn * conn) {
+std::string owner_lock_sql(int64_t owner) {
+    return "SELECT pg_advisory_lock(" + std::to_string(OWNER_CLASS) + ", " + std::to_string(owner) + ")";
+}
+
+// A reset connection has lost its session locks; take them again so that others still see this front end.
+bool ensure_connected(PGconn * conn, int64_t owner) {
     if (PQstatus(conn) == CONNECTION_OK) {
         return true;
     }
@@ -50,6 +60,7 @@ bool ensure_connected(PGconn * conn) {
         return false;
     }
     PQclear(PQexec(conn, (std::string("SELECT pg_advisory_lock_shared(") + FRONT_END_KEY + ")").c_str()));
+    PQclear(PQexec(conn, owner_lock_sql(owner).c_str()));
     return true;
 }
 
@@ -61,8 +72,8 @@ struct Param {
 
 class PgStatement final : public StatementBackend {
   public:
-    PgStatement(PGconn * conn, std::string sql, std::string what)
-        : conn_(conn), sql_(std::move(sql)), what_(std::move(what)) {}
+    PgStatement(PGconn * conn, int64_t owner, std::string sql, std::string what)
+        : conn_(conn), owner_(owner), sql_(std::move(sql)), what_(std::move(what)) {}
     ~PgStatement() override { PQclear(result_); }
 
     void bind_text(int index, const std::string & value) override { set(index, value, TEXT_OID, 0); }
@@ -112,6 +123,7 @@ class PgStatement final : public StatementBackend {
     Result<void> execute();
 
     PGconn * conn_ = nullptr;
+    int64_t owner_ = 0;
     std::string sql_;
     std::string what_;
     std::vector<Param> params_;
@@ -132,7 +144,7 @@ Result<void> PgStatement::execute() {
         formats[i] = params_[i].format;
     }
     for (int attempt = 0; attempt < 2; ++attempt) {
-        if (!ensure_connected(conn_)) {
+        if (!ensure_connected(conn_, owner_)) {
             return pg_error(what_, PQerrorMessage(conn_));
         }
         const bool in_transaction = PQtransactionStatus(conn_) != PQTRANS_IDLE;
@@ -186,11 +198,11 @@ std::string PgStatement::blob(int column) const {
 
 class PgConnection final : public SqlConnection {
   public:
-    explicit PgConnection(PGconn * conn) : conn_(conn) {}
+    PgConnection(PGconn * conn, int64_t owner) : conn_(conn), owner_(owner) {}
     ~PgConnection() override { PQfinish(conn_); }
 
     Result<Statement> prepare(const char * sql, const std::string & what) override {
-        return Statement(std::make_unique<PgStatement>(conn_, postgres_placeholders(sql), what));
+        return Statement(std::make_unique<PgStatement>(conn_, owner_, postgres_placeholders(sql), what));
     }
     Result<void> exec(const char * sql, const std::string & what) override;
     Result<void> begin(const std::string & what) override { return exec("BEGIN", what); }
@@ -199,17 +211,20 @@ class PgConnection final : public SqlConnection {
     }
     bool shared() const override { return true; }
     bool sole_user_at_open() const override { return sole_user_; }
+    int64_t owner_id() const override { return owner_; }
+    const char * live_owners_sql() const override { return LIVE_OWNERS_SQL; }
     Result<void> announce_front_end();
 
   private:
     Result<bool> query_bool(const std::string & sql, const std::string & what);
 
     PGconn * conn_ = nullptr;
+    int64_t owner_ = 0;
     bool sole_user_ = false;
 };
 
 Result<void> PgConnection::exec(const char * sql, const std::string & what) {
-    if (!ensure_connected(conn_)) {
+    if (!ensure_connected(conn_, owner_)) {
         return pg_error(what, PQerrorMessage(conn_));
     }
     PGresult * result = PQexec(conn_, postgres_ddl(sql).c_str());
@@ -240,14 +255,17 @@ Result<void> PgConnection::announce_front_end() {
     if (sole_user_) {
         TRY_STATUS(query_bool("SELECT pg_advisory_unlock(" + key + ")", "release front-end check"));
     }
-    return exec(("SELECT pg_advisory_lock_shared(" + key + ")").c_str(), "announce front end");
+    TRY_STATUS(exec(("SELECT pg_advisory_lock_shared(" + key + ")").c_str(), "announce front end"));
+    return exec(owner_lock_sql(owner_).c_str(), "take the front end's owner lock");
 }
 
 }  // namespace
 
 Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri) {
     PGconn * raw = PQconnectdb(uri.c_str());
-    auto conn = std::make_unique<PgConnection>(raw);  // PQfinish on every path
+    std::random_device random;  // an owner id in [1, 2^31): collisions between live front ends are negligible
+    const int64_t owner = 1 + static_cast<int64_t>(random() % 0x7ffffffeu);
+    auto conn = std::make_unique<PgConnection>(raw, owner);  // PQfinish on every path
     if (raw == nullptr || PQstatus(raw) != CONNECTION_OK) {
         // The message names host, port and user, never the password.
         return pg_error("connect", raw != nullptr ? PQerrorMessage(raw) : "out of memory");

@@ -84,6 +84,10 @@ class SqlConnection {
     // Whether other processes may share this database (PostgreSQL), and whether none did when it was opened.
     virtual bool shared() const = 0;
     virtual bool sole_user_at_open() const = 0;
+    // This front end's id, recorded with the futures it runs (0 on SQLite), and a SELECT of the ids of the
+    // front ends connected now (PostgreSQL: from the advisory locks each holds on its id).
+    virtual int64_t owner_id() const = 0;
+    virtual const char * live_owners_sql() const = 0;
 };
 
 // Runs `body` between begin() and COMMIT, rolling back when it fails.

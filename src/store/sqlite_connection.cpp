@@ -115,6 +115,8 @@ class SqliteConnection final : public SqlConnection {
     Result<void> lock_migrations() override { return {}; }
     bool shared() const override { return false; }
     bool sole_user_at_open() const override { return true; }
+    int64_t owner_id() const override { return 0; }
+    const char * live_owners_sql() const override { return "SELECT 0"; }
 
   private:
     sqlite3 * db_ = nullptr;

@@ -4,17 +4,19 @@
 # the runs and checkpoints, answers A's finished future, loads A's checkpoint (same logprobs as A) and
 # samples A's sampler weights; A's live run is A's alone (B answers 404 for training it) and B's start
 # leaves A's pending ops and runs alone. A is killed: B still answers for the same runs and trains the
-# loaded copy; A's op that was pending stays pending (try_again) until a front end starts alone.
+# loaded copy; A's op that was pending fails through B (category server) once B's sweeper sees A gone.
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 
 import harness
 import sdk_common as sdk
-from harness import check, expect_status, new_client
+from harness import CheckFailed, check, expect_status, new_client
+from tinker_wire import RequestFailed
 
 LR = 1e-2
 PG_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "pg-test-server.sh")
@@ -61,6 +63,19 @@ def is_pending(wire, request_id):
     return r.status == 200 and r.json().get("type") == "try_again"
 
 
+def check_failed_by_b(wire_b, request_id):
+    """A's op that was pending at its death: B's sweeper fails it (category server) within seconds."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and is_pending(wire_b, request_id):
+        time.sleep(0.2)
+    try:
+        wire_b.retrieve(request_id, "ForwardBackward", proto=False, max_wait=5)
+    except RequestFailed as e:
+        check(e.category == "server", "A's orphaned op: category %r (%s)" % (e.category, e.message))
+        return
+    raise CheckFailed("A's op pending at its death should fail through B, not succeed or hang")
+
+
 def check_b_loads(svc_b, state, sampler, batch, logprobs_a):
     tc_b = sdk.resolved(svc_b.create_training_client_from_state_with_optimizer(state))
     got = sdk.all_logprobs(tc_b.forward(batch, "cross_entropy").result())
@@ -98,10 +113,10 @@ def run(ctx):
         check_b_sees_a(wire_b, run_id, wc, request_id, result_a)
         losses = sdk.train(tc_b, batch, [LR] * 2)
         check(losses[1] < losses[0], "B keeps training A's checkpoint after A died: losses %r" % losses)
-        # Documented limit: A's unfinished ops stay pending until a front end starts alone on the database.
-        check(is_pending(wire_b, pending), "A's op pending at its death: B answers try_again")
+        check_failed_by_b(wire_b, pending)
         return ("A trained + saved on PostgreSQL; B listed 2 runs, 2 checkpoints, read A's future, loaded A's "
-                "checkpoint (identical logprobs), sampled it; after kill -9 of A, B still answers and trains")
+                "checkpoint (identical logprobs), sampled it; after kill -9 of A, B still answers and trains, A's "
+                "pending op failed (server)")
     finally:
         for server in ctx.servers:
             server.stop()
