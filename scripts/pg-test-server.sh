@@ -12,6 +12,7 @@ if [ -z "$cmd" ] || [ -z "$state" ]; then
   echo "usage: $0 start|stop STATE_DIR" >&2
   exit 2
 fi
+state=$(realpath -m "$state")  # the start cds into the server's temp dir
 
 find_bin() {
   local dir
@@ -36,6 +37,7 @@ stop_server() {
     root=$(cat "$state/pgdata_dir")
     bin=$(find_bin)
     if [ -d "$root/data" ]; then
+      cd /
       as_server_user "$bin/pg_ctl" -D "$root/data" -m immediate -w stop >/dev/null 2>&1 || true
     fi
     rm -rf "$root"
@@ -55,6 +57,7 @@ start_server() {
   root=$(mktemp -d /tmp/tinkerd-pg.XXXXXX)
   echo "$root" > "$state/pgdata_dir"
   if [ "$(id -u)" = "0" ]; then chown postgres: "$root"; user=postgres; else user=$(id -un); fi
+  cd "$root"  # the server user may not be allowed into the caller's directory (a root-owned checkout)
   as_server_user "$bin/initdb" -D "$root/data" -U "$user" --auth=trust -E UTF8 --no-sync >"$root/initdb.log" 2>&1 ||
     { cat "$root/initdb.log" >&2; exit 1; }
   # Socket only, in the temp dir: nothing else on the machine can collide with or reach it.
