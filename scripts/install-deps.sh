@@ -16,6 +16,8 @@ PACKAGES=(
   clang-format-14 clang-tidy-14
   # the fuzz tier (make fuzz-test): clang 14 and its libFuzzer / sanitizer runtimes
   clang-14 libclang-rt-14-dev
+  # the PostgreSQL store (--database): libpq to build, the server for the store and e2e tests
+  libpq-dev postgresql
   # the console's browser tests (e2e): Debian's chromium driven headless through chromedriver
   chromium chromium-driver fonts-dejavu-core
   # data-parallel training (src/dist): Gloo's headers, which the torch wheel's c10d headers include

@@ -19,6 +19,7 @@
 #include "http/server.h"
 #include "model/builtin_model.h"
 #include "model/hf_cache.h"
+#include "store/database.h"
 #include "tokenizer/tokenizer.h"
 #include "wire/forward_backward_codec.h"
 
@@ -30,6 +31,7 @@ struct Flags {
     std::string host = "127.0.0.1";
     int port = 8000;
     std::string data_dir;
+    std::string database;
     std::string api_keys_file;
     std::string dtype = "auto";
     std::string device = "cpu";
@@ -53,7 +55,7 @@ struct Flags {
 
 const char * USAGE =
     "usage: tinkerd [--model NAME=DIR | --model NAME=FILE.gguf | --model ORG/NAME ...]\n"
-    "               [--host H] [--port P] [--data-dir D]\n"
+    "               [--host H] [--port P] [--data-dir D] [--database postgresql://...]\n"
     "               [--api-keys FILE] [--dtype auto|bf16|fp32] [--device cpu|cuda[:N]] [--threads N]\n"
     "               [--io-threads N]\n"
     "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
@@ -71,6 +73,9 @@ const char * USAGE =
     "                     template from its metadata); --dtype auto runs a quantised GGUF in bf16\n"
     "  --host, --port     where to listen (default 127.0.0.1:8000; port 0 picks a free one)\n"
     "  --data-dir         database, checkpoints and the built-in model (default ~/.local/share/tinkerd)\n"
+    "  --database         postgresql://USER@HOST:PORT/DB (any libpq URI): keep runs, sessions, checkpoint\n"
+    "                     metadata and futures in PostgreSQL, shared by every front end started with it and\n"
+    "                     the same --data-dir (a shared directory); default: the SQLite file DATA_DIR/tinkerd.db\n"
     "  --api-keys         file with one 'KEY [NAME]' per line, one tenant each; without it any tml-... key\n"
     "                     is accepted and all belong to one tenant (dev mode)\n"
     "  --dtype            base-weight precision: auto (the checkpoint's own), bf16 or fp32 (LoRA is fp32)\n"
@@ -135,6 +140,12 @@ bool parse_value(const std::string & flag, const std::string & value, Flags & fl
         flags.port = std::atoi(value.c_str());
     } else if (flag == "--data-dir") {
         flags.data_dir = value;
+    } else if (flag == "--database") {
+        if (!tinkerd::store::is_postgres_uri(value)) {
+            std::fprintf(stderr, "error: --database expects postgresql://USER@HOST:PORT/DB, got '%s'\n", value.c_str());
+            return false;
+        }
+        flags.database = value;
     } else if (flag == "--api-keys") {
         flags.api_keys_file = value;
     } else if (flag == "--dtype") {
@@ -341,6 +352,7 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
     }
     tinkerd::api::AppOptions app_options;
     app_options.data_dir = flags.data_dir;
+    app_options.database = flags.database;
     app_options.session_timeout_seconds = flags.session_timeout_seconds;
     app_options.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
     app_options.max_cached_sampler_adapters = static_cast<size_t>(flags.max_sampler_adapters);

@@ -69,14 +69,17 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     app->auth_ = std::move(auth);
     set_redacted_data_dir(app->options_.data_dir);
     app->prepare_data_dir();
-    auto db = store::Database::open(app->options_.data_dir + "/tinkerd.db");
+    const std::string location =
+        app->options_.database.empty() ? app->options_.data_dir + "/tinkerd.db" : app->options_.database;
+    auto db = store::Database::open(location);
     if (!db.ok() && app->disk_reserve_->release()) {  // a full disk: the reserve's bytes let SQLite start
-        db = store::Database::open(app->options_.data_dir + "/tinkerd.db");
+        db = store::Database::open(location);
     }
     if (!db.ok()) {
         return db.error();
     }
     app->db_ = std::move(db).value();
+    app->remove_interrupted_writes();
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
     app->telemetry_ = std::make_unique<Telemetry>(*app->db_, app->options_.max_metric_points);
     app->registry_ = std::make_unique<Registry>(*app->db_);
@@ -155,7 +158,7 @@ void App::add_models(std::vector<ServedModelSpec> models) {
 }
 
 // Before the database opens: the disk reserve (released first when the disk is full, so that SQLite can
-// write), the SQLITE_FULL hook, the free space in the log, and interrupted checkpoint writes removed.
+// write), the SQLITE_FULL hook and the free space in the log.
 void App::prepare_data_dir() {
     const std::string & dir = options_.data_dir;
     std::error_code ec;
@@ -173,7 +176,15 @@ void App::prepare_data_dir() {
         LOG_INF("api", "%.0f MiB free in the data dir (%llu MiB held in reserve for a full disk)",
                 free_bytes / 1048576.0, static_cast<unsigned long long>(options_.disk_reserve_bytes >> 20));
     }
-    if (const int removed = store::remove_interrupted_writes(dir); removed > 0) {
+}
+
+// Interrupted checkpoint writes (.tmp-/.old- directories) are removed only by a front end that is alone on
+// its database: on a shared data dir another front end may be writing them right now.
+void App::remove_interrupted_writes() {
+    if (!db_->sole_user_at_open()) {
+        return;
+    }
+    if (const int removed = store::remove_interrupted_writes(options_.data_dir); removed > 0) {
         LOG_WRN("api", "removed %d interrupted checkpoint write(s) (.tmp-/.old- directories) under runs/", removed);
     }
 }

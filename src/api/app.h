@@ -46,6 +46,7 @@ class App {
   private:
     App() = default;
     void prepare_data_dir();
+    void remove_interrupted_writes();
     void add_models(std::vector<ServedModelSpec> models);
     static void add_console_routes(Router<Route> & router);
     void add_openapi_route();

@@ -14,6 +14,7 @@ namespace tinkerd::api {
 
 struct AppOptions {
     std::string data_dir;
+    std::string database;  // --database: "" = DATA_DIR/tinkerd.db (SQLite), or a postgresql:// URI
     std::chrono::milliseconds poll_timeout{25000};  // a retrieve_future poll is held this long at most
     double session_timeout_seconds = 120;           // sessions without a heartbeat for this long expire
     double sweep_interval_seconds = 1.0;

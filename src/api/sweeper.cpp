@@ -1,6 +1,9 @@
 // The sweeper: a background thread that expires sessions without a heartbeat (their models leave memory,
 // their checkpoints stay, their sampler snapshots stay --snapshot-ttl-seconds more), deletes checkpoints
-// whose TTL has passed and snapshots whose session has been over that long, and prunes old finished futures.
+// whose TTL has passed and snapshots whose session has been over that long, prunes old finished futures and,
+// on a shared database, fails the pending futures of front ends that have stopped.
+#include <algorithm>
+
 #include "api/tinker_routes.h"
 #include "common/log.h"
 
@@ -23,6 +26,7 @@ void TinkerRoutes::sweeper_loop() {
         expire_checkpoints(now);
         expire_snapshots(now);
         (void)db_->prune_futures(now - FUTURE_RETENTION_SECONDS);
+        fail_orphaned_futures(now);
         if (recovery_pending_ && !recover_from_last_process().ok()) {
             LOG_ERR("api", "start-up recovery failed after the disk had room again");
         }
@@ -32,20 +36,39 @@ void TinkerRoutes::sweeper_loop() {
     }
 }
 
-// A session is live while it heartbeats or its models receive requests.
+// On a shared database, requests pending in a front end that has stopped (killed, crashed) can never finish:
+// they fail here, category server, as a single process's do at its restart; any front end answers them.
+void TinkerRoutes::fail_orphaned_futures(double now) {
+    if (!db_->shared()) {
+        return;
+    }
+    auto failed = db_->fail_orphaned_futures("the front end running this request stopped before it finished", now);
+    if (!failed.ok()) {
+        LOG_ERR("sweeper", "%s", failed.error().message.c_str());
+    } else if (*failed > 0) {
+        LOG_WRN("sweeper", "%lld request(s) of a front end that stopped are now failed",
+                static_cast<long long>(*failed));
+    }
+}
+
+// A session is live while it heartbeats or its models receive requests. Activity seen only in memory
+// reaches the database once the row is half a timeout old, so that another front end on a shared
+// database (which does not see this one's memory) never ends a live session.
 void TinkerRoutes::expire_sessions(double now) {
-    auto stale = db_->stale_sessions(now - options_.session_timeout_seconds);
+    const double timeout = options_.session_timeout_seconds;
+    auto stale = db_->stale_sessions(now - timeout / 2);
     if (!stale.ok()) {
         LOG_ERR("sweeper", "%s", stale.error().message.c_str());
         return;
     }
     for (const auto & session : *stale) {
         const double last_seen = registry_->session_last_seen(session.session_id).value_or(0);
-        if (last_seen > now - options_.session_timeout_seconds) {
+        if (last_seen > session.last_heartbeat) {
             (void)db_->touch_session(session.session_id, last_seen);
-            continue;
         }
-        end_session(session.session_id, "expired (no heartbeat)");
+        if (std::max(last_seen, session.last_heartbeat) <= now - timeout) {
+            end_session(session.session_id, "expired (no heartbeat)");
+        }
     }
 }
 

@@ -215,8 +215,16 @@ void TinkerRoutes::register_unsupported_routes() {
 
 // Nothing is in memory after a start, so the last process's pending futures can never finish and its runs
 // are not loaded; snapshots get their expiry. On a full disk these writes wait for the sweeper to retry
-// them (the server starts and serves reads and deletes meanwhile); other failures stop the start.
+// them (the server starts and serves reads and deletes meanwhile); other failures stop the start. A front
+// end that joins others on a shared (PostgreSQL) database skips all of it: their futures are still
+// pending, their runs loaded and their snapshot writes in progress.
 Result<void> TinkerRoutes::recover_from_last_process() {
+    if (!db_->sole_user_at_open()) {
+        LOG_INF("api",
+                "other front ends use this database: their pending requests, loaded runs and snapshots are "
+                "left as they are (a front end that starts alone recovers them)");
+        return {};
+    }
     auto failed = db_->fail_pending_futures("server restarted before this request finished", now_seconds());
     Result<void> recovered = failed.ok() ? db_->mark_all_runs_unloaded() : Result<void>(failed.error());
     if (recovered.ok()) {

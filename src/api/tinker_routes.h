@@ -190,6 +190,7 @@ class TinkerRoutes {
     // sweeper.cpp: session expiry, checkpoint TTLs, pruning.
     void sweeper_loop();
     void expire_sessions(double now);
+    void fail_orphaned_futures(double now);  // shared database: a stopped front end's pending ones
     void end_session(const std::string & session_id, const std::string & why);
     void expire_checkpoints(double now);
 

@@ -1,4 +1,5 @@
-// Database: opening tinkerd.db (pragmas, migrations) and the sessions and training_runs tables.
+// Database: opening the store (a SQLite file or a PostgreSQL database; migrations) and the sessions and
+// training_runs tables.
 // Checkpoints, samplers, futures and counters live in database_records.cpp. Every query is a prepared
 // statement with bound parameters, run while holding the connection's mutex.
 #include "store/database.h"
@@ -43,25 +44,14 @@ TrainingRunRow read_run(const Statement & stmt) {
     return row;
 }
 
-// Sets connection pragmas; all constant SQL.
-Result<void> configure_connection(sqlite3 * db) {
-    TRY_STATUS(exec_sql(db, "PRAGMA journal_mode = WAL", "enable WAL"));
-    TRY_STATUS(exec_sql(db, "PRAGMA synchronous = NORMAL", "set synchronous"));
-    TRY_STATUS(exec_sql(db, "PRAGMA foreign_keys = ON", "enable foreign keys"));
-    TRY_STATUS(exec_sql(db, "PRAGMA busy_timeout = 5000", "set busy timeout"));
-    return {};
-}
-
 }  // namespace
 
-Result<std::unique_ptr<Database>> Database::open(const std::string & path) {
+Result<std::unique_ptr<Database>> Database::open(const std::string & location) {
     auto impl = std::make_unique<Impl>();
-    const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
-    if (sqlite3_open_v2(path.c_str(), &impl->db, flags, nullptr) != SQLITE_OK) {
-        return sqlite_error(impl->db, "open " + path);
-    }
-    TRY_STATUS(configure_connection(impl->db));
-    Result<int> version = run_migrations(impl->db);
+    auto conn = is_postgres_uri(location) ? open_postgres(location) : open_sqlite(location);
+    TRY_STATUS(conn);
+    impl->conn = std::move(conn).value();
+    Result<int> version = run_migrations(*impl->conn);
     TRY_STATUS(version);
     impl->schema_version = version.value();
     std::unique_ptr<Database> database(new Database());
@@ -73,6 +63,14 @@ Database::~Database() = default;
 
 int Database::schema_version() const {
     return impl_->schema_version;
+}
+
+bool Database::shared() const {
+    return impl_->conn->shared();
+}
+
+bool Database::sole_user_at_open() const {
+    return impl_->conn->sole_user_at_open();
 }
 
 // ---- Sessions ----

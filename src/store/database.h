@@ -1,6 +1,7 @@
-// Database: tinkerd's SQLite file (WAL mode, numbered migrations) holding sessions, training runs,
-// checkpoints, samplers and finished futures. Thread-safe: one connection behind a mutex; every call
-// is one short transaction. Times are Unix seconds (double). Knows nothing of HTTP or tensors.
+// Database: tinkerd's store, a SQLite file (WAL mode; the default) or a PostgreSQL database shared by several
+// front ends, with numbered migrations, holding sessions, training runs, checkpoints, samplers and finished
+// futures. Thread-safe: one connection behind a mutex; every call is one short transaction. Times are Unix
+// seconds (double). Knows nothing of HTTP or tensors.
 #pragma once
 
 #include <cstdint>
@@ -106,6 +107,9 @@ struct SamplerUsageRow {
     double last_used = 0;
 };
 
+// Whether a --database value names a PostgreSQL server ("postgresql://" or "postgres://") rather than a file.
+bool is_postgres_uri(const std::string & location);
+
 struct Page {
     int64_t limit = 20;
     int64_t offset = 0;
@@ -113,17 +117,23 @@ struct Page {
 
 class Database {
   public:
-    // Errors: SQLite failures are INTERNAL ("sqlite: <what>: <message>"); an update or delete that matches
-    // no row (touch_*, mark_*_expired/unloaded, set_checkpoint_*, delete_checkpoint, finish_future) is
+    // Errors: database failures are INTERNAL ("sqlite: <what>: <message>" or "postgresql: ..."); an update or delete
+    // that matches no row (touch_*, mark_*_expired/unloaded, set_checkpoint_*, delete_checkpoint, finish_future) is
     // NOT_FOUND. Foreign keys: a run's and a sampler's session_id, and a checkpoint's run_id, must exist.
-    // Opens (creating if needed) the file, enables WAL and foreign keys, runs pending migrations.
-    // path ":memory:" gives a private in-memory database (tests).
-    static Result<std::unique_ptr<Database>> open(const std::string & path);
+    // `location` "postgresql://user@host:port/db" (or "postgres://"; any libpq URI) connects to that
+    // database; anything else is a SQLite file, opened (created if needed) with WAL and foreign keys, and
+    // ":memory:" a private in-memory database (tests). Runs the pending migrations in both cases.
+    static Result<std::unique_ptr<Database>> open(const std::string & location);
     ~Database();
     Database(const Database &) = delete;
     Database & operator=(const Database &) = delete;
 
     int schema_version() const;
+    // Whether other processes may use the same database (PostgreSQL), and whether no other front end had it
+    // open when this one connected (always true for SQLite): only then is the last process's leftover
+    // state (pending futures, loaded runs) safe to recover.
+    bool shared() const;
+    bool sole_user_at_open() const;
 
     // Sessions.
     Result<void> insert_session(const SessionRow & row);
@@ -182,6 +192,9 @@ class Database {
     Result<std::optional<FutureRow>> future_by_seq(const std::string & run_id, int64_t seq_id);
     // At start-up: every still-pending future becomes failed with this error (category "server").
     Result<int64_t> fail_pending_futures(const std::string & error, double now);
+    // On a shared database: every pending future whose front end is no longer connected (killed, stopped)
+    // becomes failed with this error (category "server"); returns how many. Never touches a live one's.
+    Result<int64_t> fail_orphaned_futures(const std::string & error, double now);
     // Deletes finished futures older than `before`; returns how many.
     Result<int64_t> prune_futures(double before);
 

@@ -1,25 +1,23 @@
-// Private parts of Database shared by its .cpp files: the connection and its mutex, the column lists
-// of each table, and small helpers for row-count checks. Not for use outside src/store.
+// Private parts of Database shared by its .cpp files: the connection (SQLite or PostgreSQL) and its mutex,
+// the column lists of each table, and small helpers for row-count checks. Not for use outside src/store.
 #pragma once
 
 #include <mutex>
 #include <optional>
-#include <sqlite3.h>
 #include <string>
 #include <vector>
 
 #include "store/database.h"
-#include "store/sqlite_statement.h"
+#include "store/sql_statement.h"
 
 namespace tinkerd::store {
 
 struct Database::Impl {
-    sqlite3 * db = nullptr;
-    std::mutex mutex;  // guards every use of `db`
+    std::unique_ptr<SqlConnection> conn;
+    std::mutex mutex;  // guards every use of `conn`
     int schema_version = 0;
 
-    ~Impl() { sqlite3_close_v2(db); }
-    Result<Statement> prepare(const char * sql, const char * what) { return Statement::prepare(db, sql, what); }
+    Result<Statement> prepare(const char * sql, const char * what) { return conn->prepare(sql, what); }
 };
 
 // Column lists, in the order the read_* functions expect them.

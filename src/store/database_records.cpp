@@ -253,14 +253,14 @@ Result<int64_t> Database::schedule_snapshot_expiry(double expires_at) {
 Result<void> Database::insert_future(const FutureRow & row) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare("INSERT INTO futures (" TINKERD_FUTURE_COLUMNS
-                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                               ", owner) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                                "insert_future");
     TRY_STATUS(stmt);
     stmt->bind_text(1, row.request_id).bind_text(2, row.tenant).bind_text(3, row.request_type);
     stmt->bind_text(4, row.run_id).bind_int(5, row.seq_id).bind_text(6, row.body_hash);
     stmt->bind_text(7, row.state.empty() ? std::string("pending") : row.state).bind_text(8, row.result_json);
     stmt->bind_blob(9, row.result_proto).bind_text(10, row.error).bind_text(11, row.error_category);
-    stmt->bind_double(12, row.created_at).bind_double(13, row.finished_at);
+    stmt->bind_double(12, row.created_at).bind_double(13, row.finished_at).bind_int(14, impl_->conn->owner_id());
     TRY_STATUS(stmt->run());
     return {};
 }
@@ -307,6 +307,17 @@ Result<int64_t> Database::fail_pending_futures(const std::string & error, double
     return stmt->bind_text(1, error).bind_double(2, now).run();
 }
 
+Result<int64_t> Database::fail_orphaned_futures(const std::string & error, double now) {
+    Lock lock(impl_->mutex);
+    const std::string sql =
+        "UPDATE futures SET state = 'failed', error = ?1, error_category = 'server', finished_at = ?2"
+        " WHERE state = 'pending' AND owner NOT IN (" +
+        std::string(impl_->conn->live_owners_sql()) + ")";
+    auto stmt = impl_->prepare(sql.c_str(), "fail_orphaned_futures");
+    TRY_STATUS(stmt);
+    return stmt->bind_text(1, error).bind_double(2, now).run();
+}
+
 Result<int64_t> Database::prune_futures(double before) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare("DELETE FROM futures WHERE state != 'pending' AND finished_at < ?1", "prune_futures");
@@ -320,14 +331,14 @@ Result<int64_t> Database::next_counter(const std::string & name) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare(
         "INSERT INTO counters (name, value) VALUES (?1, 1)"
-        " ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value",
+        " ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value",
         "next_counter");
     TRY_STATUS(stmt);
     stmt->bind_text(1, name);
     Result<bool> row = stmt->step();
     TRY_STATUS(row);
     if (!row.value()) {
-        return internal_error("sqlite: next_counter: no value returned for " + name);
+        return internal_error("store: next_counter: no value returned for " + name);
     }
     int64_t value = stmt->integer(0);
     Result<bool> done = stmt->step();  // completes the statement so the write commits now

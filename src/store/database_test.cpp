@@ -1,7 +1,9 @@
-// Unit tests for Database: idempotent migrations, every table's insert/get/list/update calls
-// (pagination, totals, tenant filters, NULL columns, BLOB bytes), futures recovery and counters.
+// Unit tests for Database, each run against both backends (SQLite file, PostgreSQL database): idempotent
+// migrations, every table's insert/get/list/update calls (pagination, totals, tenant filters, NULL columns,
+// BLOB bytes), futures recovery and counters; PostgreSQL's several-front-end cases in database_pg_test.cpp.
 #include "store/database.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <sqlite3.h>
@@ -12,28 +14,54 @@
 
 #include <gtest/gtest.h>
 
+#include "store/store_test_backends.h"
+
 namespace tinkerd::store {
 namespace {
 
-namespace fs = std::filesystem;
+using testing_backends::Backend;
 
-// A fresh directory per test holding the database file.
-class DatabaseTest : public testing::Test {
+// A fresh database per test: a file in a fresh directory, or a fresh PostgreSQL database.
+class DatabaseTest : public testing_backends::BackendTest {
   protected:
     void SetUp() override {
-        std::string pattern = (fs::path(testing::TempDir()) / "database_test_XXXXXX").string();
-        ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-        dir_ = pattern;
+        BackendTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) {
+            return;
+        }
         db_ = open_db();
     }
     void TearDown() override {
         db_.reset();
-        fs::remove_all(dir_);
+        BackendTest::TearDown();
     }
     std::unique_ptr<Database> open_db() {
-        auto db = Database::open((dir_ / "tinkerd.db").string());
+        auto db = Database::open(location_);
         EXPECT_TRUE(db.ok()) << db.error().message;
         return db.ok() ? std::move(db.value()) : nullptr;
+    }
+    std::string error_prefix() const { return postgres() ? "postgresql: " : "sqlite: "; }
+    // Constant SQL on the raw database, beside Database: the first column of the first row ("" if none).
+    std::string raw_query(const std::string & sql) {
+        if (postgres()) {
+            return testing_backends::postgres_query(location_, sql);
+        }
+        sqlite3 * raw = nullptr;
+        std::string out;
+        if (sqlite3_open(location_.c_str(), &raw) != SQLITE_OK) {
+            out = "error: open";
+        } else {
+            sqlite3_stmt * stmt = nullptr;
+            if (sqlite3_prepare_v2(raw, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+                out = std::string("error: ") + sqlite3_errmsg(raw);
+            } else if (sqlite3_step(stmt) == SQLITE_ROW) {
+                const auto * text = reinterpret_cast<const char *>(sqlite3_column_text(stmt, 0));
+                out = text != nullptr ? text : "";
+            }
+            sqlite3_finalize(stmt);
+        }
+        sqlite3_close(raw);
+        return out;
     }
     void add_session(const std::string & id, const std::string & tenant, double created_at) {
         SessionRow row;
@@ -66,54 +94,50 @@ class DatabaseTest : public testing::Test {
         return row;
     }
 
-    fs::path dir_;
     std::unique_ptr<Database> db_;
 };
 
-TEST_F(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
-    EXPECT_EQ(db_->schema_version(), 3);
+INSTANTIATE_TEST_SUITE_P(Backends, DatabaseTest, testing::Values(Backend::SQLITE, Backend::POSTGRES),
+                         [](const auto & info) { return testing_backends::backend_name(info.param); });
+
+TEST_P(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
+    EXPECT_EQ(db_->schema_version(), 4);
     add_session("s1", "t1", 1.0);
     db_.reset();
     db_ = open_db();  // second open: no migration re-runs (CREATE TABLE would fail if it did)
     ASSERT_NE(db_, nullptr);
-    EXPECT_EQ(db_->schema_version(), 3);
+    EXPECT_EQ(db_->schema_version(), 4);
     auto session = db_->get_session("s1");
     ASSERT_TRUE(session.ok());
     EXPECT_TRUE(session->has_value());
 
-    sqlite3 * raw = nullptr;
-    ASSERT_EQ(sqlite3_open((dir_ / "tinkerd.db").c_str(), &raw), SQLITE_OK);
-    sqlite3_stmt * stmt = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT COUNT(*), MAX(version) FROM schema_version", -1, &stmt, nullptr),
-              SQLITE_OK);
-    ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(stmt, 0), 3);
-    EXPECT_EQ(sqlite3_column_int(stmt, 1), 3);
-    sqlite3_finalize(stmt);
-    ASSERT_EQ(sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-    EXPECT_STREQ(reinterpret_cast<const char *>(sqlite3_column_text(stmt, 0)), "wal");
-    sqlite3_finalize(stmt);
-    sqlite3_close(raw);
+    EXPECT_EQ(raw_query("SELECT COUNT(*) FROM schema_version"), "4");
+    EXPECT_EQ(raw_query("SELECT MAX(version) FROM schema_version"), "4");
+    if (!postgres()) {
+        EXPECT_EQ(raw_query("PRAGMA journal_mode"), "wal");
+    }
 }
 
-TEST_F(DatabaseTest, InMemoryDatabaseWorks) {
+TEST(SqliteDatabaseTest, InMemoryDatabaseWorks) {
     auto db = Database::open(":memory:");
     ASSERT_TRUE(db.ok()) << db.error().message;
-    EXPECT_EQ(db.value()->schema_version(), 3);
+    EXPECT_EQ(db.value()->schema_version(), 4);
     auto n = db.value()->next_counter("x");
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(n.value(), 1);
 }
 
-TEST_F(DatabaseTest, OpenFailureIsInternalError) {
-    auto db = Database::open((dir_ / "missing_dir" / "tinkerd.db").string());
+TEST_P(DatabaseTest, OpenFailureIsInternalError) {
+    const std::string missing = postgres() ? "postgresql:///tinkerd?host=" + (dir_ / "no_server").string()
+                                           : (dir_ / "missing_dir" / "tinkerd.db").string();
+    auto db = Database::open(missing);
     ASSERT_FALSE(db.ok());
     EXPECT_EQ(db.error().kind, ErrorKind::INTERNAL);
-    EXPECT_EQ(db.error().message.rfind("sqlite: open", 0), 0u) << db.error().message;
+    EXPECT_EQ(db.error().message.rfind(error_prefix() + (postgres() ? "connect" : "open"), 0), 0u)
+        << db.error().message;
 }
 
-TEST_F(DatabaseTest, SessionsRoundTripTouchExpireAndStale) {
+TEST_P(DatabaseTest, SessionsRoundTripTouchExpireAndStale) {
     SessionRow row;
     row.session_id = "s1";
     row.tenant = "t1";
@@ -141,7 +165,7 @@ TEST_F(DatabaseTest, SessionsRoundTripTouchExpireAndStale) {
     auto dup = db_->insert_session(row);
     ASSERT_FALSE(dup.ok());
     EXPECT_EQ(dup.error().kind, ErrorKind::INTERNAL);
-    EXPECT_NE(dup.error().message.find("sqlite: insert_session: "), std::string::npos) << dup.error().message;
+    EXPECT_NE(dup.error().message.find(error_prefix() + "insert_session: "), std::string::npos) << dup.error().message;
 
     add_session("s2", "t1", 100.0);
     add_session("s3", "t1", 100.0);
@@ -158,7 +182,7 @@ TEST_F(DatabaseTest, SessionsRoundTripTouchExpireAndStale) {
     EXPECT_EQ((*stale)[0].session_id, "s2");
 }
 
-TEST_F(DatabaseTest, ListSessionsPaginatesNewestFirstPerTenant) {
+TEST_P(DatabaseTest, ListSessionsPaginatesNewestFirstPerTenant) {
     for (int i = 0; i < 5; ++i) {
         add_session(std::string("a") + std::to_string(i), "t1", 10.0 + i);
     }
@@ -183,7 +207,7 @@ TEST_F(DatabaseTest, ListSessionsPaginatesNewestFirstPerTenant) {
     EXPECT_TRUE(none->first.empty());
 }
 
-TEST_F(DatabaseTest, TrainingRunsRoundTripWithNullSeed) {
+TEST_P(DatabaseTest, TrainingRunsRoundTripWithNullSeed) {
     add_session("s1", "t1", 1.0);
     TrainingRunRow row;
     row.run_id = "s1:train:0";
@@ -228,16 +252,18 @@ TEST_F(DatabaseTest, TrainingRunsRoundTripWithNullSeed) {
     EXPECT_EQ(db_->mark_run_unloaded("nope").error().kind, ErrorKind::NOT_FOUND);
 }
 
-TEST_F(DatabaseTest, RunNeedsAnExistingSession) {
+TEST_P(DatabaseTest, RunNeedsAnExistingSession) {
     TrainingRunRow row;
     row.run_id = "ghost:train:0";
     row.session_id = "ghost";
     auto inserted = db_->insert_run(row);
     ASSERT_FALSE(inserted.ok());
-    EXPECT_NE(inserted.error().message.find("FOREIGN KEY"), std::string::npos) << inserted.error().message;
+    std::string message = inserted.error().message;
+    std::transform(message.begin(), message.end(), message.begin(), ::tolower);
+    EXPECT_NE(message.find("foreign key"), std::string::npos) << message;
 }
 
-TEST_F(DatabaseTest, ListRunsFiltersByTenantOrListsAll) {
+TEST_P(DatabaseTest, ListRunsFiltersByTenantOrListsAll) {
     add_session("s1", "t1", 1.0);
     add_session("s2", "t2", 1.0);
     for (int i = 0; i < 3; ++i) {
@@ -262,7 +288,7 @@ TEST_F(DatabaseTest, ListRunsFiltersByTenantOrListsAll) {
     EXPECT_TRUE(db_->runs_of_session("s9")->empty());
 }
 
-TEST_F(DatabaseTest, CheckpointsUpsertListExpireAndDelete) {
+TEST_P(DatabaseTest, CheckpointsUpsertListExpireAndDelete) {
     add_session("s1", "t1", 1.0);
     add_run("r1", "t1", 1.0);
     add_run("r2", "t1", 1.0);
@@ -330,7 +356,7 @@ TEST_F(DatabaseTest, CheckpointsUpsertListExpireAndDelete) {
     EXPECT_EQ(db_->set_checkpoint_expiry("r1", "nope", 1.0).error().kind, ErrorKind::NOT_FOUND);
 }
 
-TEST_F(DatabaseTest, SamplersRoundTrip) {
+TEST_P(DatabaseTest, SamplersRoundTrip) {
     add_session("s1", "t1", 1.0);
     SamplerRow row;
     row.sampler_id = "s1:sample:0";
@@ -363,7 +389,7 @@ TEST_F(DatabaseTest, SamplersRoundTrip) {
 
 // Unnamed sampler snapshots: dir, size and expiry round-trip; the budget sums only snapshots; expiry is
 // scheduled only for snapshots of expired sessions, once; expired ones are listed, then deleted.
-TEST_F(DatabaseTest, SnapshotSamplersBudgetExpiryAndDelete) {
+TEST_P(DatabaseTest, SnapshotSamplersBudgetExpiryAndDelete) {
     add_session("s1", "t1", 1.0);
     add_session("s2", "t1", 1.0);
     // A snapshot of s1 and one of s2 (with files), and a base-model sampler of s1 (none, not counted).
@@ -414,17 +440,12 @@ TEST_F(DatabaseTest, SnapshotSamplersBudgetExpiryAndDelete) {
 }
 
 // A sampler row written before migration 2 (no dir, size or expiry) reads with the defaults.
-TEST_F(DatabaseTest, SamplerRowsFromVersion1ReadWithDefaults) {
+TEST_P(DatabaseTest, SamplerRowsFromVersion1ReadWithDefaults) {
     add_session("s1", "t1", 1.0);
     db_.reset();
-    sqlite3 * raw = nullptr;
-    ASSERT_EQ(sqlite3_open((dir_ / "tinkerd.db").c_str(), &raw), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(raw,
-                           "INSERT INTO samplers (sampler_id, tenant, session_id, base_model, model_path, run_id,"
-                           " created_at) VALUES ('s1:sample:0', 't1', 's1', 'tiny', '', 's1:train:0', 2.0)",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(raw);
+    EXPECT_EQ(raw_query("INSERT INTO samplers (sampler_id, tenant, session_id, base_model, model_path, run_id,"
+                        " created_at) VALUES ('s1:sample:0', 't1', 's1', 'tiny', '', 's1:train:0', 2.0)"),
+              "");
     db_ = open_db();
     ASSERT_NE(db_, nullptr);
     auto got = db_->get_sampler("s1:sample:0");
@@ -435,7 +456,7 @@ TEST_F(DatabaseTest, SamplerRowsFromVersion1ReadWithDefaults) {
     EXPECT_EQ(db_->snapshot_bytes().value(), 0);
 }
 
-TEST_F(DatabaseTest, FuturesKeepBinaryResultsAndRecover) {
+TEST_P(DatabaseTest, FuturesKeepBinaryResultsAndRecover) {
     FutureRow row;
     row.request_id = "req-1";
     row.tenant = "t1";
@@ -497,7 +518,7 @@ TEST_F(DatabaseTest, FuturesKeepBinaryResultsAndRecover) {
     EXPECT_TRUE(db_->get_future("req-2")->has_value());
 }
 
-TEST_F(DatabaseTest, CountersAreMonotonicAcrossReopen) {
+TEST_P(DatabaseTest, CountersAreMonotonicAcrossReopen) {
     EXPECT_EQ(db_->next_counter("request").value(), 1);
     EXPECT_EQ(db_->next_counter("request").value(), 2);
     EXPECT_EQ(db_->next_counter("session").value(), 1);
@@ -508,7 +529,7 @@ TEST_F(DatabaseTest, CountersAreMonotonicAcrossReopen) {
     EXPECT_EQ(db_->next_counter("session").value(), 2);
 }
 
-TEST_F(DatabaseTest, ConcurrentCountersAreDistinct) {
+TEST_P(DatabaseTest, ConcurrentCountersAreDistinct) {
     constexpr int THREADS = 4;
     constexpr int PER_THREAD = 25;
     std::vector<std::vector<int64_t>> seen(THREADS);
@@ -533,7 +554,7 @@ TEST_F(DatabaseTest, ConcurrentCountersAreDistinct) {
     EXPECT_EQ(*all.rbegin(), THREADS * PER_THREAD);
 }
 
-TEST_F(DatabaseTest, UserTextIsBoundNotInterpolated) {
+TEST_P(DatabaseTest, UserTextIsBoundNotInterpolated) {
     const std::string tricky = "t'); DROP TABLE sessions; --";
     add_session("x'y", tricky, 1.0);
     auto got = db_->get_session("x'y");

@@ -1,10 +1,10 @@
-// The schema of tinkerd.db as numbered migrations, and the runner that applies the missing ones.
-// Migration scripts are constant SQL; each runs with its schema_version row in one transaction.
+// The store's schema as numbered migrations, and the runner that applies the missing ones. Scripts are
+// constant SQL in SQLite's types (PostgreSQL gets them translated, sql_dialect.h); each runs with its
+// schema_version row in one transaction holding the migration lock.
 #include "store/migrations.h"
 
+#include <chrono>
 #include <string>
-
-#include "store/sqlite_statement.h"
 
 namespace tinkerd::store {
 namespace {
@@ -130,43 +130,44 @@ CREATE TABLE sampler_usage (
 );
 )sql";
 
-// Index i holds the script of version i + 1. Append new versions; never edit a released one.
-constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3};
+// Version 4: several front ends on one PostgreSQL database. A future's `owner` is the front end that runs it
+// (SqlConnection::owner_id; 0 on SQLite), so that another front end can fail it once that one has stopped.
+constexpr const char * MIGRATION_4 = R"sql(
+ALTER TABLE futures ADD COLUMN owner INTEGER NOT NULL DEFAULT 0;
+)sql";
 
-Result<int> current_version(sqlite3 * db) {
-    auto stmt = Statement::prepare(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");
+// Index i holds the script of version i + 1. Append new versions; never edit a released one.
+constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4};
+
+Result<int> current_version(SqlConnection & conn) {
+    auto stmt = conn.prepare("SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");
     TRY_STATUS(stmt);
     Result<bool> row = stmt->step();
     TRY_STATUS(row);
     return static_cast<int>(stmt->integer(0));
 }
 
+double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // Applies one migration and records it, unless another connection already did while we waited.
-Result<void> migrate_if_missing(sqlite3 * db, int version) {
-    Result<int> now = current_version(db);
+Result<void> migrate_if_missing(SqlConnection & conn, int version) {
+    TRY_STATUS(conn.lock_migrations());
+    TRY_STATUS(
+        conn.exec("CREATE TABLE IF NOT EXISTS schema_version ("
+                  "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)",
+                  "create schema_version"));
+    Result<int> now = current_version(conn);
     TRY_STATUS(now);
     if (now.value() >= version) {
         return {};
     }
-    TRY_STATUS(exec_sql(db, MIGRATIONS[version - 1], "migration " + std::to_string(version)));
-    auto insert = Statement::prepare(db,
-                                     "INSERT INTO schema_version (version, applied_at) "
-                                     "VALUES (?1, CAST(strftime('%s', 'now') AS REAL))",
-                                     "record migration");
+    TRY_STATUS(conn.exec(MIGRATIONS[version - 1], "migration " + std::to_string(version)));
+    auto insert = conn.prepare("INSERT INTO schema_version (version, applied_at) VALUES (?1, ?2)", "record migration");
     TRY_STATUS(insert);
-    TRY_STATUS(insert->bind_int(1, version).run());
+    TRY_STATUS(insert->bind_int(1, version).bind_double(2, unix_now()).run());
     return {};
-}
-
-// Runs migrate_if_missing inside one write transaction: all of the migration or none of it.
-Result<void> apply_migration(sqlite3 * db, int version) {
-    TRY_STATUS(exec_sql(db, "BEGIN IMMEDIATE", "begin migration " + std::to_string(version)));
-    Result<void> applied = migrate_if_missing(db, version);
-    if (!applied.ok()) {
-        (void)exec_sql(db, "ROLLBACK", "rollback migration");
-        return applied;
-    }
-    return exec_sql(db, "COMMIT", "commit migration " + std::to_string(version));
 }
 
 }  // namespace
@@ -175,21 +176,21 @@ int latest_schema_version() {
     return static_cast<int>(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]));
 }
 
-Result<int> run_migrations(sqlite3 * db) {
-    TRY_STATUS(exec_sql(db,
-                        "CREATE TABLE IF NOT EXISTS schema_version ("
-                        "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)",
-                        "create schema_version"));
-    Result<int> version = current_version(db);
+// The first transaction creates schema_version (under the lock: two PostgreSQL front ends starting at
+// once would otherwise race on CREATE TABLE); then one transaction per missing version.
+Result<int> run_migrations(SqlConnection & conn) {
+    TRY_STATUS(in_transaction(conn, "read schema version", [&] { return migrate_if_missing(conn, 0); }));
+    Result<int> version = current_version(conn);
     TRY_STATUS(version);
     if (version.value() > latest_schema_version()) {
-        return internal_error("sqlite: database schema version " + std::to_string(version.value()) +
+        return internal_error("store: database schema version " + std::to_string(version.value()) +
                               " is newer than this build (" + std::to_string(latest_schema_version()) + ")");
     }
     for (int next = version.value() + 1; next <= latest_schema_version(); ++next) {
-        TRY_STATUS(apply_migration(db, next));
+        TRY_STATUS(
+            in_transaction(conn, "migration " + std::to_string(next), [&] { return migrate_if_missing(conn, next); }));
     }
-    return current_version(db);
+    return current_version(conn);
 }
 
 }  // namespace tinkerd::store

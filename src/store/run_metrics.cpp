@@ -75,11 +75,11 @@ MetricPoint merge_points(const MetricPoint & older, const MetricPoint & newer) {
     return out;
 }
 
-Result<void> insert_point(sqlite3 * db, const MetricPoint & p) {
-    auto stmt = Statement::prepare(db,
-                                   "INSERT INTO run_metrics (run_id, op, step, time, duration_s, values_json, merged)"
-                                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                                   "record_metric_point");
+Result<void> insert_point(SqlConnection & db, const MetricPoint & p) {
+    auto stmt = db.prepare(
+        "INSERT INTO run_metrics (run_id, op, step, time, duration_s, values_json, merged)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "record_metric_point");
     TRY_STATUS(stmt);
     stmt->bind_text(1, p.run_id).bind_text(2, p.op).bind_int(3, p.step).bind_double(4, p.time);
     stmt->bind_double(5, std::isfinite(p.duration_s) ? p.duration_s : 0.0);
@@ -89,12 +89,12 @@ Result<void> insert_point(sqlite3 * db, const MetricPoint & p) {
 }
 
 // Each pair (older, newer) becomes one row: the newer one updated with the merge, the older one deleted.
-Result<void> merge_pairs(sqlite3 * db, const std::vector<StoredPoint> & points) {
-    auto update = Statement::prepare(db,
-                                     "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
-                                     " WHERE point_id = ?1",
-                                     "merge metric points");
-    auto remove = Statement::prepare(db, "DELETE FROM run_metrics WHERE point_id = ?1", "drop merged metric point");
+Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & points) {
+    auto update = db.prepare(
+        "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
+        " WHERE point_id = ?1",
+        "merge metric points");
+    auto remove = db.prepare("DELETE FROM run_metrics WHERE point_id = ?1", "drop merged metric point");
     TRY_STATUS(update);
     TRY_STATUS(remove);
     for (size_t i = 0; i + 1 < points.size(); i += 2) {
@@ -111,9 +111,8 @@ Result<void> merge_pairs(sqlite3 * db, const std::vector<StoredPoint> & points) 
 
 // When (run, op) holds more than `max_points` points: its oldest half (an even number) becomes half as
 // many points, each pair merged into its newer member. Repeated thinning makes old history coarser.
-Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::string & op, int64_t max_points) {
-    auto count =
-        Statement::prepare(db, "SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
+Result<void> thin_if_over(SqlConnection & db, const std::string & run_id, const std::string & op, int64_t max_points) {
+    auto count = db.prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
     TRY_STATUS(count);
     count->bind_text(1, run_id).bind_text(2, op);
     Result<int64_t> n = count_of(*count);
@@ -121,11 +120,10 @@ Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::s
     if (*n <= max_points) {
         return {};
     }
-    auto oldest = Statement::prepare(db,
-                                     "SELECT " TINKERD_METRIC_COLUMNS
-                                     " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
-                                     " ORDER BY time, point_id LIMIT ?3",
-                                     "oldest metric points");
+    auto oldest = db.prepare("SELECT " TINKERD_METRIC_COLUMNS
+                             " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
+                             " ORDER BY time, point_id LIMIT ?3",
+                             "oldest metric points");
     TRY_STATUS(oldest);
     oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
     auto points = collect<StoredPoint>(*oldest, read_point);
@@ -137,16 +135,11 @@ Result<void> thin_if_over(sqlite3 * db, const std::string & run_id, const std::s
 
 Result<void> Database::record_metric_point(const MetricPoint & point, int64_t max_points_per_op) {
     Lock lock(impl_->mutex);
-    TRY_STATUS(exec_sql(impl_->db, "BEGIN IMMEDIATE", "begin record_metric_point"));
-    Result<void> done = insert_point(impl_->db, point);
-    if (done.ok()) {
-        done = thin_if_over(impl_->db, point.run_id, point.op, std::max(max_points_per_op, MIN_POINTS_PER_OP));
-    }
-    if (!done.ok()) {
-        (void)exec_sql(impl_->db, "ROLLBACK", "rollback record_metric_point");
-        return done;
-    }
-    return exec_sql(impl_->db, "COMMIT", "commit record_metric_point");
+    SqlConnection & conn = *impl_->conn;
+    return in_transaction(conn, "record_metric_point", [&]() -> Result<void> {
+        TRY_STATUS(insert_point(conn, point));
+        return thin_if_over(conn, point.run_id, point.op, std::max(max_points_per_op, MIN_POINTS_PER_OP));
+    });
 }
 
 Result<std::vector<MetricPoint>> Database::metric_points(const std::string & run_id, int64_t since_step) {
@@ -183,7 +176,8 @@ Result<void> Database::add_sampler_usage(const SamplerUsageRow & delta) {
     auto stmt = impl_->prepare(
         "INSERT INTO sampler_usage (sampler_id, tenant, base_model, requests, tokens_sampled, last_used)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, sampler_id) DO UPDATE SET"
-        " requests = requests + excluded.requests, tokens_sampled = tokens_sampled + excluded.tokens_sampled,"
+        " requests = sampler_usage.requests + excluded.requests,"
+        " tokens_sampled = sampler_usage.tokens_sampled + excluded.tokens_sampled,"
         " last_used = excluded.last_used, base_model = excluded.base_model",
         "add_sampler_usage");
     TRY_STATUS(stmt);

@@ -10,27 +10,29 @@
 #include <gtest/gtest.h>
 
 #include "store/database.h"
+#include "store/store_test_backends.h"
 
 namespace tinkerd::store {
 namespace {
 
-namespace fs = std::filesystem;
+using testing_backends::Backend;
 
-class RunMetricsTest : public testing::Test {
+class RunMetricsTest : public testing_backends::BackendTest {
   protected:
     void SetUp() override {
-        std::string pattern = (fs::path(testing::TempDir()) / "run_metrics_test_XXXXXX").string();
-        ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-        dir_ = pattern;
+        BackendTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) {
+            return;
+        }
         reopen();
     }
     void TearDown() override {
         db_.reset();
-        fs::remove_all(dir_);
+        BackendTest::TearDown();
     }
     void reopen() {
         db_.reset();
-        auto db = Database::open((dir_ / "tinkerd.db").string());
+        auto db = Database::open(location_);
         ASSERT_TRUE(db.ok()) << db.error().message;
         db_ = std::move(db.value());
     }
@@ -51,11 +53,13 @@ class RunMetricsTest : public testing::Test {
         return got.ok() ? *got : std::vector<MetricPoint>{};
     }
 
-    fs::path dir_;
     std::unique_ptr<Database> db_;
 };
 
-TEST_F(RunMetricsTest, PointsComeBackInTimeOrderAfterReopen) {
+INSTANTIATE_TEST_SUITE_P(Backends, RunMetricsTest, testing::Values(Backend::SQLITE, Backend::POSTGRES),
+                         [](const auto & info) { return testing_backends::backend_name(info.param); });
+
+TEST_P(RunMetricsTest, PointsComeBackInTimeOrderAfterReopen) {
     record("forward_backward", 0, 10.0, 3.0);
     record("optim_step", 1, 11.0, 0.0);
     record("forward_backward", 1, 12.0, 2.5);
@@ -73,7 +77,7 @@ TEST_F(RunMetricsTest, PointsComeBackInTimeOrderAfterReopen) {
     EXPECT_FALSE(db_->metrics_downsampled("run-1").value());
 }
 
-TEST_F(RunMetricsTest, NonFiniteValuesAreLeftOut) {
+TEST_P(RunMetricsTest, NonFiniteValuesAreLeftOut) {
     MetricPoint p;
     p.run_id = "run-1";
     p.op = "forward";
@@ -85,7 +89,7 @@ TEST_F(RunMetricsTest, NonFiniteValuesAreLeftOut) {
     EXPECT_DOUBLE_EQ(all[0].values.at("num_tokens"), 4.0);
 }
 
-TEST_F(RunMetricsTest, DownsamplingKeepsTheBoundAndTheWeightedMean) {
+TEST_P(RunMetricsTest, DownsamplingKeepsTheBoundAndTheWeightedMean) {
     const int64_t bound = 8;
     double sum = 0;
     for (int i = 0; i < 40; i++) {
@@ -116,7 +120,7 @@ TEST_F(RunMetricsTest, DownsamplingKeepsTheBoundAndTheWeightedMean) {
     EXPECT_TRUE(db_->metrics_downsampled("run-1").value());
 }
 
-TEST_F(RunMetricsTest, SamplerUsageSumsPerTenantAndSurvivesReopen) {
+TEST_P(RunMetricsTest, SamplerUsageSumsPerTenantAndSurvivesReopen) {
     ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "alice", "base", 1, 10, 5.0}).ok());
     ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "alice", "base", 2, 7, 6.0}).ok());
     ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "bob", "base", 1, 1, 7.0}).ok());

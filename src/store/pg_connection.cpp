@@ -1,0 +1,279 @@
+// The PostgreSQL backend of the portable SQL layer (sql_statement.h), over libpq: statements run with
+// PQexecParams (typed parameters, "?N" translated to "$N"; results in text form), migration scripts
+// translated from SQLite's types (sql_dialect.h), a lost connection reset and the statement retried once,
+// and a session-level shared advisory lock per database that tells a starting front end whether others run.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <libpq-fe.h>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "store/sql_dialect.h"
+#include "store/sql_statement.h"
+
+namespace tinkerd::store {
+namespace {
+
+// Type OIDs of the parameters we send (pg_type.h).
+constexpr Oid INT8_OID = 20;
+constexpr Oid TEXT_OID = 25;
+constexpr Oid FLOAT8_OID = 701;
+constexpr Oid BYTEA_OID = 17;
+
+// Held (shared) by every open front end for as long as its connection lives; keyed by the database.
+constexpr const char * FRONT_END_KEY = "hashtext(current_database()), 2";
+// Each front end also holds (OWNER_CLASS, its owner id) exclusively; pg_locks lists the live ones.
+constexpr int64_t OWNER_CLASS = 1953195110;  // "tkdf"
+constexpr const char * LIVE_OWNERS_SQL =
+    "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND classid = 1953195110"
+    " AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
+Error pg_error(const std::string & what, const std::string & message) {
+    std::string text = message;
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) {
+        text.pop_back();
+    }
+    return internal_error("postgresql: " + what + ": " + text);
+}
+
+// The server's one-line message ("duplicate key value violates unique constraint ..."), else libpq's text.
+std::string message_of(const PGresult * result, PGconn * conn) {
+    const char * primary = result != nullptr ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr;
+    return primary != nullptr ? primary : PQerrorMessage(conn);
+}
+
+void ignore_notice(void *, const char *) {}  // "relation already exists, skipping" and the like
+
+std::string owner_lock_sql(int64_t owner) {
+    return "SELECT pg_advisory_lock(" + std::to_string(OWNER_CLASS) + ", " + std::to_string(owner) + ")";
+}
+
+// A reset connection has lost its session locks; take them again so that others still see this front end.
+bool ensure_connected(PGconn * conn, int64_t owner) {
+    if (PQstatus(conn) == CONNECTION_OK) {
+        return true;
+    }
+    PQreset(conn);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        return false;
+    }
+    PQclear(PQexec(conn, (std::string("SELECT pg_advisory_lock_shared(") + FRONT_END_KEY + ")").c_str()));
+    PQclear(PQexec(conn, owner_lock_sql(owner).c_str()));
+    return true;
+}
+
+struct Param {
+    std::optional<std::string> value;  // nullopt = NULL
+    Oid type = 0;
+    int format = 0;  // 0 text, 1 binary (bytea)
+};
+
+class PgStatement final : public StatementBackend {
+  public:
+    PgStatement(PGconn * conn, int64_t owner, std::string sql, std::string what)
+        : conn_(conn), owner_(owner), sql_(std::move(sql)), what_(std::move(what)) {}
+    ~PgStatement() override { PQclear(result_); }
+
+    void bind_text(int index, const std::string & value) override { set(index, value, TEXT_OID, 0); }
+    void bind_blob(int index, const std::string & bytes) override { set(index, bytes, BYTEA_OID, 1); }
+    void bind_int(int index, int64_t value) override { set(index, std::to_string(value), INT8_OID, 0); }
+    void bind_double(int index, double value) override { set(index, double_text(value), FLOAT8_OID, 0); }
+    void bind_null(int index) override { set(index, std::nullopt, 0, 0); }
+
+    Result<bool> step() override;
+    Result<int64_t> run() override;
+    void reset() override {
+        PQclear(result_);
+        result_ = nullptr;
+        params_.clear();
+        row_ = -1;
+    }
+
+    std::string text(int column) const override {
+        return std::string(PQgetvalue(result_, row_, column), PQgetlength(result_, row_, column));
+    }
+    std::string blob(int column) const override;
+    int64_t integer(int column) const override { return std::strtoll(PQgetvalue(result_, row_, column), nullptr, 10); }
+    double real(int column) const override { return std::strtod(PQgetvalue(result_, row_, column), nullptr); }
+    bool is_null(int column) const override { return PQgetisnull(result_, row_, column) != 0; }
+
+  private:
+    void set(int index, std::optional<std::string> value, Oid type, int format) {
+        if (index < 1) {
+            return;
+        }
+        if (params_.size() < static_cast<size_t>(index)) {
+            params_.resize(static_cast<size_t>(index));
+        }
+        params_[static_cast<size_t>(index) - 1] = Param{std::move(value), type, format};
+    }
+    static std::string double_text(double value) {
+        if (std::isnan(value)) {
+            return "NaN";
+        }
+        if (std::isinf(value)) {
+            return value > 0 ? "Infinity" : "-Infinity";
+        }
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.17g", value);  // round-trips exactly
+        return buf;
+    }
+    Result<void> execute();
+
+    PGconn * conn_ = nullptr;
+    int64_t owner_ = 0;
+    std::string sql_;
+    std::string what_;
+    std::vector<Param> params_;
+    PGresult * result_ = nullptr;
+    int row_ = -1;
+};
+
+Result<void> PgStatement::execute() {
+    const size_t n = params_.size();
+    std::vector<Oid> types(n);
+    std::vector<const char *> values(n);
+    std::vector<int> lengths(n);
+    std::vector<int> formats(n);
+    for (size_t i = 0; i < n; ++i) {
+        types[i] = params_[i].type;
+        values[i] = params_[i].value ? params_[i].value->data() : nullptr;
+        lengths[i] = params_[i].value ? static_cast<int>(params_[i].value->size()) : 0;
+        formats[i] = params_[i].format;
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        if (!ensure_connected(conn_, owner_)) {
+            return pg_error(what_, PQerrorMessage(conn_));
+        }
+        const bool in_transaction = PQtransactionStatus(conn_) != PQTRANS_IDLE;
+        PQclear(result_);
+        result_ = PQexecParams(conn_, sql_.c_str(), static_cast<int>(n), types.data(), values.data(), lengths.data(),
+                               formats.data(), 0);
+        // A connection lost (server restarted, backend terminated) before this statement: one more try on a
+        // new one, unless a transaction was open (its earlier statements are gone with the connection).
+        if (PQstatus(conn_) != CONNECTION_BAD || in_transaction) {
+            break;
+        }
+    }
+    const ExecStatusType status = PQresultStatus(result_);
+    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        return pg_error(what_, message_of(result_, conn_));
+    }
+    return {};
+}
+
+Result<bool> PgStatement::step() {
+    if (result_ == nullptr) {
+        TRY_STATUS(execute());
+    }
+    if (PQresultStatus(result_) != PGRES_TUPLES_OK) {
+        return pg_error(what_, "statement returned no rows to step through");
+    }
+    if (row_ < PQntuples(result_)) {
+        ++row_;
+    }
+    return row_ < PQntuples(result_);
+}
+
+Result<int64_t> PgStatement::run() {
+    if (result_ == nullptr) {
+        TRY_STATUS(execute());
+    }
+    if (PQntuples(result_) > 0) {
+        return pg_error(what_, "statement unexpectedly returned rows");
+    }
+    return static_cast<int64_t>(std::strtoll(PQcmdTuples(result_), nullptr, 10));
+}
+
+std::string PgStatement::blob(int column) const {
+    size_t size = 0;
+    unsigned char * bytes =
+        PQunescapeBytea(reinterpret_cast<const unsigned char *>(PQgetvalue(result_, row_, column)), &size);
+    std::string out = bytes != nullptr ? std::string(reinterpret_cast<const char *>(bytes), size) : std::string();
+    PQfreemem(bytes);
+    return out;
+}
+
+class PgConnection final : public SqlConnection {
+  public:
+    PgConnection(PGconn * conn, int64_t owner) : conn_(conn), owner_(owner) {}
+    ~PgConnection() override { PQfinish(conn_); }
+
+    Result<Statement> prepare(const char * sql, const std::string & what) override {
+        return Statement(std::make_unique<PgStatement>(conn_, owner_, postgres_placeholders(sql), what));
+    }
+    Result<void> exec(const char * sql, const std::string & what) override;
+    Result<void> begin(const std::string & what) override { return exec("BEGIN", what); }
+    Result<void> lock_migrations() override {
+        return exec("SELECT pg_advisory_xact_lock(hashtext(current_database()), 1)", "lock migrations");
+    }
+    bool shared() const override { return true; }
+    bool sole_user_at_open() const override { return sole_user_; }
+    int64_t owner_id() const override { return owner_; }
+    const char * live_owners_sql() const override { return LIVE_OWNERS_SQL; }
+    Result<void> announce_front_end();
+
+  private:
+    Result<bool> query_bool(const std::string & sql, const std::string & what);
+
+    PGconn * conn_ = nullptr;
+    int64_t owner_ = 0;
+    bool sole_user_ = false;
+};
+
+Result<void> PgConnection::exec(const char * sql, const std::string & what) {
+    if (!ensure_connected(conn_, owner_)) {
+        return pg_error(what, PQerrorMessage(conn_));
+    }
+    PGresult * result = PQexec(conn_, postgres_ddl(sql).c_str());
+    const ExecStatusType status = PQresultStatus(result);
+    Result<void> out;
+    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        out = pg_error(what, message_of(result, conn_));
+    }
+    PQclear(result);
+    return out;
+}
+
+Result<bool> PgConnection::query_bool(const std::string & sql, const std::string & what) {
+    auto stmt = prepare(sql.c_str(), what);
+    TRY_STATUS(stmt);
+    Result<bool> row = stmt->step();
+    TRY_STATUS(row);
+    return row.value() && stmt->text(0) == "t";
+}
+
+// Sole user when no other front end holds the shared lock (so the exclusive one is free for a moment);
+// then this connection holds it shared until it closes.
+Result<void> PgConnection::announce_front_end() {
+    const std::string key = FRONT_END_KEY;
+    Result<bool> alone = query_bool("SELECT pg_try_advisory_lock(" + key + ")", "check other front ends");
+    TRY_STATUS(alone);
+    sole_user_ = alone.value();
+    if (sole_user_) {
+        TRY_STATUS(query_bool("SELECT pg_advisory_unlock(" + key + ")", "release front-end check"));
+    }
+    TRY_STATUS(exec(("SELECT pg_advisory_lock_shared(" + key + ")").c_str(), "announce front end"));
+    return exec(owner_lock_sql(owner_).c_str(), "take the front end's owner lock");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri) {
+    PGconn * raw = PQconnectdb(uri.c_str());
+    std::random_device random;  // an owner id in [1, 2^31): collisions between live front ends are negligible
+    const int64_t owner = 1 + static_cast<int64_t>(random() % 0x7ffffffeu);
+    auto conn = std::make_unique<PgConnection>(raw, owner);  // PQfinish on every path
+    if (raw == nullptr || PQstatus(raw) != CONNECTION_OK) {
+        // The message names host, port and user, never the password.
+        return pg_error("connect", raw != nullptr ? PQerrorMessage(raw) : "out of memory");
+    }
+    PQsetNoticeProcessor(raw, ignore_notice, nullptr);
+    TRY_STATUS(conn->exec("SET client_min_messages = warning", "configure session"));
+    TRY_STATUS(conn->announce_front_end());
+    return std::unique_ptr<SqlConnection>(std::move(conn));
+}
+
+}  // namespace tinkerd::store
