@@ -101,7 +101,7 @@ Result<json> TinkerRoutes::samplers_status_json(const std::string & tenant) cons
     if (!usage.ok()) {
         return usage.error();
     }
-    auto latencies = telemetry_->sampler_latencies(tenant);
+    auto latencies = telemetry_->sampler_latencies(tenant, MAX_LISTED);
     if (!latencies.ok()) {
         return latencies.error();
     }

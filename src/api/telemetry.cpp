@@ -132,8 +132,9 @@ void Telemetry::record_sample(const SampleUsage & usage) {
     }
 }
 
-Result<std::map<std::string, SamplerLatency>> Telemetry::sampler_latencies(const std::string & tenant) const {
-    auto histograms = db_.sampler_latency_counts(tenant);
+Result<std::map<std::string, SamplerLatency>> Telemetry::sampler_latencies(const std::string & tenant,
+                                                                           int64_t samplers) const {
+    auto histograms = db_.sampler_latency_counts(tenant, samplers);
     if (!histograms.ok()) {
         return histograms.error();
     }

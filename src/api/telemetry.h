@@ -77,9 +77,9 @@ class Telemetry {
     // Output thread: one sample request finished. Its counts, and a successful one's latency in its bucket
     // of the sampler's histogram (common/latency_histogram.h), go to the store in one transaction.
     void record_sample(const SampleUsage & usage);
-    // A tenant's samplers' p50 / p95 latencies (sampler id -> quantiles), interpolated in the stored
-    // histograms: the same numbers in this process and after a restart.
-    Result<std::map<std::string, SamplerLatency>> sampler_latencies(const std::string & tenant) const;
+    // The p50 / p95 latencies of a tenant's `samplers` most recently used samplers (sampler id ->
+    // quantiles), interpolated in the stored histograms: the same numbers in this process and after a restart.
+    Result<std::map<std::string, SamplerLatency>> sampler_latencies(const std::string & tenant, int64_t samplers) const;
 
   private:
     struct ModelCounters {

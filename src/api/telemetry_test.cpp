@@ -42,7 +42,7 @@ class TelemetryLatencyTest : public ::testing::Test {
         telemetry_->record_sample(SampleUsage{tenant, "s:sample:0", "base", 3, latency_s, ok});
     }
     std::map<std::string, SamplerLatency> latencies(const std::string & tenant) {
-        auto got = telemetry_->sampler_latencies(tenant);
+        auto got = telemetry_->sampler_latencies(tenant, 100);
         EXPECT_TRUE(got.ok()) << got.error().message;
         return got.ok() ? *got : std::map<std::string, SamplerLatency>{};
     }

@@ -212,8 +212,10 @@ class Database {
     Result<void> add_sampler_usage(const SamplerUsageRow & delta, std::optional<int> latency_bucket = std::nullopt);
     // A tenant's samplers' usage, most recently used first (tenant "" = every tenant).
     Result<std::vector<SamplerUsageRow>> sampler_usage(const std::string & tenant);
-    // A tenant's samplers' latency histograms: sampler id -> (bucket index -> requests), non-empty buckets only.
-    Result<std::map<std::string, LatencyCounts>> sampler_latency_counts(const std::string & tenant);
+    // The latency histograms of the tenant's `samplers` first samplers in sampler_usage's order: sampler id
+    // -> (bucket index -> requests), non-empty buckets only (tenant "" = every tenant; one id used by
+    // several tenants then gets their sum).
+    Result<std::map<std::string, LatencyCounts>> sampler_latency_counts(const std::string & tenant, int64_t samplers);
 
     // A monotonically increasing counter (request ids, session ids) that survives restarts.
     Result<int64_t> next_counter(const std::string & name);

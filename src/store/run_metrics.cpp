@@ -214,7 +214,7 @@ Result<std::vector<SamplerUsageRow>> Database::sampler_usage(const std::string &
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare(
         "SELECT sampler_id, tenant, base_model, requests, tokens_sampled, last_used"
-        " FROM sampler_usage WHERE ?1 = '' OR tenant = ?1 ORDER BY last_used DESC",
+        " FROM sampler_usage WHERE ?1 = '' OR tenant = ?1 ORDER BY last_used DESC, tenant, sampler_id",
         "sampler_usage");
     TRY_STATUS(stmt);
     stmt->bind_text(1, tenant);
@@ -223,14 +223,17 @@ Result<std::vector<SamplerUsageRow>> Database::sampler_usage(const std::string &
     });
 }
 
-Result<std::map<std::string, LatencyCounts>> Database::sampler_latency_counts(const std::string & tenant) {
+Result<std::map<std::string, LatencyCounts>> Database::sampler_latency_counts(const std::string & tenant,
+                                                                              int64_t samplers) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare(
-        "SELECT sampler_id, bucket_index, count FROM sampler_latency"
-        " WHERE (?1 = '' OR tenant = ?1) AND count > 0",
+        "SELECT l.sampler_id, l.bucket_index, l.count FROM sampler_latency l JOIN"
+        " (SELECT tenant, sampler_id FROM sampler_usage WHERE ?1 = '' OR tenant = ?1"
+        "  ORDER BY last_used DESC, tenant, sampler_id LIMIT ?2) u"
+        " ON l.tenant = u.tenant AND l.sampler_id = u.sampler_id WHERE l.count > 0",
         "sampler_latency_counts");
     TRY_STATUS(stmt);
-    stmt->bind_text(1, tenant);
+    stmt->bind_text(1, tenant).bind_int(2, samplers);
     std::map<std::string, LatencyCounts> histograms;
     for (;;) {
         Result<bool> row = stmt->step();

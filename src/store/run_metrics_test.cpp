@@ -144,16 +144,20 @@ TEST_P(RunMetricsTest, SamplerLatencyHistogramsSumPerBucketAndSurviveReopen) {
     ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "bob", "base", 1, 1, 7.0}, 3).ok());
     ASSERT_TRUE(db_->add_sampler_usage({"other", "alice", "base", 1, 1, 8.0}, 0).ok());
     reopen();  // nothing is lost on restart
-    auto got = db_->sampler_latency_counts("alice");
+    auto got = db_->sampler_latency_counts("alice", 10);
     ASSERT_TRUE(got.ok()) << got.error().message;
     ASSERT_EQ(got->size(), 2u);
     EXPECT_EQ(got->at("s:sample:0"), (LatencyCounts{{40, 2}, {57, 1}}));  // bob's bucket 3 is his own
     EXPECT_EQ(got->at("other"), (LatencyCounts{{0, 1}}));
     EXPECT_EQ(db_->sampler_usage("alice")->at(1).requests, 4);  // the usage row counted every request
-    auto bobs = db_->sampler_latency_counts("bob");
+    auto newest = db_->sampler_latency_counts("alice", 1);      // only the most recently used sampler
+    ASSERT_TRUE(newest.ok());
+    ASSERT_EQ(newest->size(), 1u);
+    EXPECT_EQ(newest->count("other"), 1u);
+    auto bobs = db_->sampler_latency_counts("bob", 10);
     ASSERT_TRUE(bobs.ok());
     EXPECT_EQ(bobs->at("s:sample:0"), (LatencyCounts{{3, 1}}));
-    EXPECT_TRUE(db_->sampler_latency_counts("carol")->empty());
+    EXPECT_TRUE(db_->sampler_latency_counts("carol", 10)->empty());
 }
 
 }  // namespace
