@@ -3,7 +3,6 @@
 #include "api/telemetry.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "api/json_util.h"
