@@ -95,18 +95,23 @@ json TinkerRoutes::model_status_json(const ServedModel & model) const {
                 {"engine_busy_fraction", load.busy_fraction}};
 }
 
-// The caller's samplers (counts from sampler_usage, latency quantiles since this process started).
+// The caller's samplers (counts from sampler_usage, latency quantiles from sampler_latency's histograms).
 Result<json> TinkerRoutes::samplers_status_json(const std::string & tenant) const {
     auto usage = db_->sampler_usage(tenant);
     if (!usage.ok()) {
         return usage.error();
+    }
+    auto latencies = telemetry_->sampler_latencies(tenant, MAX_LISTED);
+    if (!latencies.ok()) {
+        return latencies.error();
     }
     json list = json::array();
     for (const auto & u : *usage) {
         if (static_cast<int64_t>(list.size()) >= MAX_LISTED) {
             break;
         }
-        const SamplerLatency latency = telemetry_->sampler_latency(tenant, u.sampler_id);
+        auto found = latencies->find(u.sampler_id);
+        const SamplerLatency latency = found == latencies->end() ? SamplerLatency{} : found->second;
         list.push_back(json{{"sampler_id", u.sampler_id},
                             {"base_model", u.base_model},
                             {"requests", u.requests},

@@ -1,7 +1,8 @@
 // In-process tests of the monitoring routes on the FakeEngine: a run's metric points (ops, steps, every
 // returned metric, num_tokens, learning_rate; since_step; another tenant's run is a 404; kept across a
 // restart), server_status (the model's load, only the caller's samplers and sessions, sampler counts
-// and latencies) and GET /metrics (no key; request counts by route pattern, tokens trained).
+// and latency quantiles, the same after a restart) and GET /metrics (no key; request counts by route pattern, tokens
+// trained).
 #include <map>
 #include <string>
 
@@ -132,11 +133,13 @@ TEST_F(MonitoringTest, ServerStatusShowsTheModelAndOnlyTheCallersSamplersAndSess
     EXPECT_TRUE(bobs["sessions"].empty()) << bobs.dump();
     EXPECT_EQ(get("/api/v1/server_status", "").status, 401);
 
-    start_app();  // counts survive a restart; latencies are this process's only
+    start_app();  // counts and latency quantiles survive a restart, the very same numbers
     const json after = get_json("/api/v1/server_status");
     ASSERT_EQ(after["samplers"].size(), 1u);
     EXPECT_EQ(after["samplers"][0]["tokens_sampled"], 6);
-    EXPECT_TRUE(after["samplers"][0]["latency_p50_s"].is_null());
+    ASSERT_TRUE(s["latency_p50_s"].is_number()) << s.dump();
+    EXPECT_EQ(after["samplers"][0]["latency_p50_s"], s["latency_p50_s"]);
+    EXPECT_EQ(after["samplers"][0]["latency_p95_s"], s["latency_p95_s"]);
 }
 
 TEST_F(MonitoringTest, PrometheusTextCountsRequestsByRoutePatternWithoutAKey) {

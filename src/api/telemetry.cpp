@@ -1,12 +1,12 @@
 // Telemetry: request counters and latency histograms, per-model token totals and rates, per-sampler
-// latency quantiles (the newest LATENCIES_KEPT requests) and counts, and the runs' metric points.
+// counts and latency quantiles (from the store's histograms), and the runs' metric points.
 #include "api/telemetry.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "api/json_util.h"
+#include "common/latency_histogram.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -27,13 +27,6 @@ std::vector<double> float_values(const engine::HostTensor & t) {
         std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(double));
     }
     return out;
-}
-
-// The value at quantile q (0..1) of unsorted samples, by the nearest-rank method.
-double quantile(std::vector<double> samples, double q) {
-    std::sort(samples.begin(), samples.end());
-    const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(samples.size())));
-    return samples[std::min(samples.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
 }  // namespace
@@ -128,32 +121,28 @@ void Telemetry::record_sample(const SampleUsage & usage) {
         model.totals.tokens_sampled += usage.tokens;
         model.totals.sample_requests++;
         model.sampled.add(now, static_cast<double>(usage.tokens));
-        std::deque<double> & latencies = latencies_[{usage.tenant, usage.sampler_id}];
-        if (usage.ok) {
-            latencies.push_back(usage.latency_s);
-        }
-        while (latencies.size() > LATENCIES_KEPT) {
-            latencies.pop_front();
-        }
     }
     store::SamplerUsageRow delta{usage.sampler_id, usage.tenant, usage.base_model, 1, usage.tokens, now};
-    if (auto added = db_.add_sampler_usage(delta); !added.ok()) {
+    const std::optional<int> bucket =
+        usage.ok ? std::optional<int>(latency_histogram::bucket_of(usage.latency_s)) : std::nullopt;
+    if (auto added = db_.add_sampler_usage(delta, bucket); !added.ok()) {
         LOG_WRN("api", "cannot record the usage of sampler %s: %s", usage.sampler_id.c_str(),
                 added.error().message.c_str());
     }
 }
 
-SamplerLatency Telemetry::sampler_latency(const std::string & tenant, const std::string & sampler_id) const {
-    std::vector<double> samples;
-    {
-        std::lock_guard lock(mutex_);
-        auto it = latencies_.find({tenant, sampler_id});
-        if (it == latencies_.end() || it->second.empty()) {
-            return {};
-        }
-        samples.assign(it->second.begin(), it->second.end());
+Result<std::map<std::string, SamplerLatency>> Telemetry::sampler_latencies(const std::string & tenant,
+                                                                           int64_t samplers) const {
+    auto histograms = db_.sampler_latency_counts(tenant, samplers);
+    if (!histograms.ok()) {
+        return histograms.error();
     }
-    return SamplerLatency{quantile(samples, 0.5), quantile(samples, 0.95)};
+    std::map<std::string, SamplerLatency> out;
+    for (const auto & [sampler_id, counts] : *histograms) {
+        out[sampler_id] =
+            SamplerLatency{latency_histogram::quantile(counts, 0.5), latency_histogram::quantile(counts, 0.95)};
+    }
+    return out;
 }
 
 }  // namespace tinkerd::api

@@ -1,13 +1,12 @@
 // Telemetry: what the server counts for monitoring and the console. HTTP requests per route pattern,
 // method and status (counts, latency histograms); tokens trained and sampled per base model (totals and
-// rates over the last minute); per-sampler request latencies (in memory) and counts (SQLite's
-// sampler_usage, so they survive a restart); and each training op's metric point (SQLite's run_metrics).
+// rates over the last minute); per-sampler request counts and latency histograms (the store's sampler_usage
+// and sampler_latency, so they survive a restart); and each training op's metric point (run_metrics).
 // Thread-safe: written by the HTTP, engine and output threads, read by the monitoring routes.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -53,7 +52,7 @@ struct SampleUsage {
 };
 
 struct SamplerLatency {
-    std::optional<double> p50;  // none: no request finished since the server started
+    std::optional<double> p50;  // none: no request of the sampler has succeeded yet
     std::optional<double> p95;
 };
 
@@ -63,8 +62,6 @@ int64_t loss_bearing_tokens(const engine::Datum & datum);
 
 class Telemetry {
   public:
-    static constexpr size_t LATENCIES_KEPT = 512;  // per sampler, for the quantiles
-
     Telemetry(store::Database & db, int64_t max_points_per_op);
 
     double started_at() const { return started_at_; }
@@ -77,9 +74,12 @@ class Telemetry {
     void record_training_op(const store::MetricPoint & point, const std::string & base_model, int64_t input_tokens);
     ModelActivity model_activity(const std::string & base_model) const;
 
-    // Output thread: one sample request finished (its counts go to SQLite, its latency stays in memory).
+    // Output thread: one sample request finished. Its counts, and a successful one's latency in its bucket
+    // of the sampler's histogram (common/latency_histogram.h), go to the store in one transaction.
     void record_sample(const SampleUsage & usage);
-    SamplerLatency sampler_latency(const std::string & tenant, const std::string & sampler_id) const;
+    // The p50 / p95 latencies of a tenant's `samplers` most recently used samplers (sampler id ->
+    // quantiles), interpolated in the stored histograms: the same numbers in this process and after a restart.
+    Result<std::map<std::string, SamplerLatency>> sampler_latencies(const std::string & tenant, int64_t samplers) const;
 
   private:
     struct ModelCounters {
@@ -93,7 +93,6 @@ class Telemetry {
     mutable std::mutex mutex_;  // guards the maps below
     std::map<std::tuple<std::string, std::string, int>, RouteStats> routes_;
     std::map<std::string, ModelCounters> models_;
-    std::map<std::pair<std::string, std::string>, std::deque<double>> latencies_;  // (tenant, sampler) -> newest last
 };
 
 }  // namespace tinkerd::api

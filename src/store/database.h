@@ -107,6 +107,9 @@ struct SamplerUsageRow {
     double last_used = 0;
 };
 
+// A latency histogram's requests per bucket index (common/latency_histogram.h), empty buckets left out.
+using LatencyCounts = std::map<int, int64_t>;
+
 // Whether a --database value names a PostgreSQL server ("postgresql://" or "postgres://") rather than a file.
 bool is_postgres_uri(const std::string & location);
 
@@ -204,10 +207,15 @@ class Database {
     // A run's points with step >= since_step, ordered by time; and whether any was merged.
     Result<std::vector<MetricPoint>> metric_points(const std::string & run_id, int64_t since_step);
     Result<bool> metrics_downsampled(const std::string & run_id);
-    // Adds `delta`'s requests and tokens to its sampler's row (created when missing).
-    Result<void> add_sampler_usage(const SamplerUsageRow & delta);
+    // Adds `delta`'s requests and tokens to its sampler's row (created when missing) and, with a
+    // `latency_bucket`, one request to that bucket of the sampler's latency histogram; one transaction.
+    Result<void> add_sampler_usage(const SamplerUsageRow & delta, std::optional<int> latency_bucket = std::nullopt);
     // A tenant's samplers' usage, most recently used first (tenant "" = every tenant).
     Result<std::vector<SamplerUsageRow>> sampler_usage(const std::string & tenant);
+    // The latency histograms of the tenant's `samplers` first samplers in sampler_usage's order: sampler id
+    // -> (bucket index -> requests), non-empty buckets only (tenant "" = every tenant; one id used by
+    // several tenants then gets their sum).
+    Result<std::map<std::string, LatencyCounts>> sampler_latency_counts(const std::string & tenant, int64_t samplers);
 
     // A monotonically increasing counter (request ids, session ids) that survives restarts.
     Result<int64_t> next_counter(const std::string & name);

@@ -65,10 +65,10 @@ TEST_F(SharedPostgresTest, FrontEndsStartingAtOnceMigrateOnce) {
     }
     for (const auto & db : opened) {
         ASSERT_NE(db, nullptr);
-        EXPECT_EQ(db->schema_version(), 4);
+        EXPECT_EQ(db->schema_version(), 5);
         EXPECT_TRUE(db->shared());
     }
-    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"), "4");
+    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"), "5");
 }
 
 TEST_F(SharedPostgresTest, EachFrontEndSeesTheOthersRows) {

@@ -136,8 +136,20 @@ constexpr const char * MIGRATION_4 = R"sql(
 ALTER TABLE futures ADD COLUMN owner INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 5: sampler latency as a histogram (issue 14), so its quantiles survive a restart. One row per
+// (tenant, sampler, bucket) with requests in it; common/latency_histogram.h says what a bucket index spans.
+constexpr const char * MIGRATION_5 = R"sql(
+CREATE TABLE sampler_latency (
+    tenant TEXT NOT NULL,
+    sampler_id TEXT NOT NULL,
+    bucket_index INTEGER NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, sampler_id, bucket_index)
+);
+)sql";
+
 // Index i holds the script of version i + 1. Append new versions; never edit a released one.
-constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4};
+constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5};
 
 Result<int> current_version(SqlConnection & conn) {
     auto stmt = conn.prepare("SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");

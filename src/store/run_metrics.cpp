@@ -1,6 +1,7 @@
-// Database: the console's metrics tables (migration 3). run_metrics holds one point per completed training
-// op, bounded per (run, op) by thinning the oldest half in merged pairs; sampler_usage holds per-sampler
-// request and token counts. Every call is one transaction under the connection's mutex.
+// Database: the console's metrics tables (migrations 3 and 5). run_metrics holds one point per completed
+// training op, bounded per (run, op) by thinning the oldest half in merged pairs; sampler_usage holds
+// per-sampler request and token counts, sampler_latency their latency histograms. Every call is one
+// transaction under the connection's mutex.
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -131,6 +132,35 @@ Result<void> thin_if_over(SqlConnection & db, const std::string & run_id, const 
     return merge_pairs(db, *points);
 }
 
+// Adds the delta's requests and tokens to its sampler's sampler_usage row (created when missing).
+Result<void> upsert_usage(SqlConnection & db, const SamplerUsageRow & delta) {
+    auto stmt = db.prepare(
+        "INSERT INTO sampler_usage (sampler_id, tenant, base_model, requests, tokens_sampled, last_used)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, sampler_id) DO UPDATE SET"
+        " requests = sampler_usage.requests + excluded.requests,"
+        " tokens_sampled = sampler_usage.tokens_sampled + excluded.tokens_sampled,"
+        " last_used = excluded.last_used, base_model = excluded.base_model",
+        "add_sampler_usage");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, delta.sampler_id).bind_text(2, delta.tenant).bind_text(3, delta.base_model);
+    stmt->bind_int(4, delta.requests).bind_int(5, delta.tokens_sampled).bind_double(6, delta.last_used);
+    TRY_STATUS(stmt->run());
+    return {};
+}
+
+// One request more in `bucket` of the sampler's latency histogram.
+Result<void> add_to_latency_bucket(SqlConnection & db, const SamplerUsageRow & delta, int bucket) {
+    auto stmt = db.prepare(
+        "INSERT INTO sampler_latency (tenant, sampler_id, bucket_index, count) VALUES (?1, ?2, ?3, 1)"
+        " ON CONFLICT (tenant, sampler_id, bucket_index) DO UPDATE SET"
+        " count = sampler_latency.count + excluded.count",
+        "add sampler latency");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, delta.tenant).bind_text(2, delta.sampler_id).bind_int(3, bucket);
+    TRY_STATUS(stmt->run());
+    return {};
+}
+
 }  // namespace
 
 Result<void> Database::record_metric_point(const MetricPoint & point, int64_t max_points_per_op) {
@@ -171,33 +201,48 @@ Result<bool> Database::metrics_downsampled(const std::string & run_id) {
     return *n > 0;
 }
 
-Result<void> Database::add_sampler_usage(const SamplerUsageRow & delta) {
+Result<void> Database::add_sampler_usage(const SamplerUsageRow & delta, std::optional<int> latency_bucket) {
     Lock lock(impl_->mutex);
-    auto stmt = impl_->prepare(
-        "INSERT INTO sampler_usage (sampler_id, tenant, base_model, requests, tokens_sampled, last_used)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, sampler_id) DO UPDATE SET"
-        " requests = sampler_usage.requests + excluded.requests,"
-        " tokens_sampled = sampler_usage.tokens_sampled + excluded.tokens_sampled,"
-        " last_used = excluded.last_used, base_model = excluded.base_model",
-        "add_sampler_usage");
-    TRY_STATUS(stmt);
-    stmt->bind_text(1, delta.sampler_id).bind_text(2, delta.tenant).bind_text(3, delta.base_model);
-    stmt->bind_int(4, delta.requests).bind_int(5, delta.tokens_sampled).bind_double(6, delta.last_used);
-    TRY_STATUS(stmt->run());
-    return {};
+    SqlConnection & conn = *impl_->conn;
+    return in_transaction(conn, "add_sampler_usage", [&]() -> Result<void> {
+        TRY_STATUS(upsert_usage(conn, delta));
+        return latency_bucket ? add_to_latency_bucket(conn, delta, *latency_bucket) : Result<void>{};
+    });
 }
 
 Result<std::vector<SamplerUsageRow>> Database::sampler_usage(const std::string & tenant) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare(
         "SELECT sampler_id, tenant, base_model, requests, tokens_sampled, last_used"
-        " FROM sampler_usage WHERE ?1 = '' OR tenant = ?1 ORDER BY last_used DESC",
+        " FROM sampler_usage WHERE ?1 = '' OR tenant = ?1 ORDER BY last_used DESC, tenant, sampler_id",
         "sampler_usage");
     TRY_STATUS(stmt);
     stmt->bind_text(1, tenant);
     return collect<SamplerUsageRow>(*stmt, [](const Statement & s) {
         return SamplerUsageRow{s.text(0), s.text(1), s.text(2), s.integer(3), s.integer(4), s.real(5)};
     });
+}
+
+Result<std::map<std::string, LatencyCounts>> Database::sampler_latency_counts(const std::string & tenant,
+                                                                              int64_t samplers) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare(
+        "SELECT l.sampler_id, l.bucket_index, l.count FROM sampler_latency l JOIN"
+        " (SELECT tenant, sampler_id FROM sampler_usage WHERE ?1 = '' OR tenant = ?1"
+        "  ORDER BY last_used DESC, tenant, sampler_id LIMIT ?2) u"
+        " ON l.tenant = u.tenant AND l.sampler_id = u.sampler_id WHERE l.count > 0",
+        "sampler_latency_counts");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, tenant).bind_int(2, samplers);
+    std::map<std::string, LatencyCounts> histograms;
+    for (;;) {
+        Result<bool> row = stmt->step();
+        TRY_STATUS(row);
+        if (!*row) {
+            return histograms;
+        }
+        histograms[stmt->text(0)][static_cast<int>(stmt->integer(1))] += stmt->integer(2);
+    }
 }
 
 }  // namespace tinkerd::store

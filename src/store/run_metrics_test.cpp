@@ -1,6 +1,7 @@
 // Unit tests for the metrics tables (store/run_metrics.cpp): points read back in time order and filtered
 // by step, kept across a reopen of the file, thinned to the per-op bound with every op still counted
-// and weighted means preserved, and sampler usage summed per (tenant, sampler) across a reopen.
+// and weighted means preserved, sampler usage summed per (tenant, sampler) across a reopen, and sampler
+// latency histograms (counts per bucket, in the usage's transaction) summed and kept across a reopen.
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -132,6 +133,31 @@ TEST_P(RunMetricsTest, SamplerUsageSumsPerTenantAndSurvivesReopen) {
     EXPECT_EQ((*alice)[0].tokens_sampled, 17);
     EXPECT_DOUBLE_EQ((*alice)[0].last_used, 6.0);
     EXPECT_EQ(db_->sampler_usage("")->size(), 2u);
+}
+
+TEST_P(RunMetricsTest, SamplerLatencyHistogramsSumPerBucketAndSurviveReopen) {
+    const SamplerUsageRow alice{"s:sample:0", "alice", "base", 1, 4, 5.0};
+    ASSERT_TRUE(db_->add_sampler_usage(alice, 40).ok());
+    ASSERT_TRUE(db_->add_sampler_usage(alice, 40).ok());
+    ASSERT_TRUE(db_->add_sampler_usage(alice, 57).ok());
+    ASSERT_TRUE(db_->add_sampler_usage(alice).ok());  // a failed request: counted, no latency
+    ASSERT_TRUE(db_->add_sampler_usage({"s:sample:0", "bob", "base", 1, 1, 7.0}, 3).ok());
+    ASSERT_TRUE(db_->add_sampler_usage({"other", "alice", "base", 1, 1, 8.0}, 0).ok());
+    reopen();  // nothing is lost on restart
+    auto got = db_->sampler_latency_counts("alice", 10);
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    ASSERT_EQ(got->size(), 2u);
+    EXPECT_EQ(got->at("s:sample:0"), (LatencyCounts{{40, 2}, {57, 1}}));  // bob's bucket 3 is his own
+    EXPECT_EQ(got->at("other"), (LatencyCounts{{0, 1}}));
+    EXPECT_EQ(db_->sampler_usage("alice")->at(1).requests, 4);  // the usage row counted every request
+    auto newest = db_->sampler_latency_counts("alice", 1);      // only the most recently used sampler
+    ASSERT_TRUE(newest.ok());
+    ASSERT_EQ(newest->size(), 1u);
+    EXPECT_EQ(newest->count("other"), 1u);
+    auto bobs = db_->sampler_latency_counts("bob", 10);
+    ASSERT_TRUE(bobs.ok());
+    EXPECT_EQ(bobs->at("s:sample:0"), (LatencyCounts{{3, 1}}));
+    EXPECT_TRUE(db_->sampler_latency_counts("carol", 10)->empty());
 }
 
 }  // namespace

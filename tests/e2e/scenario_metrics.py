@@ -5,7 +5,8 @@
 # label; GET /api/v1/training_runs/{id}/metrics has one point per op, with the SDK's own loss values,
 # num_tokens, learning rates and steps, and is a 404 for bob; server_status lists alice's sampler (its
 # tokens) and sessions, none for bob; a run resumed with its optimizer counts steps on from its checkpoint;
-# a run past the bound is downsampled; a restart keeps every point.
+# a run past the bound is downsampled; a restart keeps every point and the sampler's counts and latency
+# p50 / p95 (the same numbers: they come from the stored histogram).
 import json
 import os
 import urllib.error
@@ -142,6 +143,18 @@ def check_server_status(srv, sampled):
     check(len(status["sessions"]) >= 1 and status["version"], "sessions %r" % status["sessions"])
     bobs = get_json(srv, "/api/v1/server_status", "tml-bob")
     check(bobs["samplers"] == [] and bobs["sessions"] == [], "bob sees %r" % bobs)
+    return s
+
+
+def check_sampler_after_restart(srv, before):
+    """The sampler's counts and latency quantiles after a restart: exactly those before it."""
+    check(before is not None, "no sampler status from before the restart to compare with")
+    samplers = get_json(srv, "/api/v1/server_status")["samplers"]
+    check(len(samplers) == 1, "samplers after the restart %r" % samplers)
+    keys = ("sampler_id", "requests", "tokens_sampled", "latency_p50_s", "latency_p95_s")
+    after = {k: samplers[0][k] for k in keys}
+    check(after == {k: before[k] for k in keys}, "after the restart %r, before it %r" % (after, before))
+    return "p50 %.4f s, p95 %.4f s kept" % (after["latency_p50_s"], after["latency_p95_s"])
 
 
 def check_downsampled(svc, batch):
@@ -177,12 +190,14 @@ def run(ctx):
     sampled = sample(svc)
     points = ctx.case("run metrics: one point per op, the SDK's values", check_run_points, srv, run_id, ops, batch)
     prom = ctx.case("GET /metrics parsed by prometheus_client", check_prometheus, srv, batch, ops, sampled, run_id)
-    ctx.case("server_status: alice's sampler and sessions only", check_server_status, srv, sampled)
+    sampler = ctx.case("server_status: alice's sampler and sessions only", check_server_status, srv, sampled)
     ctx.case("a run resumed with its optimizer counts steps on", check_resumed_steps, svc, srv, tc, batch)
     small_run, losses = check_downsampled(svc, batch)
     thinned = ctx.case("a run past --max-metric-points is downsampled", check_downsampled_points, srv, small_run,
                        losses)
     srv.restart()
     ctx.case("points survive a restart", check_run_points, srv, run_id, ops, batch)
+    kept = ctx.case("sampler counts and latency quantiles survive a restart", check_sampler_after_restart, srv,
+                    sampler)
     ctx.finish()
-    return "%s; %s; %s" % (points, prom, thinned)
+    return "%s; %s; %s; %s" % (points, prom, thinned, kept)
