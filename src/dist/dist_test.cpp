@@ -187,6 +187,36 @@ TEST_P(DataParallel, MixedBatchMatchesOneProcessThroughTwoSteps) {
                         reference->forward_backward({make_input(ref_ids[1], 4, 3)}, false));
 }
 
+// Two runs that reach the followers in the other order than they were created (the second trains first):
+// a follower numbers them B=1, A=2 while rank 0 has A=1, B=2, and a later mixed batch must still sum each
+// run's gradients with its own.
+TEST_P(DataParallel, RunsReplicatedInAnotherOrderKeepTheirOwnGradients) {
+    auto reference = load_engine(model_.path());
+    Group group(model_.path(), GetParam());
+    engine::Engine & dp = group.engine();
+    std::vector<AdapterId> ref_ids, dp_ids;
+    for (uint64_t seed : {21u, 22u}) {
+        ref_ids.push_back(reference->create_adapter(spec_with_seed(seed)).value());
+        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
+    }
+    engine::AdamParams adam;
+    adam.learning_rate = 0.05;
+    expect_same_outputs(dp.forward_backward({make_input(dp_ids[1], 4, 1)}, true),
+                        reference->forward_backward({make_input(ref_ids[1], 4, 1)}, true));
+    ASSERT_TRUE(dp.optim_step(dp_ids[1], adam).ok());
+    ASSERT_TRUE(reference->optim_step(ref_ids[1], adam).ok());
+    auto batch = [](const std::vector<AdapterId> & ids) {
+        return std::vector<ForwardBackwardInput>{make_input(ids[0], 5, 2), make_input(ids[1], 3, 9)};
+    };
+    expect_same_outputs(dp.forward_backward(batch(dp_ids), true), reference->forward_backward(batch(ref_ids), true));
+    for (size_t a = 0; a < 2; ++a) {
+        EXPECT_LE(relative_difference(dp.export_gradients(dp_ids[a]).value(),
+                                      reference->export_gradients(ref_ids[a]).value()),
+                  1e-5)
+            << "adapter " << a;
+    }
+}
+
 TEST_P(DataParallel, BadInputIsRefusedAloneAndChangesNothing) {
     auto reference = load_engine(model_.path());
     Group group(model_.path(), GetParam());

@@ -167,7 +167,9 @@ class FollowerState {
             return id;
         }
         auto it = ids_.find(id);
-        return it == ids_.end() ? -1 : it->second;  // -1: the engine answers "unknown adapter"
+        // Unknown here: a negative id of its own (the engine answers "unknown adapter"), distinct per rank-0
+        // id so the batch keeps one entry per adapter, in the same order as on rank 0 (step.cpp).
+        return it == ids_.end() ? -1 - id : it->second;
     }
 
     void replicate(ByteReader & r) {
@@ -181,9 +183,11 @@ class FollowerState {
             return;
         }
         auto imported = local_.import_adapter(*created, tensors, /*with_optimizer=*/true);
-        if (!imported.ok()) {
+        if (!imported.ok()) {  // left unmapped: its inputs fail here, so rank 0 fails them and sums nothing
             LOG_ERR("dist", "cannot import adapter %lld: %s", static_cast<long long>(id),
                     imported.error().message.c_str());
+            (void)local_.remove_adapter(*created);
+            return;
         }
         ids_[id] = *created;
     }

@@ -101,14 +101,18 @@ std::vector<uint8_t> decide_adapters(const std::vector<ForwardBackwardInput> & i
     return ok;
 }
 
+// The batch's adapters in order of first appearance. Every rank gets the same inputs in the same order, so
+// this order is the same on every rank even though each numbers its adapters its own way (a follower
+// numbers them as they reach it): the per-adapter all-reduces must pair the same run on every rank.
 std::vector<AdapterId> trained_adapters(const std::vector<ForwardBackwardInput> & inputs) {
-    std::set<AdapterId> ids;
+    std::vector<AdapterId> ids;
+    std::set<AdapterId> seen;
     for (const auto & input : inputs) {
-        if (input.adapter != engine::BASE_MODEL) {
-            ids.insert(input.adapter);
+        if (input.adapter != engine::BASE_MODEL && seen.insert(input.adapter).second) {
+            ids.push_back(input.adapter);
         }
     }
-    return {ids.begin(), ids.end()};
+    return ids;
 }
 
 // Copies each adapter's gradients aside and zeroes them, so the step's own gradients can be summed alone.
