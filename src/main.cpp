@@ -456,12 +456,14 @@ int main(int argc, char ** argv) {
         tinkerd::dist::pin_to_share(flags.dist);  // after the fork: the followers take their own slices
     }
     if (!load_engines(flags, engine_options, engines)) {
+        tinkerd::dist::reap_local_followers();  // no-op without --dp
         return 1;
     }
     if (flags.dist.enabled()) {
         auto wrapped = tinkerd::dist::wrap_engines(engines, flags.dist);
         if (!wrapped.ok()) {
             LOG_ERR("main", "%s", wrapped.error().message.c_str());
+            tinkerd::dist::reap_local_followers();
             return 1;
         }
     }

@@ -265,11 +265,13 @@ Result<void> Database::insert_future(const FutureRow & row) {
     return {};
 }
 
+// Written once: a future another front end already failed (its owner looked gone) keeps that outcome,
+// which clients may have seen; NOT_FOUND then, as for an id never recorded.
 Result<void> Database::finish_future(const FutureRow & row) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare(
         "UPDATE futures SET state = ?2, result_json = ?3, result_proto = ?4, error = ?5,"
-        " error_category = ?6, finished_at = ?7 WHERE request_id = ?1",
+        " error_category = ?6, finished_at = ?7 WHERE request_id = ?1 AND state = 'pending'",
         "finish_future");
     TRY_STATUS(stmt);
     stmt->bind_text(1, row.request_id).bind_text(2, row.state).bind_text(3, row.result_json);

@@ -499,6 +499,11 @@ TEST_P(DatabaseTest, FuturesKeepBinaryResultsAndRecover) {
     FutureRow missing = row;
     missing.request_id = "nope";
     EXPECT_EQ(db_->finish_future(missing).error().kind, ErrorKind::NOT_FOUND);
+    FutureRow again = row;  // an outcome is written once: a second one changes nothing
+    again.state = "failed";
+    again.error = "late";
+    EXPECT_EQ(db_->finish_future(again).error().kind, ErrorKind::NOT_FOUND);
+    EXPECT_EQ(db_->get_future("req-1")->value().state, "done");
 
     auto failed = db_->fail_pending_futures("server restarted", 20.0);
     ASSERT_TRUE(failed.ok());
