@@ -172,12 +172,15 @@ torch::Tensor gated_delta_rule(const torch::Tensor & q, const torch::Tensor & k,
         chunk_terms(to_chunks(l2_normalize(q).to(cd) * scale, plan), to_chunks(l2_normalize(k).to(cd), plan),
                     to_chunks(v.to(cd), plan), to_chunks(g.to(cd), plan), to_chunks(beta.to(cd), plan));
     torch::Tensor state = torch::zeros({plan.seqs, q.size(1), Dk, Dv}, t.w_v.options());  // [S, H, Dk, Dv]
+    // Per-chunk views by ONE unbind each (its backward stacks the chunks' gradients once); a select per chunk
+    // would make autograd allocate a zero gradient of the whole tensor per chunk: quadratic in the length.
+    const auto w_v = t.w_v.unbind(2), w_k = t.w_k.unbind(2), q_dec = t.q_dec.unbind(2), attn = t.attn.unbind(2);
+    const auto k_dec = t.k_dec.unbind(2), decay_end = t.g_end.exp().unbind(2);
     std::vector<torch::Tensor> outs;
-    for (int64_t n = 0; n < plan.padded / kChunk; ++n) {
-        const torch::Tensor v_new = t.w_v.select(2, n) - t.w_k.select(2, n).matmul(state);  // [S, H, 64, Dv]
-        outs.push_back(t.q_dec.select(2, n).matmul(state) + t.attn.select(2, n).matmul(v_new));
-        state = state * t.g_end.select(2, n).exp().unsqueeze(-1).unsqueeze(-1) +
-                t.k_dec.select(2, n).transpose(-1, -2).matmul(v_new);
+    for (size_t n = 0; n < w_v.size(); ++n) {
+        const torch::Tensor v_new = w_v[n] - w_k[n].matmul(state);  // [S, H, 64, Dv]
+        outs.push_back(q_dec[n].matmul(state) + attn[n].matmul(v_new));
+        state = state * decay_end[n].unsqueeze(-1).unsqueeze(-1) + k_dec[n].transpose(-1, -2).matmul(v_new);
     }
     if (final_state != nullptr) {
         *final_state = state;
