@@ -153,15 +153,34 @@ void expect_same_outputs(const std::vector<Result<engine::ForwardBackwardOutput>
     }
 }
 
+// The same adapters (one per seed) created on the one-process reference and on the group: {reference ids, group ids}.
+std::pair<std::vector<AdapterId>, std::vector<AdapterId>> create_adapter_pairs(engine::Engine & reference,
+                                                                               engine::Engine & dp,
+                                                                               const std::vector<uint64_t> & seeds) {
+    std::vector<AdapterId> ref_ids, dp_ids;
+    for (uint64_t seed : seeds) {
+        ref_ids.push_back(reference.create_adapter(spec_with_seed(seed)).value());
+        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
+    }
+    return {ref_ids, dp_ids};
+}
+
+// Each adapter's accumulated gradients on the group equal the reference's (<= 1e-5 relative).
+void expect_same_gradients(engine::Engine & dp, engine::Engine & reference, const std::vector<AdapterId> & dp_ids,
+                           const std::vector<AdapterId> & ref_ids, const std::string & context) {
+    for (size_t a = 0; a < dp_ids.size(); ++a) {
+        EXPECT_LE(
+            relative_difference(dp.export_gradients(dp_ids[a]).value(), reference.export_gradients(ref_ids[a]).value()),
+            1e-5)
+            << "adapter " << a << context;
+    }
+}
+
 TEST_P(DataParallel, MixedBatchMatchesOneProcessThroughTwoSteps) {
     auto reference = load_engine(model_.path());
     Group group(model_.path(), GetParam());
     engine::Engine & dp = group.engine();
-    std::vector<AdapterId> ref_ids, dp_ids;
-    for (uint64_t seed : {11u, 12u}) {
-        ref_ids.push_back(reference->create_adapter(spec_with_seed(seed)).value());
-        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
-    }
+    const auto [ref_ids, dp_ids] = create_adapter_pairs(*reference, dp, {11u, 12u});
     engine::AdamParams adam;
     adam.learning_rate = 0.05;
     for (int step = 0; step < 2; ++step) {
@@ -170,11 +189,8 @@ TEST_P(DataParallel, MixedBatchMatchesOneProcessThroughTwoSteps) {
         };
         expect_same_outputs(dp.forward_backward(batch(dp_ids), true),
                             reference->forward_backward(batch(ref_ids), true));
+        expect_same_gradients(dp, *reference, dp_ids, ref_ids, " step " + std::to_string(step));
         for (size_t a = 0; a < 2; ++a) {
-            EXPECT_LE(relative_difference(dp.export_gradients(dp_ids[a]).value(),
-                                          reference->export_gradients(ref_ids[a]).value()),
-                      1e-5)
-                << "adapter " << a << " step " << step;
             ASSERT_TRUE(dp.optim_step(dp_ids[a], adam).ok());
             ASSERT_TRUE(reference->optim_step(ref_ids[a], adam).ok());
             EXPECT_LE(relative_difference(dp.export_adapter(dp_ids[a], true).value(),
@@ -194,11 +210,7 @@ TEST_P(DataParallel, RunsReplicatedInAnotherOrderKeepTheirOwnGradients) {
     auto reference = load_engine(model_.path());
     Group group(model_.path(), GetParam());
     engine::Engine & dp = group.engine();
-    std::vector<AdapterId> ref_ids, dp_ids;
-    for (uint64_t seed : {21u, 22u}) {
-        ref_ids.push_back(reference->create_adapter(spec_with_seed(seed)).value());
-        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
-    }
+    const auto [ref_ids, dp_ids] = create_adapter_pairs(*reference, dp, {21u, 22u});
     engine::AdamParams adam;
     adam.learning_rate = 0.05;
     expect_same_outputs(dp.forward_backward({make_input(dp_ids[1], 4, 1)}, true),
@@ -209,12 +221,7 @@ TEST_P(DataParallel, RunsReplicatedInAnotherOrderKeepTheirOwnGradients) {
         return std::vector<ForwardBackwardInput>{make_input(ids[0], 5, 2), make_input(ids[1], 3, 9)};
     };
     expect_same_outputs(dp.forward_backward(batch(dp_ids), true), reference->forward_backward(batch(ref_ids), true));
-    for (size_t a = 0; a < 2; ++a) {
-        EXPECT_LE(relative_difference(dp.export_gradients(dp_ids[a]).value(),
-                                      reference->export_gradients(ref_ids[a]).value()),
-                  1e-5)
-            << "adapter " << a;
-    }
+    expect_same_gradients(dp, *reference, dp_ids, ref_ids, "");
 }
 
 TEST_P(DataParallel, BadInputIsRefusedAloneAndChangesNothing) {
@@ -243,11 +250,7 @@ TEST_P(DataParallel, NonFiniteGradientsFailTheirAdapterAndRestoreItsGradients) {
     auto reference = load_engine(model_.path());
     Group group(model_.path(), GetParam());
     engine::Engine & dp = group.engine();
-    std::vector<AdapterId> ref_ids, dp_ids;
-    for (uint64_t seed : {21u, 22u}) {
-        ref_ids.push_back(reference->create_adapter(spec_with_seed(seed)).value());
-        dp_ids.push_back(dp.create_adapter(spec_with_seed(seed)).value());
-    }
+    const auto [ref_ids, dp_ids] = create_adapter_pairs(*reference, dp, {21u, 22u});
     auto batch = [&](const std::vector<AdapterId> & ids, bool overflow) {
         std::vector<ForwardBackwardInput> inputs = {make_input(ids[0], 3, 1), make_input(ids[1], 2, 4)};
         if (overflow) {
