@@ -14,12 +14,14 @@
 #include "api/app.h"
 #include "common/log.h"
 #include "dist/launch.h"
+#include "dist/replica_launch.h"
 #include "engine/engine.h"
 #include "gguf/convert.h"
 #include "http/server.h"
 #include "model/builtin_model.h"
 #include "model/hf_cache.h"
 #include "store/database.h"
+#include "tokenizer/stop_strings.h"
 #include "tokenizer/tokenizer.h"
 #include "wire/forward_backward_codec.h"
 
@@ -51,6 +53,7 @@ struct Flags {
     long long snapshot_disk_mib = 10240;
     long long max_metric_points = 2000;
     tinkerd::dist::DistFlags dist;
+    tinkerd::dist::ReplicaFlags replicas;
 };
 
 const char * USAGE =
@@ -64,6 +67,7 @@ const char * USAGE =
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
     "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N] [--max-metric-points N]\n"
     "               [--dp N | --dist-init tcp://HOST:PORT --rank R --world-size W] [--dist-timeout-seconds S]\n"
+    "               [--sampling-replicas M]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -116,11 +120,16 @@ const char * USAGE =
     "  --dist-init tcp://HOST:PORT --rank R --world-size W  the same group over several machines: rank 0\n"
     "                     (HOST is its address) serves HTTP, every other rank runs `tinkerd` with the same\n"
     "                     --model flags and its own --rank\n"
-    "  --dist-timeout-seconds  limit of each collective; a rank gone or stuck fails the op (default 300)\n";
+    "  --dist-timeout-seconds  limit of each collective; a rank gone or stuck fails the op (default 300)\n"
+    "  --sampling-replicas M  M more processes of this machine that hold each base model for sampling only:\n"
+    "                     sample requests (except those naming a live training run) go to the least busy\n"
+    "                     one, sampler weights are sent to it when it first needs them, and rank 0 keeps\n"
+    "                     training meanwhile; cores are shared out like --dp's (default 0)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     std::string dist_error;
-    if (tinkerd::dist::parse_dist_flag(flag, value, flags.dist, dist_error)) {
+    if (tinkerd::dist::parse_dist_flag(flag, value, flags.dist, dist_error) ||
+        tinkerd::dist::parse_replica_flag(flag, value, flags.replicas, dist_error)) {
         if (!dist_error.empty()) {
             std::fprintf(stderr, "%s\n", dist_error.c_str());
         }
@@ -276,6 +285,7 @@ bool resolve_model_dirs(Flags & flags) {
 
 using EngineList = std::vector<std::unique_ptr<tinkerd::engine::Engine>>;
 using TokenizerList = std::vector<std::unique_ptr<tinkerd::tokenizer::Tokenizer>>;
+using ReplicaEngines = std::vector<std::vector<std::unique_ptr<tinkerd::dist::SamplingReplicaEngine>>>;
 
 // Each model's tokenizer.json when its directory has one (stop strings need it); nullptr otherwise.
 TokenizerList load_tokenizers(const Flags & flags) {
@@ -336,8 +346,76 @@ bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & op
     return true;
 }
 
+// Pins this process to its share of the cores when --dp / --sampling-replicas run several processes here.
+void pin_local_process(const Flags & flags) {
+    tinkerd::dist::pin_to_slot(tinkerd::dist::local_process_slot(flags.dist, flags.replicas),
+                               tinkerd::dist::local_process_count(flags.dist, flags.replicas));
+}
+
+// Rank 0: starts the --dp followers and the sampling replicas (before loading: small forks), loads the
+// engines, wraps them for data parallelism and joins the replicas' groups.
+bool start_processes(int argc, char ** argv, Flags & flags, const tinkerd::engine::EngineOptions & options,
+                     EngineList & engines, ReplicaEngines & replicas) {
+    if (flags.dist.dp > 1) {
+        auto started = tinkerd::dist::start_local_followers(argc, argv, flags.dist);
+        if (!started.ok()) {
+            LOG_ERR("main", "%s", started.error().message.c_str());
+            return false;
+        }
+    }
+    if (flags.replicas.count > 0) {
+        auto started = tinkerd::dist::start_sampling_replicas(argc, argv, flags.replicas);
+        if (!started.ok()) {
+            LOG_ERR("main", "%s", started.error().message.c_str());
+            return false;
+        }
+    }
+    pin_local_process(flags);  // after the forks: the others take their own slices
+    if (!load_engines(flags, options, engines)) {
+        return false;
+    }
+    if (flags.dist.enabled()) {
+        auto wrapped = tinkerd::dist::wrap_engines(engines, flags.dist);
+        if (!wrapped.ok()) {
+            LOG_ERR("main", "%s", wrapped.error().message.c_str());
+            return false;
+        }
+    }
+    if (flags.replicas.count > 0) {
+        auto joined = tinkerd::dist::join_sampling_replicas(engines, flags.replicas, flags.dist.timeout_seconds);
+        if (!joined.ok()) {
+            LOG_ERR("main", "%s", joined.error().message.c_str());
+            return false;
+        }
+        replicas = std::move(joined).value();
+    }
+    return true;
+}
+
+// A sampling replica process: its models and tokenizers (stop strings are checked here), then its loops.
+int run_sampling_replica(Flags & flags, const tinkerd::engine::EngineOptions & options) {
+    pin_local_process(flags);
+    EngineList engines;
+    if (!resolve_model_dirs(flags) || !load_engines(flags, options, engines)) {
+        return 1;
+    }
+    const TokenizerList tokenizers = load_tokenizers(flags);
+    std::vector<tinkerd::dist::StopCheckFactory> stops;
+    for (const auto & tok : tokenizers) {
+        stops.push_back([tok = tok.get()](const std::vector<std::string> & strings)
+                            -> tinkerd::Result<tinkerd::tokenizer::StopCheck> {
+            if (tok == nullptr) {
+                return tinkerd::invalid_argument("sampling_params.stop: this model has no tokenizer.json");
+            }
+            return tinkerd::tokenizer::stop_string_matcher(*tok, strings);
+        });
+    }
+    return tinkerd::dist::run_replica_process(engines, stops, flags.replicas, flags.dist.timeout_seconds);
+}
+
 // Opens the data dir, starts the API and the HTTP server, and runs until SIGINT/SIGTERM.
-int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth auth, sigset_t & signals) {
+int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines & replicas, tinkerd::api::Auth auth,
+          sigset_t & signals) {
     const TokenizerList tokenizers = load_tokenizers(flags);
     std::vector<tinkerd::api::ServedModelSpec> served;
     for (size_t i = 0; i < engines.size(); ++i) {
@@ -348,7 +426,11 @@ int serve(const Flags & flags, const EngineList & engines, tinkerd::api::Auth au
         } else {
             LOG_INF("main", "%s: /v1/chat/completions unavailable: %s", name.c_str(), chat.missing_reason.c_str());
         }
-        served.push_back({name, engines[i].get(), tokenizers[i].get(), std::move(chat)});
+        served.push_back({name, engines[i].get(), tokenizers[i].get(), std::move(chat), {}});
+        for (size_t r = 0; i < replicas.size() && r < replicas[i].size(); ++r) {
+            auto * replica = replicas[i][r].get();
+            served.back().sampling_replicas.push_back({replica, [replica] { return replica->healthy(); }});
+        }
     }
     tinkerd::api::AppOptions app_options;
     app_options.data_dir = flags.data_dir;
@@ -407,7 +489,8 @@ int main(int argc, char ** argv) {
         return 2;
     }
     tinkerd::engine::EngineOptions engine_options;
-    engine_options.n_threads = tinkerd::dist::threads_per_process(flags.threads, flags.dist);
+    engine_options.n_threads = tinkerd::dist::threads_per_process(
+        flags.threads, tinkerd::dist::local_process_count(flags.dist, flags.replicas));
     engine_options.device = flags.device;
     engine_options.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
     if (!parse_dtype(flags.dtype, engine_options.dtype)) {
@@ -419,8 +502,11 @@ int main(int argc, char ** argv) {
         flags.data_dir = std::string(home ? home : ".") + "/.local/share/tinkerd";
     }
     tinkerd::wire::route_protobuf_logs_to_debug();
+    if (flags.replicas.replica()) {  // a sampling replica started by rank 0: no HTTP, no database
+        return run_sampling_replica(flags, engine_options);
+    }
     if (flags.dist.follower()) {  // a rank > 0 of a data-parallel group: no HTTP, no database
-        tinkerd::dist::pin_to_share(flags.dist);
+        pin_local_process(flags);
         EngineList engines;
         if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
             return 1;
@@ -447,28 +533,16 @@ int main(int argc, char ** argv) {
     if (!resolve_model_dirs(flags)) {
         return 1;
     }
-    if (flags.dist.dp > 1) {
-        auto started = tinkerd::dist::start_local_followers(argc, argv, flags.dist);
-        if (!started.ok()) {
-            LOG_ERR("main", "%s", started.error().message.c_str());
-            return 1;
-        }
-        tinkerd::dist::pin_to_share(flags.dist);  // after the fork: the followers take their own slices
-    }
-    if (!load_engines(flags, engine_options, engines)) {
-        tinkerd::dist::reap_local_followers();  // no-op without --dp
+    ReplicaEngines replicas;
+    if (!start_processes(argc, argv, flags, engine_options, engines, replicas)) {
+        tinkerd::dist::reap_local_followers();  // no-ops without --dp / --sampling-replicas
+        tinkerd::dist::reap_sampling_replicas();
         return 1;
     }
-    if (flags.dist.enabled()) {
-        auto wrapped = tinkerd::dist::wrap_engines(engines, flags.dist);
-        if (!wrapped.ok()) {
-            LOG_ERR("main", "%s", wrapped.error().message.c_str());
-            tinkerd::dist::reap_local_followers();
-            return 1;
-        }
-    }
-    const int code = serve(flags, engines, std::move(auth), signals);
-    engines.clear();  // tells the followers to stop
+    const int code = serve(flags, engines, replicas, std::move(auth), signals);
+    replicas.clear();  // tells the replicas to stop
+    engines.clear();   // tells the followers to stop
     tinkerd::dist::reap_local_followers();
+    tinkerd::dist::reap_sampling_replicas();
     return code;
 }

@@ -153,6 +153,13 @@ void App::add_models(std::vector<ServedModelSpec> models) {
         worker_options.seq_gap_timeout = options_.seq_gap_timeout;
         worker_options.max_sampler_adapters = options_.max_cached_sampler_adapters;
         served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, worker_options);
+        for (size_t r = 0; r < spec.sampling_replicas.size(); ++r) {
+            auto replica = std::make_unique<ServedModel::SamplingReplica>();
+            replica->worker = std::make_unique<scheduler::EngineWorker>(
+                *spec.sampling_replicas[r].engine, spec.name + "/replica" + std::to_string(r + 1), worker_options);
+            replica->healthy = spec.sampling_replicas[r].healthy;
+            served->replicas.push_back(std::move(replica));
+        }
         registry_->add_model(std::move(served));
     }
 }
@@ -202,6 +209,9 @@ void App::start() {
     started_ = true;
     for (const auto & model : registry_->models()) {
         model->worker->start();
+        for (const auto & replica : model->replicas) {
+            replica->worker->start();
+        }
     }
     tinker_->start();
 }
@@ -212,6 +222,9 @@ void App::stop() {
     }
     tinker_->stop_sweeper();
     for (const auto & model : registry_->models()) {
+        for (const auto & replica : model->replicas) {
+            replica->worker->stop();
+        }
         model->worker->stop();
     }
     output_stage_->stop();            // after the workers: every event they emitted is answered

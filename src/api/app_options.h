@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "chat_template/model_template.h"
 #include "engine/engine.h"
@@ -35,6 +37,13 @@ struct ServedModelSpec {
     engine::Engine * engine = nullptr;
     const tokenizer::Tokenizer * tokenizer = nullptr;  // none when the model directory has no tokenizer.json
     chat_template::ModelChatTemplate chat;             // for /v1/chat/completions
+    // Sampling replicas of this model (--sampling-replicas): engines that only sample, each driven by its
+    // own worker; `healthy` turns false when the replica is gone. Owned by the caller too.
+    struct Replica {
+        engine::Engine * engine = nullptr;
+        std::function<bool()> healthy;
+    };
+    std::vector<Replica> sampling_replicas;
 };
 
 }  // namespace tinkerd::api

@@ -84,7 +84,19 @@ json TinkerRoutes::model_status_json(const ServedModel & model) const {
     const scheduler::WorkerLoad load = model.worker->load();
     const ModelActivity activity = telemetry_->model_activity(model.name);
     const auto live_runs = registry_->runs_where([&](const RunState & r) { return r.model == &model && r.loaded; });
+    json replicas = json::array();
+    for (size_t i = 0; i < model.replicas.size(); ++i) {
+        const auto & replica = *model.replicas[i];
+        const scheduler::WorkerLoad r = replica.worker->load();
+        replicas.push_back(json{{"replica", static_cast<int64_t>(i + 1)},
+                                {"healthy", !replica.healthy || replica.healthy()},
+                                {"requests_in_flight", replica.in_flight.load()},
+                                {"kv_cache_bytes_used", r.kv_bytes_used},
+                                {"adapters_resident", r.sampler_adapters},
+                                {"engine_busy_fraction", r.busy_fraction}});
+    }
     return json{{"base_model", model.name},
+                {"sampling_replicas", replicas},
                 {"queue_depth", load.queued_ops + load.queued_samples},
                 {"kv_cache_bytes_used", load.kv_bytes_used},
                 {"kv_cache_bytes_total", load.kv_bytes_total},

@@ -195,6 +195,7 @@ void OpenAiRoutes::submit_generation(const std::shared_ptr<OpenAiGeneration> & g
         s.prompt_logprobs = r.echo && r.logprobs;
         s.topk_prompt_logprobs = r.echo && r.logprobs ? r.top_logprobs : 0;
         s.stop_check = stop_check;
+        s.stop_strings = r.stop;
         // Each step's tokens reach the generation through the output stage, as its outcome does.
         submission.stream_tokens = true;
         submission.sink = std::make_shared<GenerationSink>(generation, p);

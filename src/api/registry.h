@@ -29,6 +29,14 @@ struct ServedModel {
     const tokenizer::Tokenizer * tokenizer = nullptr;
     chat_template::ModelChatTemplate chat;
     std::unique_ptr<scheduler::EngineWorker> worker;
+    // Sampling replicas (--sampling-replicas): sample jobs that do not need a live training adapter go to
+    // the healthy one with the fewest requests in flight; rank 0's worker keeps training.
+    struct SamplingReplica {
+        std::unique_ptr<scheduler::EngineWorker> worker;
+        std::function<bool()> healthy;
+        std::atomic<int64_t> in_flight{0};
+    };
+    std::vector<std::unique_ptr<SamplingReplica>> replicas;
 };
 
 // A training run (a LoRA adapter) known to this process.

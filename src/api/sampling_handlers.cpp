@@ -8,6 +8,7 @@
 
 #include "api/tinker_routes.h"
 #include "common/log.h"
+#include "tokenizer/stop_strings.h"
 #include "wire/sample_codec.h"
 
 namespace tinkerd::api {
@@ -182,27 +183,12 @@ Result<std::function<bool(const std::vector<int64_t> &)>> stop_string_check(cons
         return invalid_argument("sampling_params.stop: stop strings need a tokenizer, and model '" + model.name +
                                 "' has no tokenizer.json; pass stop token ids instead");
     }
-    size_t longest = 0;
     for (const auto & s : stops) {
         if (s.empty()) {
             return invalid_argument("sampling_params.stop: empty stop string");
         }
-        longest = std::max(longest, s.size());
     }
-    const size_t window = 4 * longest + 8;  // tokens: enough for any token split of the longest stop string
-    const tokenizer::Tokenizer * tok = model.tokenizer;
-    return std::function<bool(const std::vector<int64_t> &)>(
-        [tok, stops = std::move(stops), window](const std::vector<int64_t> & generated) {
-            const size_t start = generated.size() > window ? generated.size() - window : 0;
-            const std::vector<int32_t> tail(generated.begin() + static_cast<std::ptrdiff_t>(start), generated.end());
-            const std::string text = tok->decode(tail, false);
-            for (const auto & s : stops) {
-                if (text.find(s) != std::string::npos) {
-                    return true;
-                }
-            }
-            return false;
-        });
+    return tokenizer::stop_string_matcher(*model.tokenizer, std::move(stops));
 }
 
 Result<json> TinkerRoutes::asample(Call & call) {
@@ -259,11 +245,12 @@ Result<engine::SampleRequest> TinkerRoutes::parse_sample_request(const json & bo
         return *e;
     }
     if (!stop_strings.empty()) {
-        auto check = stop_string_check(model, std::move(stop_strings));
+        auto check = stop_string_check(model, stop_strings);
         if (!check.ok()) {
             return check.error();
         }
         request.stop_check = std::move(check).value();
+        request.stop_strings = std::move(stop_strings);
     }
     request.prompt = std::move(tokens).value();
     request.num_samples = num_samples->value_or(1);

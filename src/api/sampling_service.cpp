@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/log.h"
 #include "store/checkpoint_files.h"
 
 namespace tinkerd::api {
@@ -66,12 +67,62 @@ void SamplingService::submit(ServedModel & model, SampleSubmission s) {
             output_.push_tokens(sink, std::move(tokens));
         };
     }
+    ServedModel::SamplingReplica * replica = s.live_adapter ? nullptr : pick_replica(model);
+    ++in_flight_;
+    if (replica != nullptr) {
+        submit_to_replica(model, *replica, std::move(job), std::move(s.sink));
+        return;
+    }
     job.on_done = [this, sink = std::move(s.sink)](Result<engine::SampleOutput> output) mutable {
         --in_flight_;
         output_.push_done(std::move(sink), std::move(output));
     };
-    ++in_flight_;
     model.worker->submit_sample(std::move(job));
+}
+
+// A job on a sampling replica. If the replica dies before the job streamed anything, rank 0's worker
+// runs a copy of it, so the client sees no failure (a stream already under way fails: its tokens are out).
+void SamplingService::submit_to_replica(ServedModel & model, ServedModel::SamplingReplica & replica,
+                                        scheduler::SampleJob job, std::shared_ptr<SampleSink> sink) {
+    auto fallback = std::make_shared<scheduler::SampleJob>(job);
+    fallback->on_done = [this, sink](Result<engine::SampleOutput> output) {
+        --in_flight_;
+        output_.push_done(sink, std::move(output));
+    };
+    auto streamed = std::make_shared<std::atomic<bool>>(false);
+    if (job.on_tokens) {
+        job.on_tokens = [streamed, forward = job.on_tokens](std::vector<GeneratedToken> tokens) {
+            streamed->store(true);
+            forward(std::move(tokens));
+        };
+    }
+    job.on_done = [this, &model, &replica, fallback, streamed, sink](Result<engine::SampleOutput> output) {
+        --replica.in_flight;
+        if (!output.ok() && replica.healthy && !replica.healthy() && !streamed->load()) {
+            LOG_WRN("api", "%s: a sampling replica failed; its request runs on rank 0", model.name.c_str());
+            model.worker->submit_sample(std::move(*fallback));
+            return;
+        }
+        --in_flight_;
+        output_.push_done(sink, std::move(output));
+    };
+    ++replica.in_flight;
+    replica.worker->submit_sample(std::move(job));
+}
+
+// The healthy sampling replica with the fewest requests in flight; none: rank 0's own worker samples.
+// A live training adapter (an OpenAI call naming a run) exists only on rank 0, so those never get here.
+ServedModel::SamplingReplica * SamplingService::pick_replica(ServedModel & model) {
+    ServedModel::SamplingReplica * best = nullptr;
+    for (const auto & replica : model.replicas) {
+        if (replica->healthy && !replica->healthy()) {
+            continue;
+        }
+        if (best == nullptr || replica->in_flight.load() < best->in_flight.load()) {
+            best = replica.get();
+        }
+    }
+    return best;
 }
 
 Result<scheduler::AdapterWeights> SamplingService::sampler_weights(const store::SamplerRow & sampler) const {

@@ -50,6 +50,10 @@ class SamplingService {
     int64_t in_flight() const { return in_flight_.load(); }
 
   private:
+    static ServedModel::SamplingReplica * pick_replica(ServedModel & model);
+    void submit_to_replica(ServedModel & model, ServedModel::SamplingReplica & replica, scheduler::SampleJob job,
+                           std::shared_ptr<SampleSink> sink);
+
     Registry & registry_;
     store::Database & db_;
     OutputStage & output_;

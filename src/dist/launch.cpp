@@ -75,6 +75,31 @@ Result<void> finish_dist_flags(DistFlags & flags) {
     return {};
 }
 
+Result<pid_t> spawn_copy_of_self(std::vector<std::string> args, const std::string & what) {
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans: the copy dies with this process
+        if (getppid() != parent) {
+            _exit(1);
+        }
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
+        std::vector<char *> cargs;
+        for (auto & a : args) {
+            cargs.push_back(a.data());
+        }
+        cargs.push_back(nullptr);
+        execv("/proc/self/exe", cargs.data());
+        _exit(127);
+    }
+    if (pid < 0) {
+        return internal_error(what + ": fork failed");
+    }
+    return pid;
+}
+
 Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags) {
     char dir_template[] = "/tmp/tinkerd-dp-XXXXXX";
     if (!mkdtemp(dir_template)) {
@@ -83,7 +108,6 @@ Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags) {
     g_store_dir = dir_template;
     flags.init = "file://" + g_store_dir + "/store";
     flags.world_size = flags.dp;
-    const pid_t parent = getpid();
     for (int r = 1; r < flags.dp; ++r) {
         std::vector<std::string> args(argv, argv + argc);
         for (const char * extra : {"--rank", "", "--dist-init", "", "--world-size", ""}) {
@@ -92,27 +116,11 @@ Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags) {
         args[args.size() - 5] = std::to_string(r);
         args[args.size() - 3] = flags.init;
         args[args.size() - 1] = std::to_string(flags.dp);
-        const pid_t pid = fork();
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans: a follower dies with rank 0
-            if (getppid() != parent) {
-                _exit(1);
-            }
-            sigset_t none;
-            sigemptyset(&none);
-            sigprocmask(SIG_SETMASK, &none, nullptr);
-            std::vector<char *> cargs;
-            for (auto & a : args) {
-                cargs.push_back(a.data());
-            }
-            cargs.push_back(nullptr);
-            execv("/proc/self/exe", cargs.data());
-            _exit(127);
+        auto pid = spawn_copy_of_self(std::move(args), "--dp");
+        if (!pid.ok()) {
+            return pid.error();
         }
-        if (pid < 0) {
-            return internal_error("--dp: fork failed");
-        }
-        g_followers.push_back(pid);
+        g_followers.push_back(*pid);
     }
     LOG_INF("dist", "--dp %d: started %d follower process(es), store %s", flags.dp, flags.dp - 1, flags.init.c_str());
     return {};
@@ -135,9 +143,9 @@ void reap_local_followers() {
     }
 }
 
-void pin_to_share(const DistFlags & flags) {
+void pin_to_slot(int slot, int slots) {
     cpu_set_t allowed;
-    if (flags.dp <= 1 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    if (slots <= 1 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
         return;
     }
     std::vector<int> cores;
@@ -146,27 +154,28 @@ void pin_to_share(const DistFlags & flags) {
             cores.push_back(c);
         }
     }
-    const size_t share = cores.size() / static_cast<size_t>(flags.dp);
+    const size_t share = cores.size() / static_cast<size_t>(slots);
     if (share == 0) {
         return;
     }
     cpu_set_t mine;
     CPU_ZERO(&mine);
-    const size_t first = static_cast<size_t>(flags.rank) * share;
+    const size_t first = static_cast<size_t>(slot) * share;
     for (size_t k = first; k < first + share && k < cores.size(); ++k) {
         CPU_SET(cores[k], &mine);
     }
     if (sched_setaffinity(0, sizeof mine, &mine) == 0) {
-        LOG_INF("dist", "rank %d pinned to %zu core(s) from core %d", flags.rank, share, cores[first]);
+        LOG_INF("dist", "process %d of %d on this machine pinned to %zu core(s) from core %d", slot, slots, share,
+                cores[first]);
     }
 }
 
-int threads_per_process(int threads, const DistFlags & flags) {
-    if (threads > 0 || !flags.enabled()) {
+int threads_per_process(int threads, int local_processes) {
+    if (threads > 0 || local_processes <= 1) {
         return threads;
     }
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    return std::max(1, static_cast<int>(cores) / flags.world_size);
+    return std::max(1, static_cast<int>(cores) / local_processes);
 }
 
 Result<void> wrap_engines(EngineList & engines, const DistFlags & flags) {

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "common/status.h"
@@ -30,15 +31,21 @@ Result<void> finish_dist_flags(DistFlags & flags);
 // Rank 0 of --dp N: a fresh FileStore path, then N-1 copies of this binary started with the same
 // arguments plus --rank R --dist-init file://... --world-size N (each dies with this process).
 Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags);
+// Starts this binary (/proc/self/exe) with `args` (argv[0] first) in a child that dies with this
+// process (PR_SET_PDEATHSIG) and has no blocked signals; its pid. `what` names the flag in an error.
+Result<pid_t> spawn_copy_of_self(std::vector<std::string> args, const std::string & what);
+
 // Waits (a few seconds at most) for the followers started above to exit.
 void reap_local_followers();
 
-// --dp N: pins this process (and the threads it starts later) to its 1/N of the cores it may use, rank
-// r taking the r-th slice; nothing when there are fewer cores than processes or without --dp.
-void pin_to_share(const DistFlags & flags);
+// Pins this process (and the threads it starts later) to its 1/`slots` of the cores it may use, slot s
+// taking the s-th share (--dp ranks first, then sampling replicas); nothing with fewer cores than slots
+// or a single slot.
+void pin_to_slot(int slot, int slots);
 
-// Compute threads of each process: --threads if given, else this machine's cores / --dp (at least 1).
-int threads_per_process(int threads, const DistFlags & flags);
+// Compute threads of each process: --threads if given, else this machine's cores / the processes that
+// share them (--dp ranks and sampling replicas; at least 1); 0 (every core) for a lone process.
+int threads_per_process(int threads, int local_processes);
 
 using EngineList = std::vector<std::unique_ptr<engine::Engine>>;
 // Rank 0: joins one group per engine (store prefix "model<i>") and wraps each engine.

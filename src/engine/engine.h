@@ -102,6 +102,7 @@ struct SampleRequest {
     // Optional, called after each generated token with all tokens generated so far in that sequence;
     // true stops the sequence as "stop" (stop strings are checked this way by the caller's tokenizer).
     std::function<bool(const std::vector<int64_t> & generated)> stop_check;
+    std::vector<std::string> stop_strings;  // what stop_check checks (a sampling replica rebuilds it from them)
     // Optional, called on the engine thread after each generated token of sequence `index` (streaming);
     // top holds the top_logprobs alternatives (empty when none were asked). Must not call the engine.
     std::function<void(int64_t index, int64_t token, float logprob, const TopLogprobs & top)> on_token;

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import wire_codec  # noqa: E402
 
-WIRE_SCENARIOS = ["codec", "protocol", "crash", "load", "hostile", "disk_full", "dp", "dp_fault"]
+WIRE_SCENARIOS = ["codec", "protocol", "crash", "load", "hostile", "disk_full", "dp", "dp_fault", "replicas"]
 SDK_SCENARIOS = ["sdk_sft", "sdk_resume", "sdk_sample", "sdk_rl", "sdk_tenants", "sdk_dpo", "sdk_rest",
                  "sdk_snapshots", "sdk_moe", "sdk_qwen35"]
 SCENARIOS = WIRE_SCENARIOS + SDK_SCENARIOS + ["openai", "metrics", "console", "openapi", "postgres"]
