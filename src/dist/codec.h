@@ -21,6 +21,7 @@ class ByteWriter {
     void tensor(const engine::HostTensor & t);
     void tensors(const std::map<std::string, engine::HostTensor> & ts);
     void error(const Error & e);
+    void reserve(size_t bytes) { bytes_.reserve(bytes_.size() + bytes); }  // before a large write: one allocation
     std::vector<uint8_t> take() { return std::move(bytes_); }
 
   private:

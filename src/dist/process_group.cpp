@@ -90,14 +90,6 @@ Result<void> guarded(std::string & broken, const char * what, F && body) {
     }
 }
 
-torch::Tensor bytes_tensor(const std::vector<uint8_t> & bytes) {  // [n] uint8, a copy
-    torch::Tensor t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-    if (!bytes.empty()) {
-        std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-    }
-    return t;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::join(const GroupOptions & options) {
@@ -142,8 +134,8 @@ bool DataParallelGroup::broken() const {
 Result<void> DataParallelGroup::send_command(int64_t op, const std::vector<uint8_t> & payload) {
     std::vector<at::Tensor> header{torch::tensor({op, static_cast<int64_t>(payload.size())}, torch::kInt64)};
     TRY_STATUS(guarded(state_->broken, "command", [&] { state_->command_group->broadcast(header)->wait(); }));
-    std::vector<uint8_t> copy = payload;
-    return broadcast_bytes(copy);
+    // The root's buffer is only read by the broadcast, so the payload is sent in place (no copy).
+    return broadcast_bytes(const_cast<std::vector<uint8_t> &>(payload));
 }
 
 Result<std::pair<int64_t, std::vector<uint8_t>>> DataParallelGroup::receive_command() {
@@ -159,10 +151,10 @@ Result<void> DataParallelGroup::broadcast_bytes(std::vector<uint8_t> & bytes) {
         std::vector<at::Tensor> size{torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64)};
         state_->data_group->broadcast(size)->wait();
         bytes.resize(static_cast<size_t>(size[0][0].item<int64_t>()));
-        std::vector<at::Tensor> data{bytes_tensor(bytes)};
-        if (!bytes.empty()) {
+        if (!bytes.empty()) {  // [n] uint8 over the vector itself: sent from it on rank 0, received into it elsewhere
+            std::vector<at::Tensor> data{
+                torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)};
             state_->data_group->broadcast(data)->wait();
-            std::memcpy(bytes.data(), data[0].data_ptr<uint8_t>(), bytes.size());
         }
     });
 }

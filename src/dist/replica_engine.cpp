@@ -107,12 +107,13 @@ Result<void> SamplingReplicaEngine::import_adapter(AdapterId id,
         return not_on_replica("importing optimizer state");
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const int64_t bytes = tensor_bytes(tensors);
     ByteWriter w;
+    w.reserve(static_cast<size_t>(bytes) + 4096 * (tensors.size() + 1));  // the weights and their names and shapes
     w.i64(id);
     w.tensors(tensors);
     TRY_STATUS(call_status(ReplicaCommand::IMPORT_ADAPTER, w.take()));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const int64_t bytes = tensor_bytes(tensors);
     {
         std::lock_guard lock(stats_mu_);
         sync_.adapters += 1;

@@ -1,6 +1,7 @@
 // run_sampling_replica (replica_engine.h): a replica process's answers to rank 0's commands, on its own
 // engine. Streamed tokens of a step are collected by the requests' on_token callbacks and sent back with
 // the step's finished samples; stop strings become a stop_check built with this process's tokenizer.
+#include <chrono>
 #include <exception>
 #include <memory>
 
@@ -57,7 +58,11 @@ class ReplicaServer {
                 if (!r.ok()) {
                     return internal_error("sampling replica: malformed adapter weights");
                 }
-                return local_.import_adapter(id, tensors, /*with_optimizer=*/false);
+                const auto t0 = std::chrono::steady_clock::now();
+                TRY_STATUS(local_.import_adapter(id, tensors, /*with_optimizer=*/false));
+                LOG_INF("dist", "sampling replica: adapter %lld imported in %.1f ms", static_cast<long long>(id),
+                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                return {};
             }
             case ReplicaCommand::REMOVE_ADAPTER:
                 return local_.remove_adapter(r.i64());
