@@ -4,7 +4,8 @@
 # trainer's (<= 2e-4, as rank 0's own sampler is checked in scenario_dp), base-model samples equal a
 # plain server's, the next save sends the new weights, training and sampling run at once, a killed
 # replica's next request runs on rank 0 without the client seeing a failure, and the replica exits with
-# the server.
+# the server. With stories260K (a real tokenizer) an OpenAI completion with a stop string stops on the
+# replica where it stops on a plain server (the replica rebuilds the check with its own tokenizer).
 import json
 import os
 import re
@@ -15,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 import sdk_common as sdk
-from harness import check
+from harness import check, stories_dir
+from openai_client import OpenAIClient
 
 LR = 5e-3
 
@@ -97,6 +99,37 @@ def check_failover(srv, sc, pid):
     check(len(replicas) == 1 and not replicas[0]["healthy"], "server_status after the kill: %r" % replicas)
 
 
+def completion_text(events):
+    return "".join(e["choices"][0].get("text", "") for e in events if isinstance(e, dict) and e.get("choices"))
+
+
+def check_openai_stop_strings(ctx):
+    """stories260K (a real tokenizer): a greedy completion with a stop string, streamed and not, is the same
+    on a replica (which rebuilds the stop check with its own tokenizer) as on a plain server."""
+    model = "stories260K"
+    extra = ["--model", "%s=%s" % (model, stories_dir())]
+    replica_srv = ctx.start_server(extra=extra + ["--sampling-replicas", "1"], name="tinkerd-replica-stories")
+    plain_srv = ctx.start_server(extra=extra, name="tinkerd-plain-stories")
+    body = dict(model=model, prompt="Once upon a time", max_tokens=40, temperature=0)
+    full = OpenAIClient(plain_srv.port, "tml-test").completion(**body)["choices"][0]["text"]
+    stop = full[len(full) // 2:len(full) // 2 + 3]
+    check(len(stop) == 3 and stop.strip(), "no stop string in %r" % full)
+    texts, generated = [], []
+    for srv in (plain_srv, replica_srv):
+        client = OpenAIClient(srv.port, "tml-test")
+        answer = client.completion(stop=[stop], **body)
+        texts.append(answer["choices"][0]["text"])
+        generated.append(answer["usage"]["completion_tokens"])
+        texts.append(completion_text(client.stream_completion(stop=[stop], **body)))
+    check(len(set(texts)) == 1, "plain vs replica, plain vs streamed: %r" % texts)
+    # The text is cut at the stop string either way; the tokens generated show where the engine stopped.
+    check(generated[0] == generated[1] < 40, "tokens generated, plain vs replica: %s" % generated)
+    check(stop not in texts[0] and len(texts[0]) < len(full), "cut at %r: %r of %r" % (stop, texts[0], full))
+    check(len(re.findall(r"\[dist\] sampling replica 1: ready|sampling replica 1 ready", log_text(replica_srv))) == 1,
+          "the stories replica did not join")
+    return texts[0]
+
+
 def run(ctx):
     srv = ctx.start_server(extra=["--sampling-replicas", "1"])
     plain = ctx.start_server()
@@ -123,5 +156,6 @@ def run(ctx):
     check(len(status) == 1 and status[0]["healthy"] and status[0]["adapters_resident"] >= 1,
           "server_status while the replica works: %r" % status)
     ctx.case("a killed replica fails over to rank 0", check_failover, srv, sc2 or sc, pids[0])
+    ctx.case("OpenAI stop strings and streams on a replica", check_openai_stop_strings, ctx)
     ctx.finish()
     return "%d adapter sync(s), %s ms each" % (len(latencies), latencies)
