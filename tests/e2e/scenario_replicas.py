@@ -127,6 +127,12 @@ def check_openai_stop_strings(ctx):
     check(stop not in texts[0] and len(texts[0]) < len(full), "cut at %r: %r of %r" % (stop, texts[0], full))
     check(len(re.findall(r"\[dist\] sampling replica 1: ready|sampling replica 1 ready", log_text(replica_srv))) == 1,
           "the stories replica did not join")
+    pids = replica_srv.child_pids()
+    replica_srv.stop()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p) for p in pids):
+        time.sleep(0.1)
+    check(pids and not any(os.path.exists("/proc/%d" % p) for p in pids), "replica %s outlived the server" % pids)
     return texts[0]
 
 
