@@ -388,6 +388,7 @@ bool start_processes(int argc, char ** argv, Flags & flags, const tinkerd::engin
             return false;
         }
         replicas = std::move(joined).value();
+        tinkerd::dist::supervise_sampling_replicas(replicas, flags.dist.timeout_seconds);
     }
     return true;
 }
@@ -540,6 +541,7 @@ int main(int argc, char ** argv) {
         return 1;
     }
     const int code = serve(flags, engines, replicas, std::move(auth), signals);
+    tinkerd::dist::stop_supervising_sampling_replicas();
     replicas.clear();  // tells the replicas to stop
     engines.clear();   // tells the followers to stop
     tinkerd::dist::reap_local_followers();

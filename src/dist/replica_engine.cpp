@@ -45,7 +45,34 @@ SamplingReplicaEngine::~SamplingReplicaEngine() {
     }
 }
 
+void SamplingReplicaEngine::offer_group(std::unique_ptr<DataParallelGroup> pair) {
+    std::lock_guard lock(offer_mu_);
+    offered_ = std::move(pair);
+    has_offer_ = true;
+}
+
+// Engine thread. Requests still live on a working old group keep it until they end (the old process is
+// gone, so their next step fails, which makes the switch possible).
+void SamplingReplicaEngine::switch_to_offered_group() {
+    if (!has_offer_ || (healthy_ && !live_.empty())) {
+        return;
+    }
+    std::lock_guard lock(offer_mu_);
+    if (healthy_) {  // the old process exited while idle: tell it nothing, it is gone
+        LOG_INF("dist", "sampling replica %d: switching to its restarted process", index_);
+    }
+    pair_ = std::move(offered_);
+    has_offer_ = false;
+    specs_.clear();
+    on_token_.clear();
+    live_.clear();
+    ++epoch_;
+    healthy_ = true;
+    LOG_INF("dist", "sampling replica %d is back (adapters are sent again as needed)", index_);
+}
+
 Result<std::vector<uint8_t>> SamplingReplicaEngine::call(ReplicaCommand command, std::vector<uint8_t> payload) {
+    switch_to_offered_group();
     if (!healthy_) {
         return internal_error("sampling replica " + std::to_string(index_) + " is gone (see the server log)");
     }
@@ -135,6 +162,7 @@ Result<SampleHandle> SamplingReplicaEngine::sample_submit(engine::SampleRequest 
     }
     ByteReader r(*answer);
     const SampleHandle handle = r.i64();
+    live_.insert(handle);
     if (request.on_token) {
         on_token_[handle] = std::move(request.on_token);
     }
@@ -145,6 +173,7 @@ std::vector<engine::FinishedSample> SamplingReplicaEngine::sample_step() {
     auto answer = call(ReplicaCommand::STEP, {});
     if (!answer.ok()) {  // the scheduler fails every running request with it
         on_token_.clear();
+        live_.clear();
         throw std::runtime_error(answer.error().message);
     }
     ByteReader r(*answer);
@@ -159,6 +188,7 @@ std::vector<engine::FinishedSample> SamplingReplicaEngine::sample_step() {
     }
     for (const auto & f : step->finished) {
         on_token_.erase(f.handle);
+        live_.erase(f.handle);
     }
     std::lock_guard lock(stats_mu_);
     stats_ = step->stats;
@@ -167,6 +197,7 @@ std::vector<engine::FinishedSample> SamplingReplicaEngine::sample_step() {
 
 bool SamplingReplicaEngine::sample_cancel(SampleHandle handle) {
     on_token_.erase(handle);
+    live_.erase(handle);
     ByteWriter w;
     w.i64(handle);
     auto answer = call(ReplicaCommand::CANCEL, w.take());

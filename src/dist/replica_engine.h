@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,14 @@ class SamplingReplicaEngine final : public engine::Engine {
     bool sample_cancel(engine::SampleHandle handle) override;
     engine::SampleStats sample_stats() const override;
     Result<std::vector<float>> last_logits(engine::AdapterId id, const std::vector<int64_t> & tokens) override;
+    int64_t adapters_epoch() const override { return epoch_; }
 
-    // False once a call to the replica failed (it died or timed out): route new requests elsewhere.
-    bool healthy() const { return healthy_.load(); }
+    // False once a call to the replica failed (it died or timed out) until a restarted replica's group was
+    // offered: route new requests elsewhere meanwhile.
+    bool healthy() const { return healthy_.load() || has_offer_.load(); }
+    // Any thread: the group of a restarted replica process. The engine thread switches to it at its next
+    // call once nothing runs on the old one; the old adapters are gone (adapters_epoch changes).
+    void offer_group(std::unique_ptr<DataParallelGroup> pair);
     int index() const { return index_; }
     ReplicaSyncStats sync_stats() const;
 
@@ -72,12 +78,18 @@ class SamplingReplicaEngine final : public engine::Engine {
     // Sends one command and returns the replica's answer; a failure marks the replica unhealthy.
     Result<std::vector<uint8_t>> call(ReplicaCommand command, std::vector<uint8_t> payload);
     Result<void> call_status(ReplicaCommand command, std::vector<uint8_t> payload);
+    void switch_to_offered_group();
 
     const engine::Engine & base_;
     std::unique_ptr<DataParallelGroup> pair_;
     const int index_;
     std::atomic<bool> healthy_{true};
+    int64_t epoch_ = 0;                                    // adapters_epoch: one more per switch of group
     std::map<engine::AdapterId, engine::LoraSpec> specs_;  // adapters the replica holds (its ids)
+    std::set<engine::SampleHandle> live_;                  // submitted, not finished or cancelled yet
+    std::mutex offer_mu_;
+    std::unique_ptr<DataParallelGroup> offered_;  // a restarted replica's group, not switched to yet
+    std::atomic<bool> has_offer_{false};
     // The streaming callbacks of running requests, by the replica's handle.
     std::map<engine::SampleHandle, std::function<void(int64_t, int64_t, float, const engine::TopLogprobs &)>> on_token_;
     mutable std::mutex stats_mu_;  // sample_stats / sync_stats are read from other threads

@@ -28,6 +28,11 @@ Result<void> start_sampling_replicas(int argc, char ** argv, const ReplicaFlags 
 // Rank 0: joins each replica's group of each model; [model][replica]. `engines` must outlive them.
 Result<std::vector<std::vector<std::unique_ptr<SamplingReplicaEngine>>>> join_sampling_replicas(
     const EngineList & engines, const ReplicaFlags & flags, double timeout_seconds);
+// Rank 0, after joining: a thread that starts a replica process again when it exits and hands its new
+// groups to that replica's engines (SamplingReplicaEngine::offer_group). Stopped before the engines go.
+void supervise_sampling_replicas(const std::vector<std::vector<std::unique_ptr<SamplingReplicaEngine>>> & replicas,
+                                 double timeout_seconds);
+void stop_supervising_sampling_replicas();
 // Waits (a few seconds at most) for the replicas to exit after their STOP, then kills what is left.
 void reap_sampling_replicas();
 

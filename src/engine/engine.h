@@ -204,6 +204,10 @@ class Engine {
 
     // Logits [V] at the last position of one sequence (no gradient). For tests and simple decoding.
     virtual Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) = 0;
+
+    // Changes when every adapter this engine held is gone at once (a sampling replica that was restarted):
+    // whoever caches adapter ids (the sampler LRU) drops them and imports again. Never changes here.
+    virtual int64_t adapters_epoch() const { return 0; }
 };
 
 // Greedy decoding by repeated full forwards (no KV cache): appends up to n_new tokens, stopping

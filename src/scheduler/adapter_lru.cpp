@@ -6,6 +6,7 @@ namespace tinkerd::scheduler {
 
 Result<engine::AdapterId> AdapterLru::acquire(engine::Engine & engine, const std::string & key,
                                               const WeightsLoader & load) {
+    check_epoch(engine);
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         if (it->first == key) {
             entries_.splice(entries_.begin(), entries_, it);
@@ -32,7 +33,15 @@ Result<engine::AdapterId> AdapterLru::acquire(engine::Engine & engine, const std
     return *adapter;
 }
 
+void AdapterLru::check_epoch(const engine::Engine & engine) {
+    if (engine.adapters_epoch() != epoch_) {
+        entries_.clear();  // their ids mean nothing to the engine any more
+        epoch_ = engine.adapters_epoch();
+    }
+}
+
 void AdapterLru::trim(engine::Engine & engine, const std::set<engine::AdapterId> & in_use) {
+    check_epoch(engine);
     auto it = entries_.end();
     while (entries_.size() > capacity_ && it != entries_.begin()) {
         --it;  // least recently used first

@@ -44,8 +44,12 @@ class AdapterLru {
     size_t capacity() const { return capacity_; }
 
   private:
+    // Forgets every entry when the engine lost its adapters (Engine::adapters_epoch changed).
+    void check_epoch(const engine::Engine & engine);
+
     size_t capacity_;
     std::list<std::pair<std::string, engine::AdapterId>> entries_;  // most recent first
+    int64_t epoch_ = 0;                                             // the engine's adapters_epoch they belong to
 };
 
 }  // namespace tinkerd::scheduler

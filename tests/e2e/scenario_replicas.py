@@ -3,8 +3,8 @@
 # the sampler's weights reach it (the log names each adapter sent and its latency), its logprobs equal the
 # trainer's (<= 2e-4, as rank 0's own sampler is checked in scenario_dp), base-model samples equal a
 # plain server's, the next save sends the new weights, training and sampling run at once, a killed
-# replica's next request runs on rank 0 without the client seeing a failure, and the replica exits with
-# the server. With stories260K (a real tokenizer) an OpenAI completion with a stop string stops on the
+# replica's next request runs on rank 0 without the client seeing a failure, the replica is started again
+# and gets the weights anew, and the replica exits with the server. With stories260K (a real tokenizer) an OpenAI completion with a stop string stops on the
 # replica where it stops on a plain server (the replica rebuilds the check with its own tokenizer).
 import json
 import os
@@ -91,12 +91,28 @@ def replica_status(srv):
 def check_failover(srv, sc, pid):
     """SIGKILL the replica: the next request runs on rank 0 and succeeds; the server goes on."""
     os.kill(pid, 9)
-    time.sleep(0.5)
+    time.sleep(0.2)
     res = sc.sample(sdk.prompt([1, 2, 3]), 1, sdk.params(max_tokens=4, seed=1)).result()
     check(len(res.sequences[0].tokens) > 0, "no tokens after the replica died")
-    check("its request runs on rank 0" in log_text(srv), "no failover logged")
+    text = log_text(srv)
+    check("its request runs on rank 0" in text or "sampling replica 1 exited" in text, "no failover logged")
+
+
+def check_restarted(srv, svc, tc, batch, old_pid):
+    """The supervisor starts the replica again; it serves the run's weights again (sent anew)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "sampling replica 1 restarted" not in log_text(srv):
+        time.sleep(0.2)
+    check("sampling replica 1 restarted" in log_text(srv), "the replica was not restarted")
+    pids = srv.child_pids()
+    check(len(pids) == 1 and pids[0] != old_pid, "replica processes after the restart: %s" % pids)
+    sent_before = log_text(srv).count("sampling replica 1: adapter sent")
+    check_sampler_matches_trainer(svc, tc, batch, "after-restart")
+    text = log_text(srv)
+    check("sampling replica 1 is back" in text, "the engine did not switch to the restarted replica")
+    check(text.count("sampling replica 1: adapter sent") > sent_before, "no adapter sent to the new process")
     replicas = replica_status(srv)
-    check(len(replicas) == 1 and not replicas[0]["healthy"], "server_status after the kill: %r" % replicas)
+    check(len(replicas) == 1 and replicas[0]["healthy"], "server_status after the restart: %r" % replicas)
 
 
 def completion_text(events):
@@ -162,6 +178,7 @@ def run(ctx):
     check(len(status) == 1 and status[0]["healthy"] and status[0]["adapters_resident"] >= 1,
           "server_status while the replica works: %r" % status)
     ctx.case("a killed replica fails over to rank 0", check_failover, srv, sc2 or sc, pids[0])
+    ctx.case("the killed replica is restarted and synced again", check_restarted, srv, svc, tc, batch, pids[0])
     ctx.case("OpenAI stop strings and streams on a replica", check_openai_stop_strings, ctx)
     ctx.finish()
     return "%d adapter sync(s), %s ms each" % (len(latencies), latencies)
