@@ -1,8 +1,10 @@
 // Database: the console's metrics tables (migrations 3 and 5). run_metrics holds one point per completed
 // training op, bounded per (run, op) by thinning the oldest half in merged pairs; sampler_usage holds
-// per-sampler request and token counts, sampler_latency their latency histograms. Every call is one
-// transaction under the connection's mutex.
+// per-sampler request and token counts, sampler_latency their latency histograms; batches of both are
+// written in one transaction, and prune_metrics applies the retention rule. Every call is one transaction
+// under the connection's mutex.
 #include <cmath>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -111,25 +113,28 @@ Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & po
 }
 
 // When (run, op) holds more than `max_points` points: its oldest half (an even number) becomes half as
-// many points, each pair merged into its newer member. Repeated thinning makes old history coarser.
+// many points, each pair merged into its newer member, until it holds at most `max_points` (a batch may
+// have added many). Repeated thinning makes old history coarser.
 Result<void> thin_if_over(SqlConnection & db, const std::string & run_id, const std::string & op, int64_t max_points) {
-    auto count = db.prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
-    TRY_STATUS(count);
-    count->bind_text(1, run_id).bind_text(2, op);
-    Result<int64_t> n = count_of(*count);
-    TRY_STATUS(n);
-    if (*n <= max_points) {
-        return {};
+    for (;;) {
+        auto count = db.prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
+        TRY_STATUS(count);
+        count->bind_text(1, run_id).bind_text(2, op);
+        Result<int64_t> n = count_of(*count);
+        TRY_STATUS(n);
+        if (*n <= max_points) {
+            return {};
+        }
+        auto oldest = db.prepare("SELECT " TINKERD_METRIC_COLUMNS
+                                 " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
+                                 " ORDER BY time, point_id LIMIT ?3",
+                                 "oldest metric points");
+        TRY_STATUS(oldest);
+        oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
+        auto points = collect<StoredPoint>(*oldest, read_point);
+        TRY_STATUS(points);
+        TRY_STATUS(merge_pairs(db, *points));
     }
-    auto oldest = db.prepare("SELECT " TINKERD_METRIC_COLUMNS
-                             " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
-                             " ORDER BY time, point_id LIMIT ?3",
-                             "oldest metric points");
-    TRY_STATUS(oldest);
-    oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
-    auto points = collect<StoredPoint>(*oldest, read_point);
-    TRY_STATUS(points);
-    return merge_pairs(db, *points);
 }
 
 // Adds the delta's requests and tokens to its sampler's sampler_usage row (created when missing).
@@ -148,28 +153,108 @@ Result<void> upsert_usage(SqlConnection & db, const SamplerUsageRow & delta) {
     return {};
 }
 
-// One request more in `bucket` of the sampler's latency histogram.
-Result<void> add_to_latency_bucket(SqlConnection & db, const SamplerUsageRow & delta, int bucket) {
+// `requests` more in `bucket` of the sampler's latency histogram.
+Result<void> add_to_latency_bucket(SqlConnection & db, const SamplerUsageRow & delta, int bucket, int64_t requests) {
     auto stmt = db.prepare(
-        "INSERT INTO sampler_latency (tenant, sampler_id, bucket_index, count) VALUES (?1, ?2, ?3, 1)"
+        "INSERT INTO sampler_latency (tenant, sampler_id, bucket_index, count) VALUES (?1, ?2, ?3, ?4)"
         " ON CONFLICT (tenant, sampler_id, bucket_index) DO UPDATE SET"
         " count = sampler_latency.count + excluded.count",
         "add sampler latency");
     TRY_STATUS(stmt);
-    stmt->bind_text(1, delta.tenant).bind_text(2, delta.sampler_id).bind_int(3, bucket);
+    stmt->bind_text(1, delta.tenant).bind_text(2, delta.sampler_id).bind_int(3, bucket).bind_int(4, requests);
     TRY_STATUS(stmt->run());
     return {};
+}
+
+using SamplerKey = std::pair<std::string, std::string>;  // (tenant, sampler_id)
+
+// A batch's usage summed per sampler (the latest request's base model and time) and per latency bucket:
+// one upsert per sampler and per bucket, however many requests the batch holds.
+Result<void> add_usage(SqlConnection & db, const std::vector<SamplerUsageDelta> & deltas) {
+    std::map<SamplerKey, SamplerUsageRow> totals;
+    std::map<std::pair<SamplerKey, int>, int64_t> buckets;
+    for (const SamplerUsageDelta & d : deltas) {
+        const SamplerKey key{d.usage.tenant, d.usage.sampler_id};
+        auto [it, fresh] = totals.try_emplace(key, d.usage);
+        if (!fresh) {
+            it->second.requests += d.usage.requests;
+            it->second.tokens_sampled += d.usage.tokens_sampled;
+            if (d.usage.last_used >= it->second.last_used) {
+                it->second.last_used = d.usage.last_used;
+                it->second.base_model = d.usage.base_model;
+            }
+        }
+        if (d.latency_bucket) {
+            buckets[{key, *d.latency_bucket}] += 1;
+        }
+    }
+    for (const auto & [key, total] : totals) {
+        TRY_STATUS(upsert_usage(db, total));
+    }
+    for (const auto & [key, requests] : buckets) {
+        TRY_STATUS(add_to_latency_bucket(db, totals.at(key.first), key.second, requests));
+    }
+    return {};
+}
+
+// Runs a DELETE with `before` as ?1; the rows it deleted.
+Result<int64_t> delete_before(SqlConnection & db, const char * sql, const char * what, double before) {
+    auto stmt = db.prepare(sql, what);
+    TRY_STATUS(stmt);
+    return stmt->bind_double(1, before).run();
 }
 
 }  // namespace
 
 Result<void> Database::record_metric_point(const MetricPoint & point, int64_t max_points_per_op) {
+    return write_telemetry(TelemetryBatch{{point}, {}}, max_points_per_op);
+}
+
+Result<void> Database::write_telemetry(const TelemetryBatch & batch, int64_t max_points_per_op) {
     Lock lock(impl_->mutex);
     SqlConnection & conn = *impl_->conn;
-    return in_transaction(conn, "record_metric_point", [&]() -> Result<void> {
-        TRY_STATUS(insert_point(conn, point));
-        return thin_if_over(conn, point.run_id, point.op, std::max(max_points_per_op, MIN_POINTS_PER_OP));
+    return in_transaction(conn, "write_telemetry", [&]() -> Result<void> {
+        std::set<std::pair<std::string, std::string>> touched;  // (run, op)
+        for (const MetricPoint & point : batch.points) {
+            TRY_STATUS(insert_point(conn, point));
+            touched.emplace(point.run_id, point.op);
+        }
+        for (const auto & [run_id, op] : touched) {
+            TRY_STATUS(thin_if_over(conn, run_id, op, std::max(max_points_per_op, MIN_POINTS_PER_OP)));
+        }
+        return add_usage(conn, batch.usage);
     });
+}
+
+// Points of runs whose row is gone, or idle since `before` with no checkpoint left (nothing can resume
+// them); usage rows of samplers unused since `before`, and latency rows left without a usage row.
+Result<int64_t> Database::prune_metrics(double before) {
+    Lock lock(impl_->mutex);
+    SqlConnection & conn = *impl_->conn;
+    int64_t deleted = 0;
+    TRY_STATUS(in_transaction(conn, "prune_metrics", [&]() -> Result<void> {
+        const std::pair<const char *, const char *> deletes[] = {
+            {"DELETE FROM run_metrics WHERE run_id IN (SELECT DISTINCT m.run_id FROM run_metrics m"
+             " LEFT JOIN training_runs r ON r.run_id = m.run_id WHERE r.run_id IS NULL"
+             " OR (r.last_request_time < ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = r.run_id)))",
+             "prune run metrics"},
+            {"DELETE FROM sampler_usage WHERE last_used < ?1", "prune sampler usage"}};
+        for (const auto & [sql, what] : deletes) {
+            Result<int64_t> n = delete_before(conn, sql, what, before);
+            TRY_STATUS(n);
+            deleted += *n;
+        }
+        auto latency = conn.prepare(
+            "DELETE FROM sampler_latency WHERE NOT EXISTS (SELECT 1 FROM sampler_usage u"
+            " WHERE u.tenant = sampler_latency.tenant AND u.sampler_id = sampler_latency.sampler_id)",
+            "prune sampler latency");
+        TRY_STATUS(latency);
+        Result<int64_t> n = latency->run();
+        TRY_STATUS(n);
+        deleted += *n;
+        return {};
+    }));
+    return deleted;
 }
 
 Result<std::vector<MetricPoint>> Database::metric_points(const std::string & run_id, int64_t since_step) {
@@ -202,12 +287,7 @@ Result<bool> Database::metrics_downsampled(const std::string & run_id) {
 }
 
 Result<void> Database::add_sampler_usage(const SamplerUsageRow & delta, std::optional<int> latency_bucket) {
-    Lock lock(impl_->mutex);
-    SqlConnection & conn = *impl_->conn;
-    return in_transaction(conn, "add_sampler_usage", [&]() -> Result<void> {
-        TRY_STATUS(upsert_usage(conn, delta));
-        return latency_bucket ? add_to_latency_bucket(conn, delta, *latency_bucket) : Result<void>{};
-    });
+    return write_telemetry(TelemetryBatch{{}, {SamplerUsageDelta{delta, latency_bucket}}}, MIN_POINTS_PER_OP);
 }
 
 Result<std::vector<SamplerUsageRow>> Database::sampler_usage(const std::string & tenant) {
