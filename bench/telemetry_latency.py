@@ -14,6 +14,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 
 
+THINNING_OP = 2000  # 0-based: the 2001st point passes --max-metric-points 2000
+
+
 def timed(fn):
     t0 = time.perf_counter()
     fn()
@@ -44,6 +47,10 @@ def main():
         print(summary("optim_step", optim))
         worst = int(np.argmax(fb))
         print("slowest forward_backward: op %d of %d" % (worst + 1, rounds))
+        if rounds > THINNING_OP:  # the op whose point took forward_backward past the default bound
+            print("forward_backward op %d (first thinning): %.1f ms; median of ops %d-%d: %.1f ms" % (
+                THINNING_OP + 1, fb[THINNING_OP] * 1e3, THINNING_OP - 49, THINNING_OP,
+                np.median(fb[THINNING_OP - 50:THINNING_OP]) * 1e3))
     finally:
         server.stop()
         server.cleanup()

@@ -1,8 +1,9 @@
 // Database: the console's metrics tables (migrations 3 and 5). run_metrics holds one point per completed
 // training op, bounded per (run, op) by thinning the oldest half in merged pairs; sampler_usage holds
 // per-sampler request and token counts, sampler_latency their latency histograms; batches of both are
-// written in one transaction, and prune_metrics applies the retention rule. Every call is one transaction
-// under the connection's mutex.
+// written in one transaction (thinning after it, a few pairs per transaction), and prune_metrics applies the
+// retention rule. Every transaction runs under the connection's mutex.
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -92,7 +93,8 @@ Result<void> insert_point(SqlConnection & db, const MetricPoint & p) {
 }
 
 // Each pair (older, newer) becomes one row: the newer one updated with the merge, the older one deleted.
-Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & points) {
+// `points[first, last)` holds whole pairs.
+Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & points, size_t first, size_t last) {
     auto update = db.prepare(
         "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
         " WHERE point_id = ?1",
@@ -100,7 +102,7 @@ Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & po
     auto remove = db.prepare("DELETE FROM run_metrics WHERE point_id = ?1", "drop merged metric point");
     TRY_STATUS(update);
     TRY_STATUS(remove);
-    for (size_t i = 0; i + 1 < points.size(); i += 2) {
+    for (size_t i = first; i + 1 < last; i += 2) {
         const MetricPoint merged = merge_points(points[i].point, points[i + 1].point);
         update->reset();
         update->bind_int(1, points[i + 1].point_id).bind_double(2, merged.duration_s);
@@ -112,28 +114,50 @@ Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & po
     return {};
 }
 
-// When (run, op) holds more than `max_points` points: its oldest half (an even number) becomes half as
-// many points, each pair merged into its newer member, until it holds at most `max_points` (a batch may
-// have added many). Repeated thinning makes old history coarser.
-Result<void> thin_if_over(SqlConnection & db, const std::string & run_id, const std::string & op, int64_t max_points) {
+// The oldest points of (run, op) to thin, when it holds more than `max_points`: its oldest half (an even
+// number); none when it is within the bound.
+Result<std::vector<StoredPoint>> points_to_thin(SqlConnection & db, const std::string & run_id, const std::string & op,
+                                                int64_t max_points) {
+    auto count = db.prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
+    TRY_STATUS(count);
+    count->bind_text(1, run_id).bind_text(2, op);
+    Result<int64_t> n = count_of(*count);
+    TRY_STATUS(n);
+    if (*n <= max_points) {
+        return std::vector<StoredPoint>{};
+    }
+    auto oldest = db.prepare("SELECT " TINKERD_METRIC_COLUMNS
+                             " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
+                             " ORDER BY time, point_id LIMIT ?3",
+                             "oldest metric points");
+    TRY_STATUS(oldest);
+    oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
+    return collect<StoredPoint>(*oldest, read_point);
+}
+
+// Pairs merged per transaction while thinning: the connection (shared with the engine thread's future
+// completions) is released between them, so thinning a long history never holds it for long. Each pair is
+// merged atomically, so a reader in between sees every op counted once.
+constexpr size_t PAIRS_PER_TRANSACTION = 32;
+
+// Until (run, op) holds at most `max_points` points (a batch may have added many): its oldest half becomes
+// half as many points, each pair merged into its newer member. Repeated thinning makes old history coarser.
+Result<void> thin_if_over(std::mutex & mutex, SqlConnection & db, const std::string & run_id, const std::string & op,
+                          int64_t max_points) {
     for (;;) {
-        auto count = db.prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
-        TRY_STATUS(count);
-        count->bind_text(1, run_id).bind_text(2, op);
-        Result<int64_t> n = count_of(*count);
-        TRY_STATUS(n);
-        if (*n <= max_points) {
+        Result<std::vector<StoredPoint>> points = [&] {
+            std::lock_guard<std::mutex> lock(mutex);
+            return points_to_thin(db, run_id, op, max_points);
+        }();
+        TRY_STATUS(points);
+        if (points->empty()) {
             return {};
         }
-        auto oldest = db.prepare("SELECT " TINKERD_METRIC_COLUMNS
-                                 " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
-                                 " ORDER BY time, point_id LIMIT ?3",
-                                 "oldest metric points");
-        TRY_STATUS(oldest);
-        oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
-        auto points = collect<StoredPoint>(*oldest, read_point);
-        TRY_STATUS(points);
-        TRY_STATUS(merge_pairs(db, *points));
+        for (size_t first = 0; first < points->size(); first += 2 * PAIRS_PER_TRANSACTION) {
+            const size_t last = std::min(points->size(), first + 2 * PAIRS_PER_TRANSACTION);
+            std::lock_guard<std::mutex> lock(mutex);
+            TRY_STATUS(in_transaction(db, "thin metric points", [&] { return merge_pairs(db, *points, first, last); }));
+        }
     }
 }
 
@@ -210,20 +234,24 @@ Result<void> Database::record_metric_point(const MetricPoint & point, int64_t ma
     return write_telemetry(TelemetryBatch{{point}, {}}, max_points_per_op);
 }
 
+// One transaction for the batch's rows; then each touched (run, op) is thinned in short transactions.
 Result<void> Database::write_telemetry(const TelemetryBatch & batch, int64_t max_points_per_op) {
-    Lock lock(impl_->mutex);
     SqlConnection & conn = *impl_->conn;
-    return in_transaction(conn, "write_telemetry", [&]() -> Result<void> {
-        std::set<std::pair<std::string, std::string>> touched;  // (run, op)
-        for (const MetricPoint & point : batch.points) {
-            TRY_STATUS(insert_point(conn, point));
-            touched.emplace(point.run_id, point.op);
-        }
-        for (const auto & [run_id, op] : touched) {
-            TRY_STATUS(thin_if_over(conn, run_id, op, std::max(max_points_per_op, MIN_POINTS_PER_OP)));
-        }
-        return add_usage(conn, batch.usage);
-    });
+    std::set<std::pair<std::string, std::string>> touched;  // (run, op)
+    {
+        Lock lock(impl_->mutex);
+        TRY_STATUS(in_transaction(conn, "write_telemetry", [&]() -> Result<void> {
+            for (const MetricPoint & point : batch.points) {
+                TRY_STATUS(insert_point(conn, point));
+                touched.emplace(point.run_id, point.op);
+            }
+            return add_usage(conn, batch.usage);
+        }));
+    }
+    for (const auto & [run_id, op] : touched) {
+        TRY_STATUS(thin_if_over(impl_->mutex, conn, run_id, op, std::max(max_points_per_op, MIN_POINTS_PER_OP)));
+    }
+    return {};
 }
 
 // Points of runs whose row is gone, or idle since `before` with no checkpoint left (nothing can resume
