@@ -229,7 +229,8 @@ class Database {
     // Run metrics (run_metrics.cpp). record adds a point; when the run then holds more than
     // max_points_per_op points of that op, its oldest half is thinned by merging neighbours in pairs.
     Result<void> record_metric_point(const MetricPoint & point, int64_t max_points_per_op);
-    // A batch of points and sampler usage in one transaction, each touched (run, op) thinned once after.
+    // A batch of points and sampler usage in one transaction; then each touched (run, op) over the bound is
+    // thinned, a few pairs per transaction (the connection is released between them).
     Result<void> write_telemetry(const TelemetryBatch & batch, int64_t max_points_per_op);
     // Retention (docs/console.md): deletes the points of runs that are gone or idle since `before` with no
     // checkpoint left, and the usage and latency rows of samplers unused since `before`; returns the rows deleted.
