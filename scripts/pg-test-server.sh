@@ -2,6 +2,7 @@
 # A private PostgreSQL server for the tests, from Debian's binaries (the postgresql package):
 #   pg-test-server.sh start STATE_DIR   initdb + postgres in a fresh temp dir (socket only, no TCP), trust auth;
 #                                       writes STATE_DIR/url (a libpq URI of its "postgres" database) and prints it
+#   pg-test-server.sh restart STATE_DIR restarts that server (every client connection drops; same URL)
 #   pg-test-server.sh stop STATE_DIR    stops the server and removes its files
 # As root, the server runs as the `postgres` system user (the package creates it), via runuser.
 set -euo pipefail
@@ -9,7 +10,7 @@ set -euo pipefail
 cmd=${1:-}
 state=${2:-}
 if [ -z "$cmd" ] || [ -z "$state" ]; then
-  echo "usage: $0 start|stop STATE_DIR" >&2
+  echo "usage: $0 start|restart|stop STATE_DIR" >&2
   exit 2
 fi
 state=$(realpath -m "$state")  # the start cds into the server's temp dir
@@ -68,8 +69,18 @@ start_server() {
   cat "$state/url"
 }
 
+restart_server() {
+  local root bin
+  root=$(cat "$state/pgdata_dir")
+  bin=$(find_bin)
+  cd "$root"
+  as_server_user "$bin/pg_ctl" -D "$root/data" -l "$root/server.log" -m fast -w -t 60 restart >/dev/null ||
+    { cat "$root/server.log" >&2; exit 1; }
+}
+
 case "$cmd" in
   start) start_server ;;
+  restart) restart_server ;;
   stop) stop_server ;;
-  *) echo "usage: $0 start|stop STATE_DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 start|restart|stop STATE_DIR" >&2; exit 2 ;;
 esac

@@ -67,6 +67,7 @@ Result<json> TinkerRoutes::run_metrics(Call & call) {
     if (!since_step.ok()) {
         return since_step.error();
     }
+    telemetry_->flush();  // this process's points queued so far, e.g. of an op whose result the client has seen
     auto points = db_->metric_points(row->run_id, *since_step);
     auto downsampled = db_->metrics_downsampled(row->run_id);
     if (!points.ok() || !downsampled.ok()) {
@@ -109,6 +110,7 @@ json TinkerRoutes::model_status_json(const ServedModel & model) const {
 
 // The caller's samplers (counts from sampler_usage, latency quantiles from sampler_latency's histograms).
 Result<json> TinkerRoutes::samplers_status_json(const std::string & tenant) const {
+    telemetry_->flush();
     auto usage = db_->sampler_usage(tenant);
     if (!usage.ok()) {
         return usage.error();

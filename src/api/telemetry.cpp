@@ -55,7 +55,7 @@ int64_t loss_bearing_tokens(const engine::Datum & datum) {
 }
 
 Telemetry::Telemetry(store::Database & db, int64_t max_points_per_op)
-    : db_(db), max_points_per_op_(max_points_per_op), started_at_(now_seconds()) {}
+    : db_(db), started_at_(now_seconds()), writer_(db, TelemetryWriter::Options{max_points_per_op}) {}
 
 void Telemetry::observe_request(const std::string & method, const std::string & route, int status, double seconds) {
     std::lock_guard lock(mutex_);
@@ -87,10 +87,7 @@ std::vector<RouteStats> Telemetry::routes() const {
 
 void Telemetry::record_training_op(const store::MetricPoint & point, const std::string & base_model,
                                    int64_t input_tokens) {
-    if (auto recorded = db_.record_metric_point(point, max_points_per_op_); !recorded.ok()) {
-        LOG_WRN("api", "cannot record a %s metric point of %s: %s", point.op.c_str(), point.run_id.c_str(),
-                recorded.error().message.c_str());
-    }
+    writer_.add_point(point);
     if (point.op != "forward_backward") {
         return;
     }
@@ -125,14 +122,12 @@ void Telemetry::record_sample(const SampleUsage & usage) {
     store::SamplerUsageRow delta{usage.sampler_id, usage.tenant, usage.base_model, 1, usage.tokens, now};
     const std::optional<int> bucket =
         usage.ok ? std::optional<int>(latency_histogram::bucket_of(usage.latency_s)) : std::nullopt;
-    if (auto added = db_.add_sampler_usage(delta, bucket); !added.ok()) {
-        LOG_WRN("api", "cannot record the usage of sampler %s: %s", usage.sampler_id.c_str(),
-                added.error().message.c_str());
-    }
+    writer_.add_usage(store::SamplerUsageDelta{delta, bucket});
 }
 
 Result<std::map<std::string, SamplerLatency>> Telemetry::sampler_latencies(const std::string & tenant,
                                                                            int64_t samplers) const {
+    writer_.flush();
     auto histograms = db_.sampler_latency_counts(tenant, samplers);
     if (!histograms.ok()) {
         return histograms.error();

@@ -1,7 +1,8 @@
 // Telemetry: what the server counts for monitoring and the console. HTTP requests per route pattern,
 // method and status (counts, latency histograms); tokens trained and sampled per base model (totals and
 // rates over the last minute); per-sampler request counts and latency histograms (the store's sampler_usage
-// and sampler_latency, so they survive a restart); and each training op's metric point (run_metrics).
+// and sampler_latency, so they survive a restart); and each training op's metric point (run_metrics). Store
+// writes go through its TelemetryWriter (one background thread): recording never waits on the database.
 // Thread-safe: written by the HTTP, engine and output threads, read by the monitoring routes.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "api/telemetry_writer.h"
 #include "common/rate_window.h"
 #include "engine/engine.h"
 #include "store/database.h"
@@ -69,16 +71,21 @@ class Telemetry {
     void observe_request(const std::string & method, const std::string & route, int status, double seconds);
     std::vector<RouteStats> routes() const;
 
-    // Records a run's metric point (SQLite; a failure is logged, never thrown at the op) and counts a
-    // forward_backward's input tokens as trained on `base_model`.
+    // Queues a run's metric point for the store (a failure is logged, never thrown at the op; a full queue
+    // drops it) and counts a forward_backward's input tokens as trained on `base_model`.
     void record_training_op(const store::MetricPoint & point, const std::string & base_model, int64_t input_tokens);
     ModelActivity model_activity(const std::string & base_model) const;
 
     // Output thread: one sample request finished. Its counts, and a successful one's latency in its bucket
-    // of the sampler's histogram (common/latency_histogram.h), go to the store in one transaction.
+    // of the sampler's histogram (common/latency_histogram.h), are queued for the store.
     void record_sample(const SampleUsage & usage);
+    // Waits (a few seconds at most) until what this process recorded so far is in the store: the
+    // monitoring routes call it before reading the metrics tables, so that a client that saw an op's
+    // result, or a sample's answer, finds its point and its counts.
+    void flush() { writer_.flush(); }
     // The p50 / p95 latencies of a tenant's `samplers` most recently used samplers (sampler id ->
-    // quantiles), interpolated in the stored histograms: the same numbers in this process and after a restart.
+    // quantiles), interpolated in the stored histograms (after a flush): the same numbers in this process and
+    // after a restart.
     Result<std::map<std::string, SamplerLatency>> sampler_latencies(const std::string & tenant, int64_t samplers) const;
 
   private:
@@ -88,11 +95,13 @@ class Telemetry {
         RateWindow sampled{60};
     };
     store::Database & db_;
-    const int64_t max_points_per_op_;
     const double started_at_;
     mutable std::mutex mutex_;  // guards the maps below
     std::map<std::tuple<std::string, std::string, int>, RouteStats> routes_;
     std::map<std::string, ModelCounters> models_;
+    // Last: destroyed first, its thread writes what is queued while db_ is still there (App destroys the
+    // Telemetry after stopping the engine workers and the output stage, the only other writers).
+    mutable TelemetryWriter writer_;
 };
 
 }  // namespace tinkerd::api

@@ -1,6 +1,8 @@
 // Unit tests of Telemetry's sampler latencies on a real store file: quantiles of known latencies within
 // a bucket's width of the exact ones, failed requests counted but not timed, tenants apart, and the very
-// same numbers from a new Telemetry on the reopened file (a restart).
+// same numbers from a new Telemetry on the reopened file (a restart); and its TelemetryWriter: a flush makes
+// what was queued readable, stop() drains the queue, and a full or stopped queue drops (and counts) records
+// instead of blocking.
 #include "api/telemetry.h"
 
 #include <cmath>
@@ -65,6 +67,7 @@ TEST_F(TelemetryLatencyTest, QuantilesComeFromTheStoredHistogramAndSurviveAResta
     ASSERT_TRUE(live.p50 && live.p95);
     EXPECT_NEAR(std::log(*live.p50 / 0.5), 0.0, width);
     EXPECT_NEAR(std::log(*live.p95 / 0.95), 0.0, width);
+    telemetry_->flush();
     EXPECT_EQ(db_->sampler_usage("alice")->at(0).requests, 101);
     EXPECT_NEAR(std::log(*latencies("bob").at("s:sample:0").p50 / 2.0), 0.0, width);  // only bob's request
 
@@ -73,6 +76,47 @@ TEST_F(TelemetryLatencyTest, QuantilesComeFromTheStoredHistogramAndSurviveAResta
     EXPECT_EQ(restarted.p50, live.p50);
     EXPECT_EQ(restarted.p95, live.p95);
     EXPECT_TRUE(latencies("carol").empty());
+}
+
+class TelemetryWriterTest : public TelemetryLatencyTest {
+  protected:
+    static store::MetricPoint point(int64_t step) {
+        return store::MetricPoint{
+            "run-1", "optim_step", step, 100.0 + static_cast<double>(step), 0.1, {{"learning_rate", 1e-3}}};
+    }
+    size_t stored_points() { return db_->metric_points("run-1", 0).value().size(); }
+};
+
+TEST_F(TelemetryWriterTest, AFlushMakesQueuedRecordsReadable) {
+    TelemetryWriter writer(*db_, TelemetryWriter::Options{100});
+    for (int64_t step = 0; step < 50; ++step) {
+        ASSERT_TRUE(writer.add_point(point(step)));
+    }
+    ASSERT_TRUE(writer.add_usage(store::SamplerUsageDelta{{"s:sample:0", "alice", "base", 1, 5, 1.0}, 3}));
+    ASSERT_TRUE(writer.flush());
+    EXPECT_EQ(stored_points(), 50u);
+    EXPECT_EQ(db_->sampler_usage("alice")->at(0).tokens_sampled, 5);
+    EXPECT_EQ(writer.dropped(), 0);
+}
+
+TEST_F(TelemetryWriterTest, StopDrainsTheQueueThenDrops) {
+    TelemetryWriter writer(*db_, TelemetryWriter::Options{100});
+    for (int64_t step = 0; step < 200; ++step) {
+        ASSERT_TRUE(writer.add_point(point(step)));
+    }
+    writer.stop();
+    EXPECT_EQ(db_->metric_points("run-1", 0)->back().step, 199);  // the last one queued was written
+    EXPECT_FALSE(writer.add_point(point(200)));
+    EXPECT_EQ(writer.dropped(), 1);
+}
+
+TEST_F(TelemetryWriterTest, AFullQueueDropsInsteadOfBlocking) {
+    TelemetryWriter writer(*db_, TelemetryWriter::Options{100, 0});  // no room at all
+    EXPECT_FALSE(writer.add_point(point(0)));
+    EXPECT_FALSE(writer.add_usage(store::SamplerUsageDelta{{"s:sample:0", "alice", "base", 1, 5, 1.0}, 3}));
+    EXPECT_EQ(writer.dropped(), 2);
+    ASSERT_TRUE(writer.flush());
+    EXPECT_EQ(stored_points(), 0u);
 }
 
 }  // namespace

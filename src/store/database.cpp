@@ -46,20 +46,28 @@ TrainingRunRow read_run(const Statement & stmt) {
 
 }  // namespace
 
-Result<std::unique_ptr<Database>> Database::open(const std::string & location) {
+Result<std::unique_ptr<Database>> Database::open(const std::string & location, StoreOptions options) {
     auto impl = std::make_unique<Impl>();
-    auto conn = is_postgres_uri(location) ? open_postgres(location) : open_sqlite(location);
+    auto conn = is_postgres_uri(location) ? open_postgres(location, options.heartbeat_seconds) : open_sqlite(location);
     TRY_STATUS(conn);
     impl->conn = std::move(conn).value();
     Result<int> version = run_migrations(*impl->conn);
     TRY_STATUS(version);
     impl->schema_version = version.value();
+    TRY_STATUS(impl->conn->join_front_ends());
     std::unique_ptr<Database> database(new Database());
     database->impl_ = std::move(impl);
+    if (database->shared()) {
+        database->start_heartbeat(options.heartbeat_seconds);
+    }
     return database;
 }
 
-Database::~Database() = default;
+Database::~Database() {
+    if (impl_ != nullptr) {
+        stop_heartbeat();
+    }
+}
 
 int Database::schema_version() const {
     return impl_->schema_version;

@@ -110,6 +110,24 @@ struct SamplerUsageRow {
 // A latency histogram's requests per bucket index (common/latency_histogram.h), empty buckets left out.
 using LatencyCounts = std::map<int, int64_t>;
 
+// One finished sample request's counts (requests, tokens) and, when it succeeded, its latency bucket.
+struct SamplerUsageDelta {
+    SamplerUsageRow usage;
+    std::optional<int> latency_bucket;
+};
+
+// What the telemetry writer (api/telemetry_writer.h) has queued: written in one transaction.
+struct TelemetryBatch {
+    std::vector<MetricPoint> points;
+    std::vector<SamplerUsageDelta> usage;
+};
+
+struct StoreOptions {
+    // Shared (PostgreSQL) databases: how often this front end's front_ends row is refreshed; it counts as
+    // gone only when its owner lock is free and its row is older than FRONT_END_GRACE_HEARTBEATS (3) of these.
+    double heartbeat_seconds = 3.0;
+};
+
 // Whether a --database value names a PostgreSQL server ("postgresql://" or "postgres://") rather than a file.
 bool is_postgres_uri(const std::string & location);
 
@@ -126,7 +144,9 @@ class Database {
     // `location` "postgresql://user@host:port/db" (or "postgres://"; any libpq URI) connects to that
     // database; anything else is a SQLite file, opened (created if needed) with WAL and foreign keys, and
     // ":memory:" a private in-memory database (tests). Runs the pending migrations in both cases.
-    static Result<std::unique_ptr<Database>> open(const std::string & location);
+    // On a shared database a background thread refreshes this front end's heartbeat (front_ends.cpp); the
+    // destructor stops it and deletes the row.
+    static Result<std::unique_ptr<Database>> open(const std::string & location, StoreOptions options = {});
     ~Database();
     Database(const Database &) = delete;
     Database & operator=(const Database &) = delete;
@@ -195,15 +215,26 @@ class Database {
     Result<std::optional<FutureRow>> future_by_seq(const std::string & run_id, int64_t seq_id);
     // At start-up: every still-pending future becomes failed with this error (category "server").
     Result<int64_t> fail_pending_futures(const std::string & error, double now);
-    // On a shared database: every pending future whose front end is no longer connected (killed, stopped)
-    // becomes failed with this error (category "server"); returns how many. Never touches a live one's.
+    // On a shared database: every pending future whose front end is gone (killed, stopped: its owner lock is
+    // free AND its heartbeat is older than the grace period, or its row is deleted) becomes failed with this
+    // error (category "server"); returns how many. Never touches a live one's, even while its connection is
+    // down (PostgreSQL restarted): its heartbeat is recent.
     Result<int64_t> fail_orphaned_futures(const std::string & error, double now);
     // Deletes finished futures older than `before`; returns how many.
     Result<int64_t> prune_futures(double before);
 
+    // This front end's heartbeat now (the background thread calls it every heartbeat_seconds; no-op on SQLite).
+    Result<void> heartbeat();
+
     // Run metrics (run_metrics.cpp). record adds a point; when the run then holds more than
     // max_points_per_op points of that op, its oldest half is thinned by merging neighbours in pairs.
     Result<void> record_metric_point(const MetricPoint & point, int64_t max_points_per_op);
+    // A batch of points and sampler usage in one transaction; then each touched (run, op) over the bound is
+    // thinned, a few pairs per transaction (the connection is released between them).
+    Result<void> write_telemetry(const TelemetryBatch & batch, int64_t max_points_per_op);
+    // Retention (docs/console.md): deletes the points of runs that are gone or idle since `before` with no
+    // checkpoint left, and the usage and latency rows of samplers unused since `before`; returns the rows deleted.
+    Result<int64_t> prune_metrics(double before);
     // A run's points with step >= since_step, ordered by time; and whether any was merged.
     Result<std::vector<MetricPoint>> metric_points(const std::string & run_id, int64_t since_step);
     Result<bool> metrics_downsampled(const std::string & run_id);
@@ -222,6 +253,8 @@ class Database {
 
   private:
     Database() = default;
+    void start_heartbeat(double seconds);
+    void stop_heartbeat();
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

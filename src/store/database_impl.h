@@ -2,9 +2,12 @@
 // the column lists of each table, and small helpers for row-count checks. Not for use outside src/store.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "store/database.h"
@@ -16,6 +19,17 @@ struct Database::Impl {
     std::unique_ptr<SqlConnection> conn;
     std::mutex mutex;  // guards every use of `conn`
     int schema_version = 0;
+    // The heartbeat thread of a shared database (front_ends.cpp).
+    std::thread heartbeat_thread;
+    std::mutex heartbeat_mutex;  // guards heartbeat_stopping
+    std::condition_variable heartbeat_wake;
+    bool heartbeat_stopping = false;
+
+    // Waits up to `seconds` under `lock` (on heartbeat_mutex); true when stopping.
+    bool heartbeat_wait_for(std::unique_lock<std::mutex> & lock, double seconds) {
+        heartbeat_wake.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return heartbeat_stopping; });
+        return heartbeat_stopping;
+    }
 
     Result<Statement> prepare(const char * sql, const char * what) { return conn->prepare(sql, what); }
 };

@@ -1,9 +1,12 @@
 // Unit tests for what only a shared PostgreSQL store does: front ends starting at once migrate once, each
 // sees the others' sessions, runs, checkpoints and finished futures, counters stay distinct across them,
 // a starting front end learns whether another one is running, a stopped one's pending futures fail in the
-// others, and a lost connection is reopened; plus the SQLite -> PostgreSQL dialect.
+// others, a lost connection is reopened, a live front end whose connection dropped keeps its futures (its
+// heartbeat is recent) while a silent one's fail, and a stale session holding its lock blocks nothing; plus
+// the SQLite -> PostgreSQL dialect.
 #include <chrono>
 #include <filesystem>
+#include <libpq-fe.h>
 #include <set>
 #include <string>
 #include <thread>
@@ -44,10 +47,41 @@ class SharedPostgresTest : public testing::Test {
         }
         location_ = *location;
     }
-    std::unique_ptr<Database> open_front_end() {
-        auto db = Database::open(location_);
+    // heartbeat_seconds 60: no heartbeat runs during a test unless it calls heartbeat(); grace 180 s.
+    std::unique_ptr<Database> open_front_end(double heartbeat_seconds = 3.0) {
+        auto db = Database::open(location_, StoreOptions{heartbeat_seconds});
         EXPECT_TRUE(db.ok()) << db.error().message;
         return db.ok() ? std::move(db.value()) : nullptr;
+    }
+
+    std::string query(const std::string & sql) { return testing_backends::postgres_query(location_, sql); }
+    // A pending future of `db`, and the owner id it was recorded with.
+    std::string pending_future(Database & db, const std::string & request_id) {
+        FutureRow future;
+        future.request_id = request_id;
+        future.tenant = "t1";
+        future.request_type = "ForwardBackward";
+        EXPECT_TRUE(db.insert_future(future).ok());
+        return query("SELECT owner FROM futures WHERE request_id = '" + request_id + "'");
+    }
+    std::string owner_locks(const std::string & owner) {
+        return query(
+            "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1953195110 AND objsubid = 2"
+            " AND granted AND objid = " +
+            owner);
+    }
+    // Terminates the server process holding `owner`'s lock, as a PostgreSQL restart or a dropped network
+    // connection would, and waits until the lock is gone with it.
+    void drop_connection_of(const std::string & owner) {
+        ASSERT_EQ(query("SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory'"
+                        " AND classid = 1953195110 AND objsubid = 2 AND objid = " +
+                        owner),
+                  "1");
+        ASSERT_TRUE(eventually([&] { return owner_locks(owner) == "0"; }));
+    }
+    std::string state_of(Database & db, const std::string & request_id) {
+        auto row = db.get_future(request_id);
+        return row.ok() && row->has_value() ? (*row)->state : "missing";
     }
 
     std::string location_;
@@ -65,10 +99,10 @@ TEST_F(SharedPostgresTest, FrontEndsStartingAtOnceMigrateOnce) {
     }
     for (const auto & db : opened) {
         ASSERT_NE(db, nullptr);
-        EXPECT_EQ(db->schema_version(), 5);
+        EXPECT_EQ(db->schema_version(), 6);
         EXPECT_TRUE(db->shared());
     }
-    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"), "5");
+    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"), "6");
 }
 
 TEST_F(SharedPostgresTest, EachFrontEndSeesTheOthersRows) {
@@ -189,6 +223,71 @@ TEST_F(SharedPostgresTest, ALostConnectionIsReopenedForTheNextCall) {
     future.request_type = "OptimStep";
     ASSERT_TRUE(db->insert_future(future).ok());
     EXPECT_EQ(again->fail_orphaned_futures("gone", 5.0).value(), 0);  // its owner lock was taken again
+}
+
+// Front ends A and B with 60 s heartbeats (none runs during a test unless it calls heartbeat(); grace
+// 180 s); A has a pending future, req-a, and A's connection has just dropped: its lock is gone.
+class DroppedConnectionTest : public SharedPostgresTest {
+  protected:
+    void SetUp() override {
+        SharedPostgresTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) {
+            return;
+        }
+        a_ = open_front_end(60.0);
+        b_ = open_front_end(60.0);
+        ASSERT_TRUE(a_ && b_);
+        owner_ = pending_future(*a_, "req-a");
+        ASSERT_EQ(owner_locks(owner_), "1");
+        drop_connection_of(owner_);
+    }
+    Result<void> finish_req_a() {
+        FutureRow done;
+        done.request_id = "req-a";
+        done.state = "done";
+        return a_->finish_future(done);
+    }
+
+    std::unique_ptr<Database> a_;
+    std::unique_ptr<Database> b_;
+    std::string owner_;
+};
+
+TEST_F(DroppedConnectionTest, ALiveFrontEndKeepsItsFutures) {
+    EXPECT_EQ(b_->fail_orphaned_futures("gone", 5.0).value(), 0);  // A's heartbeat is recent
+    EXPECT_EQ(state_of(*b_, "req-a"), "pending");
+    auto c = open_front_end(60.0);  // a front end starting meanwhile is not alone: it recovers nothing
+    ASSERT_NE(c, nullptr);
+    EXPECT_FALSE(c->sole_user_at_open());
+    EXPECT_EQ(state_of(*a_, "req-a"), "pending");  // A reconnects and takes its lock again
+    EXPECT_EQ(owner_locks(owner_), "1");
+    EXPECT_TRUE(finish_req_a().ok());
+}
+
+TEST_F(DroppedConnectionTest, ASilentFrontEndsFuturesFail) {
+    // A killed an hour ago: no lock, and its last heartbeat older than the grace period.
+    ASSERT_EQ(
+        query("UPDATE front_ends SET heartbeat_at = heartbeat_at - 3600 WHERE owner = " + owner_ + " RETURNING owner"),
+        owner_);
+    EXPECT_EQ(b_->fail_orphaned_futures("gone", 5.0).value(), 1);
+    EXPECT_EQ(state_of(*b_, "req-a"), "failed");
+    EXPECT_EQ(finish_req_a().error().kind, ErrorKind::NOT_FOUND);  // a late result does not overwrite it
+    EXPECT_EQ(state_of(*b_, "req-a"), "failed");
+}
+
+TEST_F(DroppedConnectionTest, AStaleSessionHoldingTheOwnerLockBlocksNothing) {
+    PGconn * stale = PQconnectdb(location_.c_str());  // the old session, as the server still sees it
+    ASSERT_EQ(PQstatus(stale), CONNECTION_OK);
+    PGresult * held = PQexec(stale, ("SELECT pg_advisory_lock(1953195110, " + owner_ + ")").c_str());
+    ASSERT_EQ(PQresultStatus(held), PGRES_TUPLES_OK);
+    PQclear(held);
+    EXPECT_EQ(state_of(*a_, "req-a"), "pending");  // A reconnects: tries its lock a few seconds, then goes on
+    ASSERT_TRUE(a_->heartbeat().ok());
+    EXPECT_EQ(b_->fail_orphaned_futures("gone", 5.0).value(), 0);
+    PQfinish(stale);
+    ASSERT_TRUE(eventually([&] { return owner_locks(owner_) == "0"; }));
+    ASSERT_TRUE(a_->heartbeat().ok());  // the next heartbeat takes the lock back
+    EXPECT_EQ(owner_locks(owner_), "1");
 }
 
 TEST(PostgresDialectTest, PlaceholdersAreNumberedOutsideLiterals) {

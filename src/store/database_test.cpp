@@ -101,18 +101,18 @@ INSTANTIATE_TEST_SUITE_P(Backends, DatabaseTest, testing::Values(Backend::SQLITE
                          [](const auto & info) { return testing_backends::backend_name(info.param); });
 
 TEST_P(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
-    EXPECT_EQ(db_->schema_version(), 5);
+    EXPECT_EQ(db_->schema_version(), 6);
     add_session("s1", "t1", 1.0);
     db_.reset();
     db_ = open_db();  // second open: no migration re-runs (CREATE TABLE would fail if it did)
     ASSERT_NE(db_, nullptr);
-    EXPECT_EQ(db_->schema_version(), 5);
+    EXPECT_EQ(db_->schema_version(), 6);
     auto session = db_->get_session("s1");
     ASSERT_TRUE(session.ok());
     EXPECT_TRUE(session->has_value());
 
-    EXPECT_EQ(raw_query("SELECT COUNT(*) FROM schema_version"), "5");
-    EXPECT_EQ(raw_query("SELECT MAX(version) FROM schema_version"), "5");
+    EXPECT_EQ(raw_query("SELECT COUNT(*) FROM schema_version"), "6");
+    EXPECT_EQ(raw_query("SELECT MAX(version) FROM schema_version"), "6");
     if (!postgres()) {
         EXPECT_EQ(raw_query("PRAGMA journal_mode"), "wal");
     }
@@ -121,7 +121,7 @@ TEST_P(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
 TEST(SqliteDatabaseTest, InMemoryDatabaseWorks) {
     auto db = Database::open(":memory:");
     ASSERT_TRUE(db.ok()) << db.error().message;
-    EXPECT_EQ(db.value()->schema_version(), 5);
+    EXPECT_EQ(db.value()->schema_version(), 6);
     auto n = db.value()->next_counter("x");
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(n.value(), 1);

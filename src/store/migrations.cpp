@@ -148,8 +148,20 @@ CREATE TABLE sampler_latency (
 );
 )sql";
 
+// Version 6: front ends' liveness on a shared database (pg_connection.cpp, front_ends.cpp). Each front end
+// refreshes its row every few seconds (times from the server's clock); one whose advisory lock is free is
+// gone only once its row is older than the grace period (a dropped connection loses the lock, not the row).
+constexpr const char * MIGRATION_6 = R"sql(
+CREATE TABLE front_ends (
+    owner INTEGER NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    started_at REAL NOT NULL,
+    PRIMARY KEY (owner)
+);
+)sql";
+
 // Index i holds the script of version i + 1. Append new versions; never edit a released one.
-constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5};
+constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6};
 
 Result<int> current_version(SqlConnection & conn) {
     auto stmt = conn.prepare("SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");

@@ -1,15 +1,19 @@
 // The PostgreSQL backend of the portable SQL layer (sql_statement.h), over libpq: statements run with
 // PQexecParams (typed parameters, "?N" translated to "$N"; results in text form), migration scripts
 // translated from SQLite's types (sql_dialect.h), a lost connection reset and the statement retried once,
-// and a session-level shared advisory lock per database that tells a starting front end whether others run.
+// and the front end's liveness: a shared advisory lock per database (whether others run), an exclusive one
+// on its owner id, both taken again without blocking after a reconnection, and its front_ends heartbeat row.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <libpq-fe.h>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "store/sql_dialect.h"
 #include "store/sql_statement.h"
 
@@ -26,9 +30,16 @@ constexpr Oid BYTEA_OID = 17;
 constexpr const char * FRONT_END_KEY = "hashtext(current_database()), 2";
 // Each front end also holds (OWNER_CLASS, its owner id) exclusively; pg_locks lists the live ones.
 constexpr int64_t OWNER_CLASS = 1953195110;  // "tkdf"
-constexpr const char * LIVE_OWNERS_SQL =
+constexpr const char * LOCK_HOLDERS_SQL =
     "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND classid = 1953195110"
     " AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+// The server's clock, so that front ends on machines whose clocks differ compare heartbeats alike.
+constexpr const char * SERVER_NOW = "EXTRACT(EPOCH FROM clock_timestamp())::double precision";
+// After a reconnection the locks are tried for this long (a terminated session's locks go when its process
+// exits, shortly after); a stale session that still holds them cannot block the store.
+constexpr double LOCK_RETRY_SECONDS = 3.0;
+// Rows of front ends silent for this long are deleted (an absent row counts as a stale one).
+constexpr double FORGET_FRONT_END_SECONDS = 3600.0;
 
 Error pg_error(const std::string & what, const std::string & message) {
     std::string text = message;
@@ -47,22 +58,60 @@ std::string message_of(const PGresult * result, PGconn * conn) {
 void ignore_notice(void *, const char *) {}  // "relation already exists, skipping" and the like
 
 std::string owner_lock_sql(int64_t owner) {
-    return "SELECT pg_advisory_lock(" + std::to_string(OWNER_CLASS) + ", " + std::to_string(owner) + ")";
+    return "SELECT pg_try_advisory_lock(" + std::to_string(OWNER_CLASS) + ", " + std::to_string(owner) + ")";
 }
 
-// A reset connection has lost its session locks; take them again so that others still see this front end.
-bool ensure_connected(PGconn * conn, int64_t owner) {
-    if (PQstatus(conn) == CONNECTION_OK) {
+// Runs a "SELECT pg_try_advisory_lock..." outside the statement layer: whether the lock is now held.
+bool try_lock(PGconn * conn, const std::string & sql) {
+    PGresult * result = PQexec(conn, sql.c_str());
+    const bool held = PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1 &&
+                      std::string(PQgetvalue(result, 0, 0)) == "t";
+    PQclear(result);
+    return held;
+}
+
+// The libpq connection and this front end's locks on it. A reset connection has lost its session locks:
+// ensure_connected takes them again, trying for LOCK_RETRY_SECONDS at most (never blocking), and a
+// heartbeat tries again later while they are missing; the front_ends row keeps the front end alive meanwhile.
+struct PgSession {
+    PGconn * conn = nullptr;
+    int64_t owner = 0;
+    bool shared_lock_held = false;
+    bool owner_lock_held = false;
+
+    bool locks_held() const { return shared_lock_held && owner_lock_held; }
+    // One try at each missing lock; true when both are held.
+    bool try_locks() {
+        shared_lock_held = shared_lock_held ||
+                           try_lock(conn, std::string("SELECT pg_try_advisory_lock_shared(") + FRONT_END_KEY + ")");
+        owner_lock_held = owner_lock_held || try_lock(conn, owner_lock_sql(owner));
+        return locks_held();
+    }
+    bool take_locks(double seconds) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        while (!try_locks() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return locks_held();
+    }
+    bool ensure_connected() {
+        if (PQstatus(conn) == CONNECTION_OK) {
+            return true;
+        }
+        PQreset(conn);
+        if (PQstatus(conn) != CONNECTION_OK) {
+            return false;
+        }
+        shared_lock_held = owner_lock_held = false;  // they went with the old connection
+        if (!take_locks(LOCK_RETRY_SECONDS)) {
+            LOG_WRN("store",
+                    "reconnected to PostgreSQL, but front end %lld's advisory locks are still held by its old "
+                    "session; its heartbeat keeps it alive and it tries again at each heartbeat",
+                    static_cast<long long>(owner));
+        }
         return true;
     }
-    PQreset(conn);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        return false;
-    }
-    PQclear(PQexec(conn, (std::string("SELECT pg_advisory_lock_shared(") + FRONT_END_KEY + ")").c_str()));
-    PQclear(PQexec(conn, owner_lock_sql(owner).c_str()));
-    return true;
-}
+};
 
 struct Param {
     std::optional<std::string> value;  // nullopt = NULL
@@ -72,8 +121,8 @@ struct Param {
 
 class PgStatement final : public StatementBackend {
   public:
-    PgStatement(PGconn * conn, int64_t owner, std::string sql, std::string what)
-        : conn_(conn), owner_(owner), sql_(std::move(sql)), what_(std::move(what)) {}
+    PgStatement(PgSession & session, std::string sql, std::string what)
+        : session_(session), conn_(session.conn), sql_(std::move(sql)), what_(std::move(what)) {}
     ~PgStatement() override { PQclear(result_); }
 
     void bind_text(int index, const std::string & value) override { set(index, value, TEXT_OID, 0); }
@@ -122,8 +171,8 @@ class PgStatement final : public StatementBackend {
     }
     Result<void> execute();
 
+    PgSession & session_;
     PGconn * conn_ = nullptr;
-    int64_t owner_ = 0;
     std::string sql_;
     std::string what_;
     std::vector<Param> params_;
@@ -144,7 +193,7 @@ Result<void> PgStatement::execute() {
         formats[i] = params_[i].format;
     }
     for (int attempt = 0; attempt < 2; ++attempt) {
-        if (!ensure_connected(conn_, owner_)) {
+        if (!session_.ensure_connected()) {
             return pg_error(what_, PQerrorMessage(conn_));
         }
         const bool in_transaction = PQtransactionStatus(conn_) != PQTRANS_IDLE;
@@ -198,11 +247,12 @@ std::string PgStatement::blob(int column) const {
 
 class PgConnection final : public SqlConnection {
   public:
-    PgConnection(PGconn * conn, int64_t owner) : conn_(conn), owner_(owner) {}
-    ~PgConnection() override { PQfinish(conn_); }
+    PgConnection(PGconn * conn, int64_t owner, double grace_seconds)
+        : session_{conn, owner}, grace_seconds_(grace_seconds) {}
+    ~PgConnection() override { PQfinish(session_.conn); }
 
     Result<Statement> prepare(const char * sql, const std::string & what) override {
-        return Statement(std::make_unique<PgStatement>(conn_, owner_, postgres_placeholders(sql), what));
+        return Statement(std::make_unique<PgStatement>(session_, postgres_placeholders(sql), what));
     }
     Result<void> exec(const char * sql, const std::string & what) override;
     Result<void> begin(const std::string & what) override { return exec("BEGIN", what); }
@@ -211,27 +261,34 @@ class PgConnection final : public SqlConnection {
     }
     bool shared() const override { return true; }
     bool sole_user_at_open() const override { return sole_user_; }
-    int64_t owner_id() const override { return owner_; }
-    const char * live_owners_sql() const override { return LIVE_OWNERS_SQL; }
+    int64_t owner_id() const override { return session_.owner; }
+    std::string live_owners_sql() const override {
+        return std::string(LOCK_HOLDERS_SQL) +
+               " UNION SELECT owner FROM front_ends WHERE heartbeat_at >= " + SERVER_NOW + " - " +
+               std::to_string(grace_seconds_);
+    }
+    Result<void> join_front_ends() override;
+    Result<void> heartbeat() override;
+    void leave() override;
     Result<void> announce_front_end();
 
   private:
     Result<bool> query_bool(const std::string & sql, const std::string & what);
 
-    PGconn * conn_ = nullptr;
-    int64_t owner_ = 0;
+    PgSession session_;
+    double grace_seconds_ = 0;
     bool sole_user_ = false;
 };
 
 Result<void> PgConnection::exec(const char * sql, const std::string & what) {
-    if (!ensure_connected(conn_, owner_)) {
-        return pg_error(what, PQerrorMessage(conn_));
+    if (!session_.ensure_connected()) {
+        return pg_error(what, PQerrorMessage(session_.conn));
     }
-    PGresult * result = PQexec(conn_, postgres_ddl(sql).c_str());
+    PGresult * result = PQexec(session_.conn, postgres_ddl(sql).c_str());
     const ExecStatusType status = PQresultStatus(result);
     Result<void> out;
     if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-        out = pg_error(what, message_of(result, conn_));
+        out = pg_error(what, message_of(result, session_.conn));
     }
     PQclear(result);
     return out;
@@ -245,27 +302,78 @@ Result<bool> PgConnection::query_bool(const std::string & sql, const std::string
     return row.value() && stmt->text(0) == "t";
 }
 
-// Sole user when no other front end holds the shared lock (so the exclusive one is free for a moment);
-// then this connection holds it shared until it closes.
+// Alone (as far as locks tell) when no other front end holds the shared lock, so that the exclusive one is
+// free for a moment; the shared one is taken before the exclusive one is released, so that two front ends
+// starting at once never both find themselves alone. Then the owner lock.
 Result<void> PgConnection::announce_front_end() {
     const std::string key = FRONT_END_KEY;
     Result<bool> alone = query_bool("SELECT pg_try_advisory_lock(" + key + ")", "check other front ends");
     TRY_STATUS(alone);
     sole_user_ = alone.value();
+    if (!session_.take_locks(LOCK_RETRY_SECONDS)) {
+        return pg_error("announce front end", "another session holds this front end's advisory locks");
+    }
     if (sole_user_) {
         TRY_STATUS(query_bool("SELECT pg_advisory_unlock(" + key + ")", "release front-end check"));
     }
-    TRY_STATUS(exec(("SELECT pg_advisory_lock_shared(" + key + ")").c_str(), "announce front end"));
-    return exec(owner_lock_sql(owner_).c_str(), "take the front end's owner lock");
+    return {};
+}
+
+// A front end whose locks are gone (its connection dropped) but whose heartbeat is recent still runs: a
+// starting one is then not alone, and leaves that one's pending futures and loaded runs as they are.
+Result<void> PgConnection::join_front_ends() {
+    auto others = prepare(
+        ("SELECT COUNT(*) FROM front_ends WHERE owner <> ?1 AND heartbeat_at >= " + std::string(SERVER_NOW) + " - ?2")
+            .c_str(),
+        "count live front ends");
+    TRY_STATUS(others);
+    others->bind_int(1, session_.owner).bind_double(2, grace_seconds_);
+    Result<bool> row = others->step();
+    TRY_STATUS(row);
+    const int64_t live = *row ? others->integer(0) : 0;
+    if (sole_user_ && live > 0) {
+        LOG_WRN("store",
+                "no other front end holds its lock, but %lld sent a heartbeat in the last %.0f s: not "
+                "recovering their state",
+                static_cast<long long>(live), grace_seconds_);
+        sole_user_ = false;
+    }
+    return heartbeat();
+}
+
+Result<void> PgConnection::heartbeat() {
+    if (!session_.locks_held() && session_.ensure_connected()) {
+        session_.try_locks();
+    }
+    const std::string now = SERVER_NOW;
+    auto beat = prepare(("INSERT INTO front_ends (owner, heartbeat_at, started_at) VALUES (?1, " + now + ", " + now +
+                         ") ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at")
+                            .c_str(),
+                        "front-end heartbeat");
+    TRY_STATUS(beat);
+    TRY_STATUS(beat->bind_int(1, session_.owner).run());
+    auto forget =
+        prepare(("DELETE FROM front_ends WHERE heartbeat_at < " + now + " - ?1").c_str(), "forget silent front ends");
+    TRY_STATUS(forget);
+    TRY_STATUS(forget->bind_double(1, FORGET_FRONT_END_SECONDS).run());
+    return {};
+}
+
+void PgConnection::leave() {
+    auto gone = prepare("DELETE FROM front_ends WHERE owner = ?1", "leave front ends");
+    if (gone.ok()) {
+        (void)gone->bind_int(1, session_.owner).run();
+    }
 }
 
 }  // namespace
 
-Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri) {
+Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri, double heartbeat_seconds) {
     PGconn * raw = PQconnectdb(uri.c_str());
     std::random_device random;  // an owner id in [1, 2^31): collisions between live front ends are negligible
     const int64_t owner = 1 + static_cast<int64_t>(random() % 0x7ffffffeu);
-    auto conn = std::make_unique<PgConnection>(raw, owner);  // PQfinish on every path
+    // PQfinish on every path
+    auto conn = std::make_unique<PgConnection>(raw, owner, FRONT_END_GRACE_HEARTBEATS * heartbeat_seconds);
     if (raw == nullptr || PQstatus(raw) != CONNECTION_OK) {
         // The message names host, port and user, never the password.
         return pg_error("connect", raw != nullptr ? PQerrorMessage(raw) : "out of memory");

@@ -1,8 +1,11 @@
 // Database: the console's metrics tables (migrations 3 and 5). run_metrics holds one point per completed
 // training op, bounded per (run, op) by thinning the oldest half in merged pairs; sampler_usage holds
-// per-sampler request and token counts, sampler_latency their latency histograms. Every call is one
-// transaction under the connection's mutex.
+// per-sampler request and token counts, sampler_latency their latency histograms; batches of both are
+// written in one transaction (thinning after it, a few pairs per transaction), and prune_metrics applies the
+// retention rule. Every transaction runs under the connection's mutex.
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -90,7 +93,8 @@ Result<void> insert_point(SqlConnection & db, const MetricPoint & p) {
 }
 
 // Each pair (older, newer) becomes one row: the newer one updated with the merge, the older one deleted.
-Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & points) {
+// `points[first, last)` holds whole pairs.
+Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & points, size_t first, size_t last) {
     auto update = db.prepare(
         "UPDATE run_metrics SET duration_s = ?2, values_json = ?3, merged = ?4"
         " WHERE point_id = ?1",
@@ -98,7 +102,7 @@ Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & po
     auto remove = db.prepare("DELETE FROM run_metrics WHERE point_id = ?1", "drop merged metric point");
     TRY_STATUS(update);
     TRY_STATUS(remove);
-    for (size_t i = 0; i + 1 < points.size(); i += 2) {
+    for (size_t i = first; i + 1 < last; i += 2) {
         const MetricPoint merged = merge_points(points[i].point, points[i + 1].point);
         update->reset();
         update->bind_int(1, points[i + 1].point_id).bind_double(2, merged.duration_s);
@@ -110,16 +114,17 @@ Result<void> merge_pairs(SqlConnection & db, const std::vector<StoredPoint> & po
     return {};
 }
 
-// When (run, op) holds more than `max_points` points: its oldest half (an even number) becomes half as
-// many points, each pair merged into its newer member. Repeated thinning makes old history coarser.
-Result<void> thin_if_over(SqlConnection & db, const std::string & run_id, const std::string & op, int64_t max_points) {
+// The oldest points of (run, op) to thin, when it holds more than `max_points`: its oldest half (an even
+// number); none when it is within the bound.
+Result<std::vector<StoredPoint>> points_to_thin(SqlConnection & db, const std::string & run_id, const std::string & op,
+                                                int64_t max_points) {
     auto count = db.prepare("SELECT COUNT(*) FROM run_metrics WHERE run_id = ?1 AND op = ?2", "count points");
     TRY_STATUS(count);
     count->bind_text(1, run_id).bind_text(2, op);
     Result<int64_t> n = count_of(*count);
     TRY_STATUS(n);
     if (*n <= max_points) {
-        return {};
+        return std::vector<StoredPoint>{};
     }
     auto oldest = db.prepare("SELECT " TINKERD_METRIC_COLUMNS
                              " FROM run_metrics WHERE run_id = ?1 AND op = ?2"
@@ -127,9 +132,33 @@ Result<void> thin_if_over(SqlConnection & db, const std::string & run_id, const 
                              "oldest metric points");
     TRY_STATUS(oldest);
     oldest->bind_text(1, run_id).bind_text(2, op).bind_int(3, (*n / 2) & ~int64_t{1});
-    auto points = collect<StoredPoint>(*oldest, read_point);
-    TRY_STATUS(points);
-    return merge_pairs(db, *points);
+    return collect<StoredPoint>(*oldest, read_point);
+}
+
+// Pairs merged per transaction while thinning: the connection (shared with the engine thread's future
+// completions) is released between them, so thinning a long history never holds it for long. Each pair is
+// merged atomically, so a reader in between sees every op counted once.
+constexpr size_t PAIRS_PER_TRANSACTION = 32;
+
+// Until (run, op) holds at most `max_points` points (a batch may have added many): its oldest half becomes
+// half as many points, each pair merged into its newer member. Repeated thinning makes old history coarser.
+Result<void> thin_if_over(std::mutex & mutex, SqlConnection & db, const std::string & run_id, const std::string & op,
+                          int64_t max_points) {
+    for (;;) {
+        Result<std::vector<StoredPoint>> points = [&] {
+            std::lock_guard<std::mutex> lock(mutex);
+            return points_to_thin(db, run_id, op, max_points);
+        }();
+        TRY_STATUS(points);
+        if (points->empty()) {
+            return {};
+        }
+        for (size_t first = 0; first < points->size(); first += 2 * PAIRS_PER_TRANSACTION) {
+            const size_t last = std::min(points->size(), first + 2 * PAIRS_PER_TRANSACTION);
+            std::lock_guard<std::mutex> lock(mutex);
+            TRY_STATUS(in_transaction(db, "thin metric points", [&] { return merge_pairs(db, *points, first, last); }));
+        }
+    }
 }
 
 // Adds the delta's requests and tokens to its sampler's sampler_usage row (created when missing).
@@ -148,28 +177,112 @@ Result<void> upsert_usage(SqlConnection & db, const SamplerUsageRow & delta) {
     return {};
 }
 
-// One request more in `bucket` of the sampler's latency histogram.
-Result<void> add_to_latency_bucket(SqlConnection & db, const SamplerUsageRow & delta, int bucket) {
+// `requests` more in `bucket` of the sampler's latency histogram.
+Result<void> add_to_latency_bucket(SqlConnection & db, const SamplerUsageRow & delta, int bucket, int64_t requests) {
     auto stmt = db.prepare(
-        "INSERT INTO sampler_latency (tenant, sampler_id, bucket_index, count) VALUES (?1, ?2, ?3, 1)"
+        "INSERT INTO sampler_latency (tenant, sampler_id, bucket_index, count) VALUES (?1, ?2, ?3, ?4)"
         " ON CONFLICT (tenant, sampler_id, bucket_index) DO UPDATE SET"
         " count = sampler_latency.count + excluded.count",
         "add sampler latency");
     TRY_STATUS(stmt);
-    stmt->bind_text(1, delta.tenant).bind_text(2, delta.sampler_id).bind_int(3, bucket);
+    stmt->bind_text(1, delta.tenant).bind_text(2, delta.sampler_id).bind_int(3, bucket).bind_int(4, requests);
     TRY_STATUS(stmt->run());
     return {};
+}
+
+using SamplerKey = std::pair<std::string, std::string>;  // (tenant, sampler_id)
+
+// A batch's usage summed per sampler (the latest request's base model and time) and per latency bucket:
+// one upsert per sampler and per bucket, however many requests the batch holds.
+Result<void> add_usage(SqlConnection & db, const std::vector<SamplerUsageDelta> & deltas) {
+    std::map<SamplerKey, SamplerUsageRow> totals;
+    std::map<std::pair<SamplerKey, int>, int64_t> buckets;
+    for (const SamplerUsageDelta & d : deltas) {
+        const SamplerKey key{d.usage.tenant, d.usage.sampler_id};
+        auto [it, fresh] = totals.try_emplace(key, d.usage);
+        if (!fresh) {
+            it->second.requests += d.usage.requests;
+            it->second.tokens_sampled += d.usage.tokens_sampled;
+            if (d.usage.last_used >= it->second.last_used) {
+                it->second.last_used = d.usage.last_used;
+                it->second.base_model = d.usage.base_model;
+            }
+        }
+        if (d.latency_bucket) {
+            buckets[{key, *d.latency_bucket}] += 1;
+        }
+    }
+    for (const auto & [key, total] : totals) {
+        TRY_STATUS(upsert_usage(db, total));
+    }
+    for (const auto & [key, requests] : buckets) {
+        TRY_STATUS(add_to_latency_bucket(db, totals.at(key.first), key.second, requests));
+    }
+    return {};
+}
+
+// Runs a DELETE with `before` as ?1; the rows it deleted.
+Result<int64_t> delete_before(SqlConnection & db, const char * sql, const char * what, double before) {
+    auto stmt = db.prepare(sql, what);
+    TRY_STATUS(stmt);
+    return stmt->bind_double(1, before).run();
 }
 
 }  // namespace
 
 Result<void> Database::record_metric_point(const MetricPoint & point, int64_t max_points_per_op) {
+    return write_telemetry(TelemetryBatch{{point}, {}}, max_points_per_op);
+}
+
+// One transaction for the batch's rows; then each touched (run, op) is thinned in short transactions.
+Result<void> Database::write_telemetry(const TelemetryBatch & batch, int64_t max_points_per_op) {
+    SqlConnection & conn = *impl_->conn;
+    std::set<std::pair<std::string, std::string>> touched;  // (run, op)
+    {
+        Lock lock(impl_->mutex);
+        TRY_STATUS(in_transaction(conn, "write_telemetry", [&]() -> Result<void> {
+            for (const MetricPoint & point : batch.points) {
+                TRY_STATUS(insert_point(conn, point));
+                touched.emplace(point.run_id, point.op);
+            }
+            return add_usage(conn, batch.usage);
+        }));
+    }
+    for (const auto & [run_id, op] : touched) {
+        TRY_STATUS(thin_if_over(impl_->mutex, conn, run_id, op, std::max(max_points_per_op, MIN_POINTS_PER_OP)));
+    }
+    return {};
+}
+
+// Points of runs whose row is gone, or idle since `before` with no checkpoint left (nothing can resume
+// them); usage rows of samplers unused since `before`, and latency rows left without a usage row.
+Result<int64_t> Database::prune_metrics(double before) {
     Lock lock(impl_->mutex);
     SqlConnection & conn = *impl_->conn;
-    return in_transaction(conn, "record_metric_point", [&]() -> Result<void> {
-        TRY_STATUS(insert_point(conn, point));
-        return thin_if_over(conn, point.run_id, point.op, std::max(max_points_per_op, MIN_POINTS_PER_OP));
-    });
+    int64_t deleted = 0;
+    TRY_STATUS(in_transaction(conn, "prune_metrics", [&]() -> Result<void> {
+        const std::pair<const char *, const char *> deletes[] = {
+            {"DELETE FROM run_metrics WHERE run_id IN (SELECT DISTINCT m.run_id FROM run_metrics m"
+             " LEFT JOIN training_runs r ON r.run_id = m.run_id WHERE r.run_id IS NULL"
+             " OR (r.last_request_time < ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = r.run_id)))",
+             "prune run metrics"},
+            {"DELETE FROM sampler_usage WHERE last_used < ?1", "prune sampler usage"}};
+        for (const auto & [sql, what] : deletes) {
+            Result<int64_t> n = delete_before(conn, sql, what, before);
+            TRY_STATUS(n);
+            deleted += *n;
+        }
+        auto latency = conn.prepare(
+            "DELETE FROM sampler_latency WHERE NOT EXISTS (SELECT 1 FROM sampler_usage u"
+            " WHERE u.tenant = sampler_latency.tenant AND u.sampler_id = sampler_latency.sampler_id)",
+            "prune sampler latency");
+        TRY_STATUS(latency);
+        Result<int64_t> n = latency->run();
+        TRY_STATUS(n);
+        deleted += *n;
+        return {};
+    }));
+    return deleted;
 }
 
 Result<std::vector<MetricPoint>> Database::metric_points(const std::string & run_id, int64_t since_step) {
@@ -202,12 +315,7 @@ Result<bool> Database::metrics_downsampled(const std::string & run_id) {
 }
 
 Result<void> Database::add_sampler_usage(const SamplerUsageRow & delta, std::optional<int> latency_bucket) {
-    Lock lock(impl_->mutex);
-    SqlConnection & conn = *impl_->conn;
-    return in_transaction(conn, "add_sampler_usage", [&]() -> Result<void> {
-        TRY_STATUS(upsert_usage(conn, delta));
-        return latency_bucket ? add_to_latency_bucket(conn, delta, *latency_bucket) : Result<void>{};
-    });
+    return write_telemetry(TelemetryBatch{{}, {SamplerUsageDelta{delta, latency_bucket}}}, MIN_POINTS_PER_OP);
 }
 
 Result<std::vector<SamplerUsageRow>> Database::sampler_usage(const std::string & tenant) {

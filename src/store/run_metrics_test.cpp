@@ -1,7 +1,9 @@
 // Unit tests for the metrics tables (store/run_metrics.cpp): points read back in time order and filtered
 // by step, kept across a reopen of the file, thinned to the per-op bound with every op still counted
 // and weighted means preserved, sampler usage summed per (tenant, sampler) across a reopen, and sampler
-// latency histograms (counts per bucket, in the usage's transaction) summed and kept across a reopen.
+// latency histograms (counts per bucket, in the usage's transaction) summed and kept across a reopen; a
+// telemetry batch (one transaction) thinned to the bound at once with its usage summed per sampler; and
+// the retention rule (prune_metrics) on runs, checkpoints and samplers.
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -158,6 +160,67 @@ TEST_P(RunMetricsTest, SamplerLatencyHistogramsSumPerBucketAndSurviveReopen) {
     ASSERT_TRUE(bobs.ok());
     EXPECT_EQ(bobs->at("s:sample:0"), (LatencyCounts{{3, 1}}));
     EXPECT_TRUE(db_->sampler_latency_counts("carol", 10)->empty());
+}
+
+TEST_P(RunMetricsTest, ABatchIsThinnedToTheBoundAndItsUsageSummed) {
+    TelemetryBatch batch;
+    for (int i = 0; i < 40; i++) {
+        batch.points.push_back(MetricPoint{"run-1", "forward_backward", i, 100.0 + i, 0.5, {{"loss:sum", 1.0 * i}}});
+    }
+    const SamplerUsageRow used{"s:sample:0", "alice", "base", 1, 4, 5.0};
+    batch.usage = {
+        {used, 40}, {used, 40}, {used, std::nullopt}, {SamplerUsageRow{"s:sample:0", "bob", "b", 1, 2, 6.0}, 3}};
+    auto written = db_->write_telemetry(batch, 8);
+    ASSERT_TRUE(written.ok()) << written.error().message;
+    const auto all = points();
+    EXPECT_LE(all.size(), 8u);  // one batch far over the bound is still brought under it
+    EXPECT_EQ(std::accumulate(all.begin(), all.end(), int64_t{0},
+                              [](int64_t n, const MetricPoint & p) { return n + p.merged; }),
+              40);
+    EXPECT_EQ(all.back().step, 39);
+    auto alice = db_->sampler_usage("alice");
+    ASSERT_TRUE(alice.ok() && alice->size() == 1u);
+    EXPECT_EQ((*alice)[0].requests, 3);
+    EXPECT_EQ((*alice)[0].tokens_sampled, 12);
+    EXPECT_EQ(db_->sampler_latency_counts("alice", 10)->at("s:sample:0"), (LatencyCounts{{40, 2}}));
+    EXPECT_EQ(db_->sampler_latency_counts("bob", 10)->at("s:sample:0"), (LatencyCounts{{3, 1}}));
+}
+
+TEST_P(RunMetricsTest, RetentionDropsIdleRunsWithoutCheckpointsAndUnusedSamplers) {
+    ASSERT_TRUE(db_->insert_session(SessionRow{"s1", "alice", "[]", "{}", "", "0.38", 1.0, 1.0, false}).ok());
+    for (const auto & [run_id, last_request] :
+         {std::pair<std::string, double>{"idle", 100.0}, {"saved", 100.0}, {"live", 900.0}}) {
+        TrainingRunRow run;
+        run.run_id = run_id;
+        run.tenant = "alice";
+        run.session_id = "s1";
+        run.base_model = "base";
+        run.created_at = 50.0;
+        run.last_request_time = last_request;
+        ASSERT_TRUE(db_->insert_run(run).ok());
+    }
+    ASSERT_TRUE(db_->upsert_checkpoint(
+                       CheckpointRow{"saved", "weights/a", "training", "alice", "/d", 60.0, 1, std::nullopt, false})
+                    .ok());
+    TelemetryBatch batch;
+    for (const char * run_id : {"idle", "saved", "live", "deleted"}) {  // "deleted" has no run row
+        batch.points.push_back(MetricPoint{run_id, "optim_step", 1, 100.0, 0.1, {{"learning_rate", 1e-3}}});
+    }
+    batch.usage = {{SamplerUsageRow{"old", "alice", "base", 1, 4, 100.0}, 10},
+                   {SamplerUsageRow{"new", "alice", "base", 1, 4, 900.0}, 11}};
+    ASSERT_TRUE(db_->write_telemetry(batch, 100).ok());
+    auto pruned = db_->prune_metrics(500.0);
+    ASSERT_TRUE(pruned.ok()) << pruned.error().message;
+    EXPECT_EQ(*pruned, 4);  // idle's and deleted's points, old's usage row and its latency bucket
+    for (const auto & [run_id, kept] :
+         {std::pair<std::string, size_t>{"idle", 0}, {"deleted", 0}, {"saved", 1}, {"live", 1}}) {
+        EXPECT_EQ(db_->metric_points(run_id, 0)->size(), kept) << run_id;
+    }
+    auto usage = db_->sampler_usage("alice");
+    ASSERT_TRUE(usage.ok() && usage->size() == 1u);
+    EXPECT_EQ((*usage)[0].sampler_id, "new");
+    EXPECT_EQ(db_->sampler_latency_counts("alice", 10)->size(), 1u);
+    EXPECT_EQ(db_->prune_metrics(500.0).value(), 0);
 }
 
 }  // namespace

@@ -85,9 +85,17 @@ class SqlConnection {
     virtual bool shared() const = 0;
     virtual bool sole_user_at_open() const = 0;
     // This front end's id, recorded with the futures it runs (0 on SQLite), and a SELECT of the ids of the
-    // front ends connected now (PostgreSQL: from the advisory locks each holds on its id).
+    // front ends alive now (PostgreSQL: those holding the advisory lock on their id, or whose front_ends
+    // heartbeat is younger than the grace period: a live one whose connection dropped stays alive).
     virtual int64_t owner_id() const = 0;
-    virtual const char * live_owners_sql() const = 0;
+    virtual std::string live_owners_sql() const = 0;
+    // Shared databases (migration 6's front_ends table; no-ops on SQLite). After the migrations: whether
+    // another front end's heartbeat is recent (then this one is not the sole user), and this one's first
+    // heartbeat. heartbeat: its row's time, from the server's clock, and lost locks taken again. leave:
+    // its row deleted at a clean stop, so that others need not wait out the grace period.
+    virtual Result<void> join_front_ends() = 0;
+    virtual Result<void> heartbeat() = 0;
+    virtual void leave() = 0;
 };
 
 // Runs `body` between begin() and COMMIT, rolling back when it fails.
@@ -104,7 +112,10 @@ Result<void> in_transaction(SqlConnection & conn, const std::string & what, Body
 
 // Opens a SQLite file (":memory:" = private, for tests) with WAL and foreign keys on.
 Result<std::unique_ptr<SqlConnection>> open_sqlite(const std::string & path);
-// Opens a PostgreSQL connection from a libpq URI ("postgresql://user@host:port/db").
-Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri);
+// Opens a PostgreSQL connection from a libpq URI ("postgresql://user@host:port/db"). A front end counts as
+// alive while it holds its owner lock or its heartbeat (every `heartbeat_seconds`) is younger than
+// FRONT_END_GRACE_HEARTBEATS of them.
+inline constexpr double FRONT_END_GRACE_HEARTBEATS = 3;
+Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri, double heartbeat_seconds);
 
 }  // namespace tinkerd::store

@@ -116,7 +116,10 @@ class SqliteConnection final : public SqlConnection {
     bool shared() const override { return false; }
     bool sole_user_at_open() const override { return true; }
     int64_t owner_id() const override { return 0; }
-    const char * live_owners_sql() const override { return "SELECT 0"; }
+    std::string live_owners_sql() const override { return "SELECT 0"; }
+    Result<void> join_front_ends() override { return {}; }
+    Result<void> heartbeat() override { return {}; }
+    void leave() override {}
 
   private:
     sqlite3 * db_ = nullptr;

@@ -3,8 +3,10 @@
 # a run through the SDK and saves a checkpoint; front end B starts on the same database and directory, lists
 # the runs and checkpoints, answers A's finished future, loads A's checkpoint (same logprobs as A) and
 # samples A's sampler weights; A's live run is A's alone (B answers 404 for training it) and B's start
-# leaves A's pending ops and runs alone. A is killed: B still answers for the same runs and trains the
-# loaded copy; A's op that was pending fails through B (category server) once B's sweeper sees A gone.
+# leaves A's pending ops and runs alone. PostgreSQL restarts under both: every connection drops, A's
+# pending op stays pending (A's heartbeat is recent while its advisory lock is gone) and A trains on. A is
+# killed: B still answers for the same runs and trains the loaded copy; A's op that was pending fails
+# through B (category server) once B's sweeper sees A gone (lock free, heartbeat older than 9 s).
 import os
 import shutil
 import subprocess
@@ -76,6 +78,17 @@ def check_failed_by_b(wire_b, request_id):
     raise CheckFailed("A's op pending at its death should fail through B, not succeed or hang")
 
 
+def restart_postgres_under_both(state, wire_a, wire_b, pending, tc_a, batch):
+    """A PostgreSQL restart drops every connection: A (idle but for its heartbeat) is without its lock
+    until it reconnects, and B's sweeper (every second) must not take it for dead meanwhile."""
+    out = subprocess.run([PG_SCRIPT, "restart", state], capture_output=True, text=True, timeout=120)
+    check(out.returncode == 0, "pg-test-server.sh could not restart PostgreSQL: %s" % out.stderr[-2000:])
+    time.sleep(4)  # several of B's sweeps, and A's next heartbeat (3 s) reconnects it
+    check(is_pending(wire_b, pending) and is_pending(wire_a, pending),
+          "A's pending op must stay pending across a PostgreSQL restart (A is alive)")
+    check(len(sdk.train(tc_a, batch, [LR])) == 1, "A keeps training after PostgreSQL restarted")
+
+
 def check_b_loads(svc_b, state, sampler, batch, logprobs_a):
     tc_b = sdk.resolved(svc_b.create_training_client_from_state_with_optimizer(state))
     got = sdk.all_logprobs(tc_b.forward(batch, "cross_entropy").result())
@@ -106,6 +119,7 @@ def run(ctx):
         check(len(sdk.train(tc_a, batch, [LR])) == 1, "A keeps training once B has started")
         check(is_pending(wire_b, pending) and is_pending(wire_a, pending),
               "B's start must leave A's pending op pending (no restart recovery on a shared database)")
+        restart_postgres_under_both(state, wire_a, wire_b, pending, tc_a, batch)
         tc_b = check_b_loads(svc_b, state_path, sampler, batch, logprobs_a)
         expect_status(lambda: wire_b.forward_backward_json(wc.model_id, wc.next_seq(), wire_batch), (404,),
                       "training A's live run through B")
@@ -114,9 +128,10 @@ def run(ctx):
         losses = sdk.train(tc_b, batch, [LR] * 2)
         check(losses[1] < losses[0], "B keeps training A's checkpoint after A died: losses %r" % losses)
         check_failed_by_b(wire_b, pending)
-        return ("A trained + saved on PostgreSQL; B listed 2 runs, 2 checkpoints, read A's future, loaded A's "
-                "checkpoint (identical logprobs), sampled it; after kill -9 of A, B still answers and trains, A's "
-                "pending op failed (server)")
+        return ("A trained + saved on PostgreSQL; B listed 2 runs, 2 checkpoints, read A's future; PostgreSQL "
+                "restarted: A's pending op stayed pending, A trained on; B loaded A's checkpoint (identical "
+                "logprobs), sampled it; after kill -9 of A, B still answers and trains, A's pending op failed "
+                "(server)")
     finally:
         for server in ctx.servers:
             server.stop()
