@@ -151,7 +151,10 @@ Result<std::unique_ptr<DataParallelGroup>> follow_generation(GroupStore & store,
         if (!*go) {
             continue;
         }
-        auto group = DataParallelGroup::join(store, for_generation(options, g));
+        auto group = [&] {
+            const auto watch = store.watch();
+            return DataParallelGroup::join(store, for_generation(options, g));
+        }();
         if (group.ok()) {
             generation = g;
             return group;

@@ -24,6 +24,7 @@ using Gloo = c10d::ProcessGroupGloo;
 
 struct GroupStore::Impl {
     c10::intrusive_ptr<c10d::Store> store;
+    std::unique_ptr<StoreWatchdog> watchdog;
 };
 
 struct DataParallelGroup::State {
@@ -153,6 +154,11 @@ Result<std::shared_ptr<GroupStore>> GroupStore::open(const GroupOptions & option
         }
         auto impl = std::make_unique<Impl>();
         impl->store = *store;
+        // A follower of a tcp:// store: a call twice the collective timeout long means rank 0 vanished
+        // (a Gloo rendezvous may wait one timeout for its peers).
+        const bool remote = options.rank > 0 && options.init.rfind("tcp://", 0) == 0;
+        impl->watchdog =
+            std::make_unique<StoreWatchdog>(remote ? 2 * options.timeout : std::chrono::milliseconds(0), options.init);
         return std::shared_ptr<GroupStore>(new GroupStore(std::move(impl)));
     } catch (const std::exception & e) {
         return internal_error("cannot reach the data-parallel store " + options.init + " (rank " +
@@ -163,7 +169,12 @@ Result<std::shared_ptr<GroupStore>> GroupStore::open(const GroupOptions & option
 GroupStore::GroupStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GroupStore::~GroupStore() = default;
 
+StoreWatchdog::Call GroupStore::watch() {
+    return impl_->watchdog->call();
+}
+
 Result<void> GroupStore::set(const std::string & key, const std::string & value) {
+    const auto watch = impl_->watchdog->call();
     try {
         impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
         return {};
@@ -173,6 +184,7 @@ Result<void> GroupStore::set(const std::string & key, const std::string & value)
 }
 
 Result<std::optional<std::string>> GroupStore::get(const std::string & key) {
+    const auto watch = impl_->watchdog->call();
     try {
         if (!impl_->store->check({key})) {
             return std::optional<std::string>();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "dist/store_watchdog.h"
 
 namespace tinkerd::dist {
 
@@ -37,6 +38,9 @@ class GroupStore {
     Result<void> set(const std::string & key, const std::string & value);
     // The key's value, or nullopt while it is not set.
     Result<std::optional<std::string>> get(const std::string & key);
+
+    // Times a call that may wait on the store (a follower's Gloo rendezvous): see store_watchdog.h.
+    StoreWatchdog::Call watch();
 
     struct Impl;
     Impl & impl() { return *impl_; }

@@ -28,7 +28,7 @@ VETH = ["tkv0-" + TAG, "tkv1-" + TAG]
 SUBNET = "10.213.%d" % (os.getpid() % 250 + 1)
 ADDR = [SUBNET + ".1", SUBNET + ".2"]
 HTTP_PORT, DIST_PORT = 18080, 29617
-DIST_FLAGS = ["--world-size", "2", "--dist-timeout-seconds", "15", "--dist-keepalive-seconds", "1"]
+DIST_FLAGS = ["--world-size", "2", "--dist-timeout-seconds", "8", "--dist-keepalive-seconds", "1"]
 
 
 class Failed(Exception):
