@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 struct LocalRank {
     int rank = 0;
     std::vector<std::string> argv;
-    pid_t pid = -1;
+    pid_t pid = -1;  // -1: to restart at restart_at; 0: exited cleanly, not restarted
     Clock::time_point started;
     Clock::time_point restart_at;
     std::chrono::milliseconds pause{500};  // before a restart; doubles while the rank dies within a minute
@@ -70,6 +70,10 @@ void supervise_locked() {
     for (LocalRank & r : g_ranks) {
         int status = 0;
         if (r.pid > 0 && waitpid(r.pid, &status, WNOHANG) == r.pid) {
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {  // told to stop (rank 0 is shutting down)
+                r.pid = 0;
+                continue;
+            }
             LOG_WRN("dist", "rank %d (pid %d) exited (%s); restarting it", r.rank, static_cast<int>(r.pid),
                     exit_reason(status).c_str());
             const bool young = Clock::now() - r.started < std::chrono::minutes(1);

@@ -1,6 +1,7 @@
 // The follower processes of `tinkerd --dp N` (this binary re-executed with --rank R --dist-init file://...):
-// started once at start-up, and restarted by a supervisor thread when one exits while rank 0 runs (it
-// loads the model again and joins the group's next generation, generations.h). Each dies with rank 0
+// started once at start-up, and restarted by a supervisor thread when one dies (a signal or a non-zero
+// exit; exit code 0 means rank 0 told it to stop) while rank 0 runs: it loads the model again and joins
+// the group's next generation (generations.h). Each dies with rank 0
 // (PR_SET_PDEATHSIG); at shutdown they are waited for, then killed.
 #pragma once
 
