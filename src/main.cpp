@@ -67,7 +67,7 @@ const char * USAGE =
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
     "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N] [--max-metric-points N]\n"
     "               [--dp N | --dist-init tcp://HOST:PORT --rank R --world-size W] [--dist-timeout-seconds S]\n"
-    "               [--sampling-replicas M]\n"
+    "               [--dist-keepalive-seconds S] [--sampling-replicas M]\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -120,11 +120,17 @@ const char * USAGE =
     "  --dist-init tcp://HOST:PORT --rank R --world-size W  the same group over several machines: rank 0\n"
     "                     (HOST is its address) serves HTTP, every other rank runs `tinkerd` with the same\n"
     "                     --model flags and its own --rank\n"
-    "  --dist-timeout-seconds  limit of each collective; a rank gone or stuck fails the op (default 300)\n"
+    "  --dist-timeout-seconds  limit of each collective; a rank gone or stuck fails the op (default 300),\n"
+    "                     rank 0 trains alone and re-forms the group in the background once every rank\n"
+    "                     is back (--dp restarts an exited rank; over machines, restart it by hand)\n"
+    "  --dist-keepalive-seconds  rank 0 sends a no-op command after S idle seconds; a follower that hears\n"
+    "                     nothing for 3*S checks rank 0 and exits if it is gone (same on every rank;\n"
+    "                     default 30, 0: never)\n"
     "  --sampling-replicas M  M more processes of this machine that hold each base model for sampling only:\n"
     "                     sample requests (except those naming a live training run) go to the least busy\n"
-    "                     one, sampler weights are sent to it when it first needs them, and rank 0 keeps\n"
-    "                     training meanwhile; cores are shared out like --dp's (default 0)\n";
+    "                     one, sampler weights are sent to it when it first needs them, rank 0 keeps\n"
+    "                     training meanwhile, and a replica that exits is started again; cores are shared\n"
+    "                     out like --dp's (default 0)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     std::string dist_error;

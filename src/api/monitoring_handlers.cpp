@@ -8,6 +8,7 @@
 #include "api/prometheus.h"
 #include "api/tinker_routes.h"
 #include "common/version.h"
+#include "engine/data_parallel_status.h"
 
 namespace tinkerd::api {
 
@@ -96,6 +97,7 @@ json TinkerRoutes::model_status_json(const ServedModel & model) const {
                                 {"adapters_resident", r.sampler_adapters},
                                 {"engine_busy_fraction", r.busy_fraction}});
     }
+    const engine::DataParallelStatus dp = engine::data_parallel_status_of(*model.engine);
     return json{{"base_model", model.name},
                 {"sampling_replicas", replicas},
                 {"queue_depth", load.queued_ops + load.queued_samples},
@@ -105,7 +107,8 @@ json TinkerRoutes::model_status_json(const ServedModel & model) const {
                 {"snapshots_resident", registry_->cached_snapshots(model.name)},
                 {"tokens_per_s_trained", activity.trained_per_s},
                 {"tokens_per_s_sampled", activity.sampled_per_s},
-                {"engine_busy_fraction", load.busy_fraction}};
+                {"engine_busy_fraction", load.busy_fraction},
+                {"data_parallel", {{"ranks", dp.ranks}, {"world_size", dp.world_size}, {"generation", dp.generation}}}};
 }
 
 // The caller's samplers (counts from sampler_usage, latency quantiles from sampler_latency's histograms).
@@ -226,13 +229,15 @@ void TinkerRoutes::write_model_metrics(PrometheusText & out) const {
         ModelActivity activity;
         double training_adapters = 0;
         double snapshots = 0;
+        engine::DataParallelStatus dp;
     };
     std::vector<Row> rows;
     for (const auto & model : registry_->models()) {
         const ServedModel * m = model.get();
         const auto live = registry_->runs_where([&](const RunState & r) { return r.model == m && r.loaded; });
         rows.push_back({m->name, m->worker->load(), telemetry_->model_activity(m->name),
-                        static_cast<double>(live.size()), static_cast<double>(registry_->cached_snapshots(m->name))});
+                        static_cast<double>(live.size()), static_cast<double>(registry_->cached_snapshots(m->name)),
+                        engine::data_parallel_status_of(*m->engine)});
     }
     using Getter = std::function<double(const Row &)>;
     auto family = [&](const std::string & name, const char * type, const std::string & help, const Getter & get) {
@@ -279,6 +284,11 @@ void TinkerRoutes::write_model_metrics(PrometheusText & out) const {
         [](const Row & r) { return double(r.load.sampler_adapters); }, "training", "sampler");
     family("tinkerd_snapshots_resident", "gauge", "Sampler snapshots cached in memory.",
            [](const Row & r) { return r.snapshots; });
+    family("tinkerd_dp_ranks", "gauge",
+           "Data-parallel ranks training now (1 while rank 0 trains alone after a failure, or without --dp).",
+           [](const Row & r) { return double(r.dp.ranks); });
+    family("tinkerd_dp_generation", "gauge", "Times the data-parallel group re-formed after a failure.",
+           [](const Row & r) { return double(r.dp.generation); });
 }
 
 }  // namespace tinkerd::api

@@ -120,6 +120,7 @@ TEST_F(MonitoringTest, ServerStatusShowsTheModelAndOnlyTheCallersSamplersAndSess
          {"kv_cache_bytes_used", "kv_cache_bytes_total", "snapshots_resident", "engine_busy_fraction"}) {
         EXPECT_TRUE(m.contains(key)) << key;
     }
+    EXPECT_EQ(m["data_parallel"], (json{{"ranks", 1}, {"world_size", 1}, {"generation", 0}})) << "a plain engine";
     ASSERT_EQ(status["samplers"].size(), 1u) << status.dump();
     const json & s = status["samplers"][0];
     EXPECT_EQ(s["sampler_id"], sampler["sampling_session_id"]);
@@ -157,6 +158,7 @@ TEST_F(MonitoringTest, PrometheusTextCountsRequestsByRoutePatternWithoutAKey) {
     has(R"(tinkerd_http_request_duration_seconds_count{method="POST",route="/api/v1/optim_step",status="200"} 1)");
     has(R"(tinkerd_tokens_trained_total{base_model="fake"} 6)");  // two forward_backwards of 3 tokens
     has(R"(tinkerd_adapters_resident{base_model="fake",kind="training"} 1)");
+    has(R"(tinkerd_dp_ranks{base_model="fake"} 1)");
     has(R"(tinkerd_queue_depth{base_model="fake",kind="training"} 0)");
     EXPECT_EQ(text.find(model), std::string::npos) << "a run id leaked into a label";
     EXPECT_EQ(text.find("alice"), std::string::npos) << "a tenant leaked into a label";

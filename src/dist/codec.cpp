@@ -20,6 +20,11 @@ void ByteWriter::str(const std::string & s) {
     i64(static_cast<int64_t>(s.size()));
     bytes_.insert(bytes_.end(), s.begin(), s.end());
 }
+void ByteWriter::floats(const std::vector<float> & values) {
+    i64(static_cast<int64_t>(values.size()));
+    const auto * p = reinterpret_cast<const uint8_t *>(values.data());
+    bytes_.insert(bytes_.end(), p, p + values.size() * sizeof(float));
+}
 void ByteWriter::tensor(const HostTensor & t) {
     i64(static_cast<int64_t>(t.dtype));
     i64(static_cast<int64_t>(t.shape.size()));
@@ -69,6 +74,16 @@ std::string ByteReader::str() {
     const uint8_t * p = n >= 0 ? take(static_cast<size_t>(n)) : nullptr;
     ok_ = ok_ && p != nullptr;
     return p ? std::string(reinterpret_cast<const char *>(p), static_cast<size_t>(n)) : std::string();
+}
+std::vector<float> ByteReader::floats() {
+    const int64_t n = i64();
+    const uint8_t * p = n >= 0 && n < (int64_t{1} << 60) ? take(static_cast<size_t>(n) * sizeof(float)) : nullptr;
+    ok_ = ok_ && p != nullptr;
+    std::vector<float> values(p ? static_cast<size_t>(n) : 0);
+    if (p && n > 0) {
+        std::memcpy(values.data(), p, values.size() * sizeof(float));
+    }
+    return values;
 }
 HostTensor ByteReader::tensor() {
     HostTensor t;

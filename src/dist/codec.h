@@ -13,11 +13,15 @@
 
 namespace tinkerd::dist {
 
+// Commands rank 0 sends (DataParallelGroup::send_command); KEEPALIVE does nothing (group_keeper.h).
+enum class Command : int64_t { FORWARD_BACKWARD = 1, OPTIM_STEP = 2, REPLICATE = 3, DROP = 4, STOP = 5, KEEPALIVE = 6 };
+
 class ByteWriter {
   public:
     void i64(int64_t v);
     void f64(double v);
     void str(const std::string & s);
+    void floats(const std::vector<float> & values);
     void tensor(const engine::HostTensor & t);
     void tensors(const std::map<std::string, engine::HostTensor> & ts);
     void error(const Error & e);
@@ -34,6 +38,7 @@ class ByteReader {
     int64_t i64();
     double f64();
     std::string str();
+    std::vector<float> floats();
     engine::HostTensor tensor();
     std::map<std::string, engine::HostTensor> tensors();
     Error error();

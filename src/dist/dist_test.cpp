@@ -2,7 +2,8 @@
 // follower ranks) against one plain engine on the same tiny model: the same per-token logprobs, losses
 // and LoRA gradients (<= 1e-5 relative, fp32) for a mixed batch of two adapters (two runs' ops, whose
 // gradients must not mix), the same weights after optim_step, a bad input refused alone, and overflowing
-// gradients on one rank failing their adapter with its earlier gradients restored. Also the split itself.
+// gradients on one rank failing their adapter with its earlier gradients restored; a follower killed and
+// restarted: the group re-forms and its results equal one process again. Also the split itself.
 #include <cmath>
 #include <csignal>
 #include <spawn.h>
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "dist/distributed_engine.h"
+#include "dist/generations.h"
 #include "dist/shard.h"
 #include "engine/test_models.h"
 
@@ -79,28 +81,22 @@ double relative_difference(const std::map<std::string, HostTensor> & a, const st
 // A group of `world` processes: this one as rank 0 (a DistributedEngine) and world-1 spawned followers.
 class Group {
   public:
-    Group(const std::string & model_dir, int world) {
-        const std::string init = "file://" + dir_.file("store");
-        for (int r = 1; r < world; ++r) {
-            std::vector<std::string> args = {g_self, "--follower",          std::to_string(r),
-                                             init,   std::to_string(world), model_dir};
-            std::vector<char *> argv;
-            for (auto & a : args) {
-                argv.push_back(a.data());
-            }
-            argv.push_back(nullptr);
-            pid_t pid = 0;
-            if (posix_spawn(&pid, g_self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-                throw std::runtime_error("posix_spawn failed");
-            }
-            pids_.push_back(pid);
+    Group(const std::string & model_dir, int world) : model_dir_(model_dir), world_(world) {
+        const GroupOptions options = group_options(0);
+        auto store = GroupStore::open(options);
+        if (!store.ok()) {
+            throw std::runtime_error(store.error().message);
         }
-        GroupOptions options{init, 0, world, "model0", std::chrono::milliseconds(60000)};
-        auto group = DataParallelGroup::join(options);
+        for (int r = 1; r < world; ++r) {
+            pids_.push_back(spawn_follower(r));
+        }
+        const std::atomic<bool> never{false};
+        auto group = lead_generation(**store, options, 0, never);
         if (!group.ok()) {
             throw std::runtime_error(group.error().message);
         }
-        engine_ = std::make_unique<DistributedEngine>(load_engine(model_dir), std::move(group).value());
+        engine_ =
+            std::make_unique<DistributedEngine>(load_engine(model_dir), *store, options, std::move(group).value());
     }
     ~Group() {
         engine_.reset();  // STOP
@@ -112,8 +108,49 @@ class Group {
     }
     DistributedEngine & engine() { return *engine_; }
 
+    void kill_rank(int rank) {
+        pid_t & pid = pids_[static_cast<size_t>(rank - 1)];
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        pid = -1;
+    }
+    void restart_rank(int rank) { pids_[static_cast<size_t>(rank - 1)] = spawn_follower(rank); }
+
+    // Waits (two minutes at most) until the group is whole again after a failure; its status then.
+    engine::DataParallelStatus wait_until_whole() {
+        for (int tries = 0; tries < 1200; ++tries) {
+            const auto status = engine_->data_parallel_status();
+            if (status.ranks == world_) {
+                return status;
+            }
+            usleep(100000);
+        }
+        return engine_->data_parallel_status();
+    }
+
   private:
+    GroupOptions group_options(int rank) const {
+        return GroupOptions{"file://" + dir_.file("store"), rank, world_, "model0", std::chrono::milliseconds(60000)};
+    }
+    pid_t spawn_follower(int rank) {
+        const GroupOptions o = group_options(rank);
+        std::vector<std::string> args = {g_self, "--follower",           std::to_string(rank),
+                                         o.init, std::to_string(world_), model_dir_};
+        std::vector<char *> argv;
+        for (auto & a : args) {
+            argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        pid_t pid = 0;
+        if (posix_spawn(&pid, g_self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+            throw std::runtime_error("posix_spawn failed");
+        }
+        return pid;
+    }
+
     testing::ScopedTempDir dir_{"dist_test"};
+    std::string model_dir_;
+    int world_;
     std::vector<pid_t> pids_;
     std::unique_ptr<DistributedEngine> engine_;
 };
@@ -176,6 +213,20 @@ void expect_same_gradients(engine::Engine & dp, engine::Engine & reference, cons
     }
 }
 
+// optim_step on each adapter of both engines; the group's weights and Adam moments equal the reference's.
+void step_and_expect_same_weights(engine::Engine & dp, engine::Engine & reference,
+                                  const std::vector<AdapterId> & dp_ids, const std::vector<AdapterId> & ref_ids,
+                                  const engine::AdamParams & adam) {
+    for (size_t a = 0; a < dp_ids.size(); ++a) {
+        ASSERT_TRUE(dp.optim_step(dp_ids[a], adam).ok());
+        ASSERT_TRUE(reference.optim_step(ref_ids[a], adam).ok());
+        EXPECT_LE(relative_difference(dp.export_adapter(dp_ids[a], true).value(),
+                                      reference.export_adapter(ref_ids[a], true).value()),
+                  1e-5)
+            << "adapter " << a;
+    }
+}
+
 TEST_P(DataParallel, MixedBatchMatchesOneProcessThroughTwoSteps) {
     auto reference = load_engine(model_.path());
     Group group(model_.path(), GetParam());
@@ -190,13 +241,7 @@ TEST_P(DataParallel, MixedBatchMatchesOneProcessThroughTwoSteps) {
         expect_same_outputs(dp.forward_backward(batch(dp_ids), true),
                             reference->forward_backward(batch(ref_ids), true));
         expect_same_gradients(dp, *reference, dp_ids, ref_ids, " step " + std::to_string(step));
-        for (size_t a = 0; a < 2; ++a) {
-            ASSERT_TRUE(dp.optim_step(dp_ids[a], adam).ok());
-            ASSERT_TRUE(reference->optim_step(ref_ids[a], adam).ok());
-            EXPECT_LE(relative_difference(dp.export_adapter(dp_ids[a], true).value(),
-                                          reference->export_adapter(ref_ids[a], true).value()),
-                      1e-5);
-        }
+        step_and_expect_same_weights(dp, *reference, dp_ids, ref_ids, adam);
     }
     // Forward only, after the steps: the followers' replicas took the same steps as rank 0.
     expect_same_outputs(dp.forward_backward({make_input(dp_ids[1], 4, 3)}, false),
@@ -282,6 +327,52 @@ TEST_P(DataParallel, NonFiniteGradientsFailTheirAdapterAndRestoreItsGradients) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallel, ::testing::Values(1, 2, 3));
 
+// Rank 2 of 3 killed between two ops: the next op fails (category server), rank 0 trains alone (a
+// forward_backward whose gradients are still accumulated when the group re-forms, so they must reach the
+// new followers), a restarted rank 2 and the surviving rank 1 join the next generation, and the mixed
+// batch's results, gradients, weights after optim_step and a forward on every rank equal one process.
+class Regroup : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        testing::write_tiny_model(model_.path(), testing::TinyFamily::QWEN3, model::DType::F32, 5);
+    }
+    testing::ScopedTempDir model_{"dist_model"};
+};
+
+TEST_F(Regroup, GroupReformsAfterARankIsKilledAndRestarted) {
+    auto reference = load_engine(model_.path());
+    Group group(model_.path(), 3);
+    DistributedEngine & dp = group.engine();
+    const auto [ref_ids, dp_ids] = create_adapter_pairs(*reference, dp, {31u, 32u});
+    engine::AdamParams adam;
+    adam.learning_rate = 0.05;
+    auto batch = [](const std::vector<AdapterId> & ids, int shift) {
+        return std::vector<ForwardBackwardInput>{make_input(ids[0], 5, shift), make_input(ids[1], 3, 7 + shift)};
+    };
+    expect_same_outputs(dp.forward_backward(batch(dp_ids, 0), true),
+                        reference->forward_backward(batch(ref_ids, 0), true));
+    step_and_expect_same_weights(dp, *reference, dp_ids, ref_ids, adam);
+    group.kill_rank(2);
+    auto failed = dp.forward_backward(batch(dp_ids, 1), true);
+    ASSERT_FALSE(failed[0].ok()) << "an op with a dead rank must fail";
+    EXPECT_EQ(failed[0].error().kind, ErrorKind::INTERNAL) << "category server";
+    expect_same_outputs(dp.forward_backward(batch(dp_ids, 2), true),
+                        reference->forward_backward(batch(ref_ids, 2), true));
+    EXPECT_EQ(dp.data_parallel_status().ranks, 1) << "rank 0 alone until rank 2 is back";
+
+    group.restart_rank(2);
+    const auto status = group.wait_until_whole();
+    ASSERT_EQ(status.ranks, 3) << "the group did not re-form";
+    EXPECT_GE(status.generation, 1);
+    expect_same_outputs(dp.forward_backward(batch(dp_ids, 3), true),
+                        reference->forward_backward(batch(ref_ids, 3), true));
+    expect_same_gradients(dp, *reference, dp_ids, ref_ids, " after re-forming");
+    step_and_expect_same_weights(dp, *reference, dp_ids, ref_ids, adam);
+    EXPECT_EQ(dp.data_parallel_status().ranks, 3);
+    expect_same_outputs(dp.forward_backward(batch(dp_ids, 4), false),
+                        reference->forward_backward(batch(ref_ids, 4), false));
+}
+
 TEST(Shard, BalancesTokensAndCoversEveryDatumOnce) {
     std::vector<ForwardBackwardInput> inputs = {make_input(1, 7, 0), make_input(2, 5, 4)};
     const DatumRanks ranks = assign_datum_ranks(inputs, 3);
@@ -304,12 +395,12 @@ int follower_main(char ** argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     GroupOptions options{argv[3], std::atoi(argv[2]), std::atoi(argv[4]), "model0", std::chrono::milliseconds(60000)};
     auto local = load_engine(argv[5]);
-    auto group = DataParallelGroup::join(options);
-    if (!group.ok()) {
-        std::fprintf(stderr, "follower: %s\n", group.error().message.c_str());
+    auto store = GroupStore::open(options);
+    if (!store.ok()) {
+        std::fprintf(stderr, "follower: %s\n", store.error().message.c_str());
         return 1;
     }
-    auto status = run_follower(*local, **group);
+    auto status = follow_group(*local, **store, options);
     if (!status.ok()) {
         std::fprintf(stderr, "follower: %s\n", status.error().message.c_str());
     }

@@ -1,6 +1,7 @@
 // DistributedEngine (rank 0) and run_follower (every other rank): the commands of distributed_engine.h.
 #include "dist/distributed_engine.h"
 
+#include <algorithm>
 #include <map>
 
 #include "common/log.h"
@@ -13,27 +14,22 @@ using engine::AdapterId;
 using engine::ForwardBackwardInput;
 using engine::ForwardBackwardOutput;
 
-DistributedEngine::DistributedEngine(std::unique_ptr<engine::Engine> local, std::unique_ptr<DataParallelGroup> group)
-    : local_(std::move(local)), group_(std::move(group)) {}
+DistributedEngine::DistributedEngine(std::unique_ptr<engine::Engine> local, std::shared_ptr<GroupStore> store,
+                                     const GroupOptions & options, std::unique_ptr<DataParallelGroup> first)
+    : local_(std::move(local)), keeper_(std::make_unique<GroupKeeper>(std::move(store), options, std::move(first))) {}
 
-DistributedEngine::~DistributedEngine() {
-    const ReduceStats & stats = group_->reduce_stats();
-    LOG_INF("dist", "gradient all-reduces: %lld, %.1f MiB, %.3f s in all", static_cast<long long>(stats.calls),
-            static_cast<double>(stats.bytes) / (1 << 20), stats.seconds);
-    if (!alone()) {
-        (void)group_->send_command(static_cast<int64_t>(Command::STOP), {});
+DistributedEngine::~DistributedEngine() = default;  // the keeper tells the other ranks to stop
+
+DataParallelGroup * DistributedEngine::group_of(const GroupKeeper::Lease & lease) {
+    if (lease.generation() != replicated_generation_) {
+        replicated_.clear();
+        replicated_generation_ = lease.generation();
     }
+    return lease.group();
 }
 
-bool DistributedEngine::alone() {
-    if (!alone_ && group_->broken()) {
-        alone_ = true;
-        replicated_.clear();
-        LOG_WRN("dist",
-                "the data-parallel group failed; training goes on in rank 0 alone (restart tinkerd to "
-                "use every rank again)");
-    }
-    return alone_;
+engine::DataParallelStatus DistributedEngine::data_parallel_status() const {
+    return {keeper_->ranks(), keeper_->world_size(), keeper_->generation_now()};
 }
 
 Result<AdapterId> DistributedEngine::create_adapter(const engine::LoraSpec & spec) {
@@ -45,8 +41,10 @@ Result<void> DistributedEngine::remove_adapter(AdapterId id) {
     return local_->remove_adapter(id);
 }
 
-Result<void> DistributedEngine::replicate(AdapterId id) {
-    if (id == engine::BASE_MODEL || replicated_.count(id) || alone()) {
+// The adapter's spec, weights, Adam state and (when not all zero: gradients accumulated before this
+// generation formed) its gradients.
+Result<void> DistributedEngine::replicate(DataParallelGroup & group, AdapterId id) {
+    if (id == engine::BASE_MODEL || replicated_.count(id)) {
         return {};
     }
     auto spec = local_->adapter_spec(id);
@@ -58,22 +56,33 @@ Result<void> DistributedEngine::replicate(AdapterId id) {
     w.i64(id);
     write_spec(w, *spec);
     w.tensors(*tensors);
-    TRY_STATUS(group_->send_command(static_cast<int64_t>(Command::REPLICATE), w.take()));
+    std::vector<float> gradients;  // [N] flat fp32, empty when all zero
+    (void)local_->visit_gradients(id, [&](float * data, int64_t n) {
+        if (std::any_of(data, data + n, [](float g) { return g != 0.0f; })) {
+            gradients.assign(data, data + n);
+        }
+    });
+    w.floats(gradients);
+    TRY_STATUS(group.send_command(static_cast<int64_t>(Command::REPLICATE), w.take()));
     replicated_.insert(id);
     return {};
 }
 
 void DistributedEngine::drop_replica(AdapterId id) {
-    if (replicated_.erase(id) && !alone()) {
+    auto lease = keeper_->lease();
+    DataParallelGroup * group = group_of(lease);
+    if (replicated_.erase(id) && group) {
         ByteWriter w;
         w.i64(id);
-        (void)group_->send_command(static_cast<int64_t>(Command::DROP), w.take());
+        (void)group->send_command(static_cast<int64_t>(Command::DROP), w.take());
     }
 }
 
 std::vector<Result<ForwardBackwardOutput>> DistributedEngine::forward_backward(
     const std::vector<ForwardBackwardInput> & inputs, bool backward) {
-    if (alone()) {
+    auto lease = keeper_->lease();
+    DataParallelGroup * group = group_of(lease);
+    if (!group) {
         return local_->forward_backward(inputs, backward);
     }
     std::vector<Result<ForwardBackwardOutput>> results(inputs.size(), internal_error("not run"));
@@ -85,7 +94,7 @@ std::vector<Result<ForwardBackwardOutput>> DistributedEngine::forward_backward(
             results[i] = status.error();
             continue;
         }
-        auto replicated = replicate(inputs[i].adapter);
+        auto replicated = replicate(*group, inputs[i].adapter);
         if (!replicated.ok()) {
             results[i] = replicated.error();
             continue;
@@ -99,14 +108,14 @@ std::vector<Result<ForwardBackwardOutput>> DistributedEngine::forward_backward(
     ByteWriter w;
     w.i64(backward ? 1 : 0);
     write_inputs(w, valid);
-    auto sent = group_->send_command(static_cast<int64_t>(Command::FORWARD_BACKWARD), w.take());
+    auto sent = group->send_command(static_cast<int64_t>(Command::FORWARD_BACKWARD), w.take());
     if (!sent.ok()) {
         for (size_t i : where) {
             results[i] = sent.error();
         }
         return results;
     }
-    auto outputs = run_forward_backward_step(*local_, *group_, valid, backward);
+    auto outputs = run_forward_backward_step(*local_, *group, valid, backward);
     for (size_t k = 0; k < where.size() && k < outputs.size(); ++k) {
         results[where[k]] = std::move(outputs[k]);
     }
@@ -114,11 +123,13 @@ std::vector<Result<ForwardBackwardOutput>> DistributedEngine::forward_backward(
 }
 
 Result<engine::OptimStepOutput> DistributedEngine::optim_step(AdapterId id, const engine::AdamParams & params) {
-    if (replicated_.count(id) && !alone()) {
+    auto lease = keeper_->lease();
+    DataParallelGroup * group = group_of(lease);
+    if (group && replicated_.count(id)) {
         ByteWriter w;
         w.i64(id);
         write_adam(w, params);
-        TRY_STATUS(group_->send_command(static_cast<int64_t>(Command::OPTIM_STEP), w.take()));
+        TRY_STATUS(group->send_command(static_cast<int64_t>(Command::OPTIM_STEP), w.take()));
     }
     return local_->optim_step(id, params);  // the same gradients everywhere: the same step everywhere
 }
@@ -161,6 +172,11 @@ namespace {
 class FollowerState {
   public:
     explicit FollowerState(engine::Engine & local) : local_(local) {}
+    ~FollowerState() {  // the next generation's rank 0 re-sends what it needs
+        for (const auto & [id, local_id] : ids_) {
+            (void)local_.remove_adapter(local_id);
+        }
+    }
 
     AdapterId local_id(AdapterId id) const {
         if (id == engine::BASE_MODEL) {
@@ -176,6 +192,7 @@ class FollowerState {
         const AdapterId id = r.i64();
         const engine::LoraSpec spec = read_spec(r);
         const auto tensors = r.tensors();
+        const std::vector<float> gradients = r.floats();  // [N] or empty (all zero)
         drop(id);
         auto created = local_.create_adapter(spec);
         if (!r.ok() || !created.ok()) {
@@ -188,6 +205,13 @@ class FollowerState {
                     imported.error().message.c_str());
             (void)local_.remove_adapter(*created);
             return;
+        }
+        if (!gradients.empty()) {
+            (void)local_.visit_gradients(*created, [&](float * data, int64_t n) {
+                if (n == static_cast<int64_t>(gradients.size())) {
+                    std::copy(gradients.begin(), gradients.end(), data);
+                }
+            });
         }
         ids_[id] = *created;
     }
@@ -252,6 +276,8 @@ Result<void> run_follower(engine::Engine & local, DataParallelGroup & group) {
                 break;
             case Command::STOP:
                 return {};
+            case Command::KEEPALIVE:
+                break;
             default:
                 return internal_error("unknown data-parallel command " + std::to_string(command->first));
         }

@@ -4,24 +4,27 @@
 // LoRA moments are small next to the base model every rank holds anyway). An adapter reaches the other
 // ranks on its first forward_backward (its weights and Adam state, exported and imported), so sampler
 // adapters never leave rank 0; load_weights and removal drop the replicas. Sampling, export and
-// checkpoints stay on rank 0. A failed collective fails its op (category server) and leaves rank 0
-// training alone from then on. run_follower is the loop of every other rank.
+// checkpoints stay on rank 0. A failed collective fails its op (category server); rank 0 then trains
+// alone while its GroupKeeper forms the next generation of the group, which is swapped in between two ops
+// (the followers are fresh: adapters are re-sent on their next forward_backward, with any gradients
+// accumulated meanwhile). run_follower is the loop of every other rank within one generation.
 #pragma once
 
 #include <memory>
 #include <set>
 
-#include "dist/process_group.h"
+#include "dist/codec.h"
+#include "dist/group_keeper.h"
+#include "engine/data_parallel_status.h"
 #include "engine/engine.h"
 
 namespace tinkerd::dist {
 
-// Commands rank 0 sends (DataParallelGroup::send_command).
-enum class Command : int64_t { FORWARD_BACKWARD = 1, OPTIM_STEP = 2, REPLICATE = 3, DROP = 4, STOP = 5 };
-
-class DistributedEngine final : public engine::Engine {
+class DistributedEngine final : public engine::Engine, public engine::DataParallelReporter {
   public:
-    DistributedEngine(std::unique_ptr<engine::Engine> local, std::unique_ptr<DataParallelGroup> group);
+    // `first`: generation 0 of the group under options.prefix ("model<i>"), formed by lead_generation.
+    DistributedEngine(std::unique_ptr<engine::Engine> local, std::shared_ptr<GroupStore> store,
+                      const GroupOptions & options, std::unique_ptr<DataParallelGroup> first);
     ~DistributedEngine() override;  // tells the other ranks to stop
 
     const model::ModelConfig & config() const override { return local_->config(); }
@@ -45,24 +48,23 @@ class DistributedEngine final : public engine::Engine {
     bool sample_cancel(engine::SampleHandle handle) override { return local_->sample_cancel(handle); }
     engine::SampleStats sample_stats() const override { return local_->sample_stats(); }
     Result<std::vector<float>> last_logits(engine::AdapterId id, const std::vector<int64_t> & tokens) override;
-
-    const DataParallelGroup & group() const { return *group_; }
+    engine::DataParallelStatus data_parallel_status() const override;  // DataParallelReporter
 
   private:
-    Result<void> replicate(engine::AdapterId id);
-    // After a failed collective the group is given up: rank 0 holds every adapter's whole state (a
-    // failed step restored its gradients), so training goes on here alone, as with --dp 1.
-    bool alone();
+    // The lease's group, or null while rank 0 trains alone (rank 0 holds every adapter's whole state: a
+    // failed step restored its gradients). A new generation's followers hold no adapter yet.
+    DataParallelGroup * group_of(const GroupKeeper::Lease & lease);
+    Result<void> replicate(DataParallelGroup & group, engine::AdapterId id);
     void drop_replica(engine::AdapterId id);
 
     std::unique_ptr<engine::Engine> local_;
-    std::unique_ptr<DataParallelGroup> group_;
-    std::set<engine::AdapterId> replicated_;  // adapters the other ranks hold
-    bool alone_ = false;
+    std::unique_ptr<GroupKeeper> keeper_;
+    std::set<engine::AdapterId> replicated_;  // adapters the other ranks of replicated_generation_ hold
+    int64_t replicated_generation_ = 0;
 };
 
-// The loop of a rank > 0: runs rank 0's commands on `local` until STOP (ok) or the group fails (the
-// error: rank 0 went away or a collective timed out).
+// The loop of a rank > 0 within one generation: runs rank 0's commands on `local` until STOP (ok) or the
+// group fails (the error: rank 0 went away or gave the group up, or a collective timed out).
 Result<void> run_follower(engine::Engine & local, DataParallelGroup & group);
 
 }  // namespace tinkerd::dist

@@ -1,23 +1,20 @@
 // Data-parallel start-up (launch.h): flags, spawning followers, joining groups.
 #include "dist/launch.h"
 
-#include <csignal>
 #include <cstdlib>
 #include <sched.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "dist/distributed_engine.h"
-#include "dist/process_group.h"
+#include "dist/generations.h"
+#include "dist/local_ranks.h"
 
 namespace tinkerd::dist {
 
 namespace {
 
-std::vector<pid_t> g_followers;
 std::string g_store_dir;
 
 GroupOptions group_options(const DistFlags & flags, size_t model_index) {
@@ -27,6 +24,7 @@ GroupOptions group_options(const DistFlags & flags, size_t model_index) {
     o.world_size = flags.world_size;
     o.prefix = "model" + std::to_string(model_index);
     o.timeout = std::chrono::milliseconds(static_cast<long long>(flags.timeout_seconds * 1000));
+    o.keepalive = std::chrono::milliseconds(static_cast<long long>(flags.keepalive_seconds * 1000));
     return o;
 }
 
@@ -43,11 +41,16 @@ bool parse_dist_flag(const std::string & flag, const std::string & value, DistFl
         flags.world_size = std::atoi(value.c_str());
     } else if (flag == "--dist-timeout-seconds") {
         flags.timeout_seconds = std::atof(value.c_str());
+    } else if (flag == "--dist-keepalive-seconds") {
+        flags.keepalive_seconds = std::atof(value.c_str());
     } else {
         return false;
     }
-    if (flags.dp < 1 || flags.dp > 256 || flags.world_size < 1 || flags.rank < 0 || !(flags.timeout_seconds > 0)) {
-        error = "error: --dp and --world-size must be 1-256, --rank >= 0, --dist-timeout-seconds > 0";
+    if (flags.dp < 1 || flags.dp > 256 || flags.world_size < 1 || flags.rank < 0 || !(flags.timeout_seconds > 0) ||
+        !(flags.keepalive_seconds >= 0)) {
+        error =
+            "error: --dp and --world-size must be 1-256, --rank >= 0, --dist-timeout-seconds > 0, "
+            "--dist-keepalive-seconds >= 0";
     }
     return true;
 }
@@ -75,31 +78,6 @@ Result<void> finish_dist_flags(DistFlags & flags) {
     return {};
 }
 
-Result<pid_t> spawn_copy_of_self(std::vector<std::string> args, const std::string & what) {
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans: the copy dies with this process
-        if (getppid() != parent) {
-            _exit(1);
-        }
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, nullptr);
-        std::vector<char *> cargs;
-        for (auto & a : args) {
-            cargs.push_back(a.data());
-        }
-        cargs.push_back(nullptr);
-        execv("/proc/self/exe", cargs.data());
-        _exit(127);
-    }
-    if (pid < 0) {
-        return internal_error(what + ": fork failed");
-    }
-    return pid;
-}
-
 Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags) {
     char dir_template[] = "/tmp/tinkerd-dp-XXXXXX";
     if (!mkdtemp(dir_template)) {
@@ -108,36 +86,22 @@ Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags) {
     g_store_dir = dir_template;
     flags.init = "file://" + g_store_dir + "/store";
     flags.world_size = flags.dp;
+    std::vector<std::vector<std::string>> argv_per_rank;
     for (int r = 1; r < flags.dp; ++r) {
         std::vector<std::string> args(argv, argv + argc);
-        for (const char * extra : {"--rank", "", "--dist-init", "", "--world-size", ""}) {
-            args.emplace_back(extra);
+        for (const std::string & extra : {std::string("--rank"), std::to_string(r), std::string("--dist-init"),
+                                          flags.init, std::string("--world-size"), std::to_string(flags.dp)}) {
+            args.push_back(extra);
         }
-        args[args.size() - 5] = std::to_string(r);
-        args[args.size() - 3] = flags.init;
-        args[args.size() - 1] = std::to_string(flags.dp);
-        auto pid = spawn_copy_of_self(std::move(args), "--dp");
-        if (!pid.ok()) {
-            return pid.error();
-        }
-        g_followers.push_back(*pid);
+        argv_per_rank.push_back(std::move(args));
     }
+    TRY_STATUS(start_local_ranks(argv_per_rank));
     LOG_INF("dist", "--dp %d: started %d follower process(es), store %s", flags.dp, flags.dp - 1, flags.init.c_str());
     return {};
 }
 
 void reap_local_followers() {
-    for (int tries = 0; tries < 50 && !g_followers.empty(); ++tries) {
-        std::erase_if(g_followers, [](pid_t pid) { return waitpid(pid, nullptr, WNOHANG) != 0; });
-        if (!g_followers.empty()) {
-            usleep(100000);
-        }
-    }
-    for (pid_t pid : g_followers) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-    }
-    g_followers.clear();
+    stop_local_ranks();
     if (!g_store_dir.empty()) {
         std::system(("rm -rf '" + g_store_dir + "'").c_str());
     }
@@ -179,25 +143,37 @@ int threads_per_process(int threads, int local_processes) {
 }
 
 Result<void> wrap_engines(EngineList & engines, const DistFlags & flags) {
+    auto store = GroupStore::open(group_options(flags, 0));
+    if (!store.ok()) {
+        return store.error();
+    }
+    const std::atomic<bool> never{false};
     for (size_t i = 0; i < engines.size(); ++i) {
-        auto group = DataParallelGroup::join(group_options(flags, i));
+        const GroupOptions options = group_options(flags, i);
+        auto group = lead_generation(**store, options, 0, never);
         if (!group.ok()) {
-            return group.error();
+            return internal_error("cannot form the data-parallel group (" + options.prefix + ", " + flags.init +
+                                  "): " + group.error().message);
         }
-        engines[i] = std::make_unique<DistributedEngine>(std::move(engines[i]), std::move(group).value());
+        engines[i] =
+            std::make_unique<DistributedEngine>(std::move(engines[i]), *store, options, std::move(group).value());
     }
     return {};
 }
 
 int run_follower_process(EngineList & engines, const DistFlags & flags) {
+    auto store = GroupStore::open(group_options(flags, 0));
+    if (!store.ok()) {
+        LOG_ERR("dist", "rank %d: %s", flags.rank, store.error().message.c_str());
+        return 1;
+    }
     std::vector<std::thread> loops;
     std::vector<int> codes(engines.size(), 0);
     for (size_t i = 0; i < engines.size(); ++i) {
         loops.emplace_back([&, i] {
-            auto group = DataParallelGroup::join(group_options(flags, i));
-            auto status = group.ok() ? run_follower(*engines[i], **group) : Result<void>(group.error());
+            auto status = follow_group(*engines[i], **store, group_options(flags, i));
             if (!status.ok()) {
-                LOG_ERR("dist", "rank %d, model %zu: %s", flags.rank, i, status.error().message.c_str());
+                LOG_ERR("dist", "rank %d, model %zu: %s; exiting", flags.rank, i, status.error().message.c_str());
                 codes[i] = 1;
             }
         });

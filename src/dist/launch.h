@@ -1,6 +1,7 @@
 // Start-up of a data-parallel tinkerd: the flags (--dp, --dist-init, --rank, --world-size,
-// --dist-timeout-seconds), the follower processes --dp starts from this same binary, wrapping rank 0's
-// engines in DistributedEngines, and the followers' main (one command loop per served base model).
+// --dist-timeout-seconds, --dist-keepalive-seconds), the follower processes --dp starts from this same
+// binary (local_ranks.h), wrapping rank 0's engines in DistributedEngines, and the followers' main (one
+// loop over the group's generations per served base model, generations.h).
 #pragma once
 
 #include <memory>
@@ -14,11 +15,12 @@
 namespace tinkerd::dist {
 
 struct DistFlags {
-    int dp = 1;                    // --dp N: N processes on this machine (rank 0 starts the others)
-    std::string init;              // --dist-init file://PATH | tcp://HOST:PORT
-    int rank = 0;                  // --rank R
-    int world_size = 1;            // --world-size W
-    double timeout_seconds = 300;  // --dist-timeout-seconds: limit of every collective
+    int dp = 1;                     // --dp N: N processes on this machine (rank 0 starts the others)
+    std::string init;               // --dist-init file://PATH | tcp://HOST:PORT
+    int rank = 0;                   // --rank R
+    int world_size = 1;             // --world-size W
+    double timeout_seconds = 300;   // --dist-timeout-seconds: limit of every collective
+    double keepalive_seconds = 30;  // --dist-keepalive-seconds: rank 0's no-op command when idle (0: none)
     bool enabled() const { return world_size > 1; }
     bool follower() const { return rank > 0; }
 };
@@ -29,13 +31,10 @@ bool parse_dist_flag(const std::string & flag, const std::string & value, DistFl
 Result<void> finish_dist_flags(DistFlags & flags);
 
 // Rank 0 of --dp N: a fresh FileStore path, then N-1 copies of this binary started with the same
-// arguments plus --rank R --dist-init file://... --world-size N (each dies with this process).
+// arguments plus --rank R --dist-init file://... --world-size N (each dies with this process, and is
+// restarted when it exits before).
 Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags);
-// Starts this binary (/proc/self/exe) with `args` (argv[0] first) in a child that dies with this
-// process (PR_SET_PDEATHSIG) and has no blocked signals; its pid. `what` names the flag in an error.
-Result<pid_t> spawn_copy_of_self(std::vector<std::string> args, const std::string & what);
-
-// Waits (a few seconds at most) for the followers started above to exit.
+// Waits (a few seconds at most) for the followers started above to exit, then kills the rest.
 void reap_local_followers();
 
 // Pins this process (and the threads it starts later) to its 1/`slots` of the cores it may use, slot s
@@ -48,9 +47,10 @@ void pin_to_slot(int slot, int slots);
 int threads_per_process(int threads, int local_processes);
 
 using EngineList = std::vector<std::unique_ptr<engine::Engine>>;
-// Rank 0: joins one group per engine (store prefix "model<i>") and wraps each engine.
+// Rank 0: forms generation 0 of one group per engine (store prefix "model<i>") and wraps each engine.
 Result<void> wrap_engines(EngineList & engines, const DistFlags & flags);
-// Ranks > 0: joins the same groups and runs their command loops until rank 0 stops; the exit code.
+// Ranks > 0: joins the same groups and runs their command loops, generation after generation, until rank
+// 0 stops (0) or is gone (1); the exit code.
 int run_follower_process(EngineList & engines, const DistFlags & flags);
 
 }  // namespace tinkerd::dist

@@ -1,10 +1,14 @@
-// DataParallelGroup over c10d: a store (FileStore / TCPStore) and two ProcessGroupGloo on it: "cmd",
-// whose only op is the followers' unbounded wait for rank 0's next command, and "data" (every other
-// collective, with GroupOptions::timeout). Exceptions from c10d become Results here.
+// DataParallelGroup over c10d: two ProcessGroupGloo on the process's GroupStore (FileStore / TCPStore):
+// "cmd", whose only op is the followers' wait for rank 0's next command (unbounded, or three keepalives),
+// and "data" (every other collective, with GroupOptions::timeout). Exceptions from c10d become Results.
 #include "dist/process_group.h"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cstring>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -18,9 +22,13 @@ namespace tinkerd::dist {
 
 using Gloo = c10d::ProcessGroupGloo;
 
+struct GroupStore::Impl {
+    c10::intrusive_ptr<c10d::Store> store;
+    std::unique_ptr<StoreWatchdog> watchdog;
+};
+
 struct DataParallelGroup::State {
     GroupOptions options;
-    c10::intrusive_ptr<c10d::Store> store;
     c10::intrusive_ptr<Gloo> command_group;
     c10::intrusive_ptr<Gloo> data_group;
     std::string broken;  // why the group stopped working; empty while it works
@@ -33,7 +41,11 @@ constexpr std::chrono::hours NO_DEADLINE{24 * 365};
 
 Result<c10::intrusive_ptr<c10d::Store>> open_store(const GroupOptions & o) {
     if (o.init.rfind("file://", 0) == 0) {
-        return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::FileStore>(o.init.substr(7), o.world_size));
+        // -1 workers: the file is never removed by a store's destructor (a restarted rank's would count
+        // twice); the directory's owner removes it.
+        auto store = c10::make_intrusive<c10d::FileStore>(o.init.substr(7), -1);
+        store->setTimeout(o.timeout);
+        return c10::intrusive_ptr<c10d::Store>(store);
     }
     if (o.init.rfind("tcp://", 0) == 0) {
         const std::string address = o.init.substr(6);
@@ -53,11 +65,40 @@ Result<c10::intrusive_ptr<c10d::Store>> open_store(const GroupOptions & o) {
     return invalid_argument("--dist-init must be file://PATH or tcp://HOST:PORT, got '" + o.init + "'");
 }
 
-// Gloo binds to loopback for a file store or a loopback TCP host, else to this machine's address.
+// This machine's address on the route to `host` (a connected UDP socket sends nothing): the interface the
+// other ranks reach, whatever the hostname resolves to (e.g. inside a network namespace).
+std::string local_address_towards(const std::string & host) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    addrinfo * found = nullptr;
+    std::string address;
+    if (getaddrinfo(host.c_str(), "9", &hints, &found) == 0 && found) {
+        const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        sockaddr_in mine{};
+        socklen_t length = sizeof mine;
+        char text[INET_ADDRSTRLEN] = {};
+        if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr *>(&mine), &length) == 0 &&
+            inet_ntop(AF_INET, &mine.sin_addr, text, sizeof text)) {
+            address = text;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        freeaddrinfo(found);
+    }
+    return address;
+}
+
+// Gloo binds to loopback for a file store, else to this machine's address on the route to rank 0.
 std::shared_ptr<::gloo::transport::Device> make_device(const GroupOptions & o) {
-    const bool local = o.init.rfind("file://", 0) == 0 || o.init.find("://127.") != std::string::npos ||
-                       o.init.find("://localhost:") != std::string::npos;
-    return local ? Gloo::createDeviceForHostname("127.0.0.1") : Gloo::createDefaultDevice();
+    if (o.init.rfind("file://", 0) == 0) {
+        return Gloo::createDeviceForHostname("127.0.0.1");
+    }
+    const std::string address = o.init.substr(6);
+    const std::string mine = local_address_towards(address.substr(0, address.rfind(':')));
+    return mine.empty() ? Gloo::createDefaultDevice() : Gloo::createDeviceForHostname(mine);
 }
 
 c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store> & store, const GroupOptions & o,
@@ -69,22 +110,27 @@ c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store> & stor
     return c10::make_intrusive<Gloo>(prefixed, o.rank, o.world_size, gloo_options);
 }
 
+// An exception's message without Gloo's source location ("[/its/source/file.cc:123] Read error ...") and
+// without anything after its first line.
+std::string first_line(const std::string & what) {
+    std::string reason = what.substr(0, what.find('\n'));
+    if (!reason.empty() && reason[0] == '[' && reason.find("] ") != std::string::npos) {
+        reason = reason.substr(reason.find("] ") + 2);
+    }
+    return reason;
+}
+
 // Runs one collective; an exception marks the group broken.
 template <typename F>
 Result<void> guarded(std::string & broken, const char * what, F && body) {
     if (!broken.empty()) {
-        return internal_error("the data-parallel group is broken (" + broken + "); restart tinkerd");
+        return internal_error("the data-parallel group is broken (" + broken + ")");
     }
     try {
         body();
         return {};
     } catch (const std::exception & e) {
-        std::string reason = e.what();  // Gloo's: "[/its/source/file.cc:123] Read error ...: Connection reset"
-        reason = reason.substr(0, reason.find('\n'));
-        if (!reason.empty() && reason[0] == '[' && reason.find("] ") != std::string::npos) {
-            reason = reason.substr(reason.find("] ") + 2);
-        }
-        broken = std::string(what) + ": " + reason;
+        broken = std::string(what) + ": " + first_line(e.what());
         LOG_ERR("dist", "data-parallel %s failed: %s", what, broken.c_str());
         return internal_error("data-parallel " + broken);
     }
@@ -92,23 +138,72 @@ Result<void> guarded(std::string & broken, const char * what, F && body) {
 
 }  // namespace
 
-Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::join(const GroupOptions & options) {
-    if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-        return invalid_argument("--rank must be in [0, --world-size)");
-    }
-    auto state = std::make_unique<State>();
-    state->options = options;
+Result<std::shared_ptr<GroupStore>> GroupStore::open(const GroupOptions & options) {
     try {
         auto store = open_store(options);
         if (!store.ok()) {
             return store.error();
         }
-        state->store = *store;
-        state->data_group = make_group(state->store, options, "data", options.timeout);
-        state->command_group = make_group(state->store, options, "cmd", NO_DEADLINE);
+        auto impl = std::make_unique<Impl>();
+        impl->store = *store;
+        // A follower of a tcp:// store: a call twice the collective timeout long means rank 0 vanished
+        // (a Gloo rendezvous may wait one timeout for its peers).
+        const bool remote = options.rank > 0 && options.init.rfind("tcp://", 0) == 0;
+        impl->watchdog =
+            std::make_unique<StoreWatchdog>(remote ? 2 * options.timeout : std::chrono::milliseconds(0), options.init);
+        return std::shared_ptr<GroupStore>(new GroupStore(std::move(impl)));
+    } catch (const std::exception & e) {
+        return internal_error("cannot reach the data-parallel store " + options.init + " (rank " +
+                              std::to_string(options.rank) + "): " + first_line(e.what()));
+    }
+}
+
+GroupStore::GroupStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GroupStore::~GroupStore() = default;
+
+StoreWatchdog::Call GroupStore::watch() {
+    return impl_->watchdog->call();
+}
+
+Result<void> GroupStore::set(const std::string & key, const std::string & value) {
+    const auto watch = impl_->watchdog->call();
+    try {
+        impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+        return {};
+    } catch (const std::exception & e) {
+        return internal_error("data-parallel store: " + first_line(e.what()));
+    }
+}
+
+Result<std::optional<std::string>> GroupStore::get(const std::string & key) {
+    const auto watch = impl_->watchdog->call();
+    try {
+        if (!impl_->store->check({key})) {
+            return std::optional<std::string>();
+        }
+        const auto bytes = impl_->store->get(key);
+        return std::optional<std::string>(std::string(bytes.begin(), bytes.end()));
+    } catch (const std::exception & e) {
+        return internal_error("data-parallel store: " + first_line(e.what()));
+    }
+}
+
+Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::join(GroupStore & store, const GroupOptions & options) {
+    if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+        return invalid_argument("--rank must be in [0, --world-size)");
+    }
+    auto state = std::make_unique<State>();
+    state->options = options;
+    const auto command_timeout = options.keepalive.count() > 0
+                                     ? std::chrono::milliseconds(3 * options.keepalive)
+                                     : std::chrono::duration_cast<std::chrono::milliseconds>(NO_DEADLINE);
+    try {  // data first: once it formed every rank is there, and cmd (maybe without a deadline) forms at once
+        state->data_group = make_group(store.impl().store, options, "data", options.timeout);
+        state->command_group = make_group(store.impl().store, options, "cmd", command_timeout);
     } catch (const std::exception & e) {
         return internal_error("cannot form the data-parallel group (rank " + std::to_string(options.rank) + " of " +
-                              std::to_string(options.world_size) + ", " + options.init + "): " + e.what());
+                              std::to_string(options.world_size) + ", " + options.prefix +
+                              "): " + first_line(e.what()));
     }
     LOG_INF("dist", "rank %d of %d joined %s (%s)", options.rank, options.world_size, options.init.c_str(),
             options.prefix.c_str());

@@ -71,6 +71,11 @@ void SamplingReplicaEngine::switch_to_offered_group() {
     LOG_INF("dist", "sampling replica %d is back (adapters are sent again as needed)", index_);
 }
 
+int64_t SamplingReplicaEngine::adapters_epoch() {
+    switch_to_offered_group();
+    return epoch_;
+}
+
 Result<std::vector<uint8_t>> SamplingReplicaEngine::call(ReplicaCommand command, std::vector<uint8_t> payload) {
     switch_to_offered_group();
     if (!healthy_) {

@@ -63,7 +63,7 @@ class SamplingReplicaEngine final : public engine::Engine {
     bool sample_cancel(engine::SampleHandle handle) override;
     engine::SampleStats sample_stats() const override;
     Result<std::vector<float>> last_logits(engine::AdapterId id, const std::vector<int64_t> & tokens) override;
-    int64_t adapters_epoch() const override { return epoch_; }
+    int64_t adapters_epoch() override;
 
     // False once a call to the replica failed (it died or timed out) until a restarted replica's group was
     // offered: route new requests elsewhere meanwhile.

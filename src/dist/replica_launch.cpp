@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "dist/local_ranks.h"
 
 namespace tinkerd::dist {
 
@@ -32,17 +33,22 @@ Result<pid_t> spawn_replica(int index, const std::string & init) {
     return spawn_copy_of_self(std::move(args), "--sampling-replicas");
 }
 
-GroupOptions pair_options(const std::string & init, int rank, size_t model_index, double timeout_seconds) {
+}  // namespace
+
+Result<std::unique_ptr<DataParallelGroup>> join_replica_pair(const std::string & init, int rank, size_t model_index,
+                                                             double timeout_seconds) {
     GroupOptions o;
     o.init = init;
     o.rank = rank;
     o.world_size = 2;
     o.prefix = "model" + std::to_string(model_index);
     o.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
-    return o;
+    auto store = GroupStore::open(o);  // the groups keep the store they use alive
+    if (!store.ok()) {
+        return store.error();
+    }
+    return DataParallelGroup::join(**store, o);
 }
-
-}  // namespace
 
 bool parse_replica_flag(const std::string & flag, const std::string & value, ReplicaFlags & flags,
                         std::string & error) {
@@ -90,8 +96,7 @@ Result<std::vector<std::vector<std::unique_ptr<SamplingReplicaEngine>>>> join_sa
     std::vector<std::vector<std::unique_ptr<SamplingReplicaEngine>>> replicas(engines.size());
     for (int r = 1; r <= flags.count; ++r) {
         for (size_t i = 0; i < engines.size(); ++i) {
-            auto pair =
-                DataParallelGroup::join(pair_options(replica_store(g_replica_dir, r, 0), 0, i, timeout_seconds));
+            auto pair = join_replica_pair(replica_store(g_replica_dir, r, 0), 0, i, timeout_seconds);
             if (!pair.ok()) {
                 return internal_error("sampling replica " + std::to_string(r) + ": " + pair.error().message);
             }
@@ -130,7 +135,7 @@ bool restart_replica(size_t r) {
     g_replicas[r] = *pid;
     std::vector<std::unique_ptr<DataParallelGroup>> groups;
     for (size_t i = 0; i < s.engines[r].size(); ++i) {
-        auto pair = DataParallelGroup::join(pair_options(init, 0, i, s.timeout_seconds));
+        auto pair = join_replica_pair(init, 0, i, s.timeout_seconds);
         if (!pair.ok()) {
             LOG_ERR("dist", "sampling replica %d did not come back: %s", index, pair.error().message.c_str());
             kill(*pid, SIGKILL);  // reaped by the next round, which tries again
@@ -223,7 +228,7 @@ int run_replica_process(EngineList & engines, const std::vector<StopCheckFactory
     std::vector<int> codes(engines.size(), 0);
     for (size_t i = 0; i < engines.size(); ++i) {
         loops.emplace_back([&, i] {
-            auto pair = DataParallelGroup::join(pair_options(flags.init, 1, i, timeout_seconds));
+            auto pair = join_replica_pair(flags.init, 1, i, timeout_seconds);
             auto status = pair.ok() ? run_sampling_replica(*engines[i], **pair, stops[i]) : Result<void>(pair.error());
             if (!status.ok()) {
                 LOG_ERR("dist", "sampling replica %d, model %zu: %s", flags.index, i, status.error().message.c_str());

@@ -20,6 +20,10 @@ struct ReplicaFlags {
     bool replica() const { return index > 0; }
 };
 
+// One model's group of a replica and rank 0 (rank 0 or 1), over the FileStore `init`.
+Result<std::unique_ptr<DataParallelGroup>> join_replica_pair(const std::string & init, int rank, size_t model_index,
+                                                             double timeout_seconds);
+
 // Parses one flag if it is a replica one: true when it was (`error` set if its value is bad).
 bool parse_replica_flag(const std::string & flag, const std::string & value, ReplicaFlags & flags, std::string & error);
 

@@ -12,8 +12,10 @@
 #include <gtest/gtest.h>
 
 #include "dist/replica_engine.h"
+#include "dist/replica_launch.h"
 #include "engine/sample_test_helpers.h"
 #include "engine/test_models.h"
+#include "scheduler/adapter_lru.h"
 #include "tokenizer/stop_strings.h"
 
 extern char ** environ;
@@ -36,10 +38,6 @@ std::unique_ptr<engine::Engine> load_engine(const std::string & dir) {
     return std::move(loaded).value();
 }
 
-GroupOptions pair_options(const std::string & init, int rank) {
-    return GroupOptions{init, rank, 2, "model0", std::chrono::milliseconds(60000)};
-}
-
 // "token:N" stops a sequence right after token N: a stop string the replica must rebuild from its text.
 StopCheckFactory token_stops() {
     return [](const std::vector<std::string> & stops) -> Result<tokenizer::StopCheck> {
@@ -56,22 +54,13 @@ StopCheckFactory token_stops() {
 // A replica process of the model in `model_dir` and rank 0's SamplingReplicaEngine for it.
 class Replica {
   public:
-    Replica(const std::string & model_dir, const engine::Engine & base) {
-        const std::string init = "file://" + dir_.file("store");
-        std::vector<std::string> args = {g_self, "--replica", init, model_dir};
-        std::vector<char *> argv;
-        for (auto & a : args) {
-            argv.push_back(a.data());
-        }
-        argv.push_back(nullptr);
-        if (posix_spawn(&pid_, g_self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-            throw std::runtime_error("posix_spawn failed");
-        }
-        auto pair = DataParallelGroup::join(pair_options(init, 0));
-        if (!pair.ok()) {
-            throw std::runtime_error(pair.error().message);
-        }
-        engine_ = std::make_unique<SamplingReplicaEngine>(base, std::move(pair).value(), 1);
+    Replica(const std::string & model_dir, const engine::Engine & base) : model_dir_(model_dir) {
+        engine_ = std::make_unique<SamplingReplicaEngine>(base, start_process(), 1);
+    }
+    // A new replica process (after kill_process) whose group is offered to the same engine.
+    void restart() {
+        engine_->offer_group(start_process());
+        killed_ = false;
     }
     ~Replica() {
         engine_.reset();  // STOP
@@ -89,7 +78,27 @@ class Replica {
     }
 
   private:
+    std::unique_ptr<DataParallelGroup> start_process() {
+        const std::string init = "file://" + dir_.file("store" + std::to_string(++generation_));
+        std::vector<std::string> args = {g_self, "--replica", init, model_dir_};
+        std::vector<char *> argv;
+        for (auto & a : args) {
+            argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        if (posix_spawn(&pid_, g_self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+            throw std::runtime_error("posix_spawn failed");
+        }
+        auto pair = join_replica_pair(init, 0, 0, 60);
+        if (!pair.ok()) {
+            throw std::runtime_error(pair.error().message);
+        }
+        return std::move(pair).value();
+    }
+
     testing::ScopedTempDir dir_{"replica_test"};
+    std::string model_dir_;
+    int generation_ = 0;
     pid_t pid_ = 0;
     bool killed_ = false;
     std::unique_ptr<SamplingReplicaEngine> engine_;
@@ -212,10 +221,32 @@ TEST_F(SamplingReplica, AKilledReplicaFailsItsRequestsAndTurnsUnhealthy) {
     EXPECT_FALSE(replica.engine().sample({full_request(engine::BASE_MODEL, 2)})[0].ok()) << "fails at once now";
 }
 
+TEST_F(SamplingReplica, ARestartedReplicaIsSwitchedToAndGetsItsAdaptersAgain) {
+    const AdapterId trained = testing::trained_adapter(*local_, 3, 24, 0.05);
+    const auto spec = local_->adapter_spec(trained).value();
+    const auto weights = local_->export_adapter(trained, /*with_optimizer=*/false).value();
+    Replica replica(model_.path(), *local_);
+    scheduler::AdapterLru lru(4);
+    auto load = [&]() -> Result<scheduler::AdapterWeights> { return scheduler::AdapterWeights{spec, weights}; };
+    const AdapterId first = lru.acquire(replica.engine(), "sampler-a", load).value();
+    const auto local = testing::sample_one(*local_, full_request(trained, 5));
+    expect_same_output(testing::sample_one(replica.engine(), full_request(first, 5)), local);
+    replica.kill_process();
+    EXPECT_FALSE(replica.engine().sample({full_request(first, 5)})[0].ok());
+    EXPECT_FALSE(replica.engine().healthy());
+    const int64_t epoch = replica.engine().adapters_epoch();
+    replica.restart();
+    EXPECT_TRUE(replica.engine().healthy()) << "an offered group makes the replica usable again";
+    const AdapterId again = lru.acquire(replica.engine(), "sampler-a", load).value();  // switches, imports anew
+    EXPECT_NE(replica.engine().adapters_epoch(), epoch);
+    EXPECT_EQ(replica.engine().sync_stats().adapters, 2) << "the LRU dropped the lost adapter and sent it again";
+    expect_same_output(testing::sample_one(replica.engine(), full_request(again, 5)), local);
+}
+
 int replica_main(char ** argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     auto local = load_engine(argv[3]);
-    auto pair = DataParallelGroup::join(pair_options(argv[2], 1));
+    auto pair = join_replica_pair(argv[2], 1, 0, 60);
     if (!pair.ok()) {
         std::fprintf(stderr, "replica: %s\n", pair.error().message.c_str());
         return 1;

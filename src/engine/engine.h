@@ -206,8 +206,9 @@ class Engine {
     virtual Result<std::vector<float>> last_logits(AdapterId id, const std::vector<int64_t> & tokens) = 0;
 
     // Changes when every adapter this engine held is gone at once (a sampling replica that was restarted):
-    // whoever caches adapter ids (the sampler LRU) drops them and imports again. Never changes here.
-    virtual int64_t adapters_epoch() const { return 0; }
+    // whoever caches adapter ids (the sampler LRU) drops them and imports again. Engine thread (a replica
+    // switches to its restarted process here first). Never changes here.
+    virtual int64_t adapters_epoch() { return 0; }
 };
 
 // Greedy decoding by repeated full forwards (no KV cache): appends up to n_new tokens, stopping

@@ -33,10 +33,11 @@ Result<engine::AdapterId> AdapterLru::acquire(engine::Engine & engine, const std
     return *adapter;
 }
 
-void AdapterLru::check_epoch(const engine::Engine & engine) {
-    if (engine.adapters_epoch() != epoch_) {
+void AdapterLru::check_epoch(engine::Engine & engine) {
+    const int64_t epoch = engine.adapters_epoch();
+    if (epoch != epoch_) {
         entries_.clear();  // their ids mean nothing to the engine any more
-        epoch_ = engine.adapters_epoch();
+        epoch_ = epoch;
     }
 }
 

@@ -45,7 +45,7 @@ class AdapterLru {
 
   private:
     // Forgets every entry when the engine lost its adapters (Engine::adapters_epoch changed).
-    void check_epoch(const engine::Engine & engine);
+    void check_epoch(engine::Engine & engine);
 
     size_t capacity_;
     std::list<std::pair<std::string, engine::AdapterId>> entries_;  // most recent first

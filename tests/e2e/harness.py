@@ -141,8 +141,14 @@ class Server:
 
     def child_pids(self):
         """The server's child processes (the followers `--dp` started)."""
-        with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
-            return [int(p) for p in f.read().split()]
+        pids = []  # every thread's: --dp restarts a follower from its supervisor thread
+        for task in sorted(os.listdir("/proc/%d/task" % self.proc.pid)):
+            try:
+                with open("/proc/%d/task/%s/children" % (self.proc.pid, task)) as f:
+                    pids += [int(p) for p in f.read().split()]
+            except OSError:
+                pass  # a thread that ended meanwhile
+        return pids
 
     def tail(self, lines=60):
         try:
