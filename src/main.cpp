@@ -23,6 +23,7 @@
 #include "store/database.h"
 #include "tokenizer/stop_strings.h"
 #include "tokenizer/tokenizer.h"
+#include "usage.h"
 #include "wire/forward_backward_codec.h"
 
 namespace {
@@ -55,82 +56,6 @@ struct Flags {
     tinkerd::dist::DistFlags dist;
     tinkerd::dist::ReplicaFlags replicas;
 };
-
-const char * USAGE =
-    "usage: tinkerd [--model NAME=DIR | --model NAME=FILE.gguf | --model ORG/NAME ...]\n"
-    "               [--host H] [--port P] [--data-dir D] [--database postgresql://...]\n"
-    "               [--api-keys FILE] [--dtype auto|bf16|fp32] [--device cpu|cuda[:N]] [--threads N]\n"
-    "               [--io-threads N]\n"
-    "               [--session-timeout-seconds S] [--poll-timeout-seconds S] [--max-body-bytes N]\n"
-    "               [--kv-cache-mib N] [--max-sampler-adapters N] [--seq-gap-timeout-seconds S]\n"
-    "               [--disk-reserve-mib N]\n"
-    "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
-    "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N] [--max-metric-points N]\n"
-    "               [--dp N | --dist-init tcp://HOST:PORT --rank R --world-size W] [--dist-timeout-seconds S]\n"
-    "               [--dist-keepalive-seconds S] [--sampling-replicas M]\n"
-    "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
-    "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
-    "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
-    "                     in DATA_DIR/builtin-model and served as tinkerd/builtin-tiny.\n"
-    "  --model NAME=FILE.gguf  a GGUF file (llama, qwen2, qwen3; F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K),\n"
-    "                     converted once into DATA_DIR/models/ (weights dequantised, tokenizer and chat\n"
-    "                     template from its metadata); --dtype auto runs a quantised GGUF in bf16\n"
-    "  --host, --port     where to listen (default 127.0.0.1:8000; port 0 picks a free one)\n"
-    "  --data-dir         database, checkpoints and the built-in model (default ~/.local/share/tinkerd)\n"
-    "  --database         postgresql://USER@HOST:PORT/DB (any libpq URI): keep runs, sessions, checkpoint\n"
-    "                     metadata and futures in PostgreSQL, shared by every front end started with it and\n"
-    "                     the same --data-dir (a shared directory); default: the SQLite file DATA_DIR/tinkerd.db\n"
-    "  --api-keys         file with one 'KEY [NAME]' per line, one tenant each; without it any tml-... key\n"
-    "                     is accepted and all belong to one tenant (dev mode)\n"
-    "  --dtype            base-weight precision: auto (the checkpoint's own), bf16 or fp32 (LoRA is fp32)\n"
-    "  --device           where the engine runs: cpu (default), cuda or cuda:N (needs a `make build-cuda`\n"
-    "                     binary and a GPU; otherwise a start-up error says which is missing)\n"
-    "  --threads          compute threads (default: every core); --io-threads HTTP threads (default 2)\n"
-    "  --session-timeout-seconds  a session without heartbeat for this long expires: its models are\n"
-    "                     unloaded, its checkpoints kept (default 120)\n"
-    "  --poll-timeout-seconds     how long retrieve_future holds a poll before try_again (default 25)\n"
-    "  --max-body-bytes   request size limit, larger requests get 413 (default 268435456)\n"
-    "  --kv-cache-mib     sampling KV cache budget per base model; when full, the newest request is\n"
-    "                     preempted and resumes later (default 4096)\n"
-    "  --max-sampler-adapters  sampler checkpoints / snapshots kept loaded per base model, least\n"
-    "                     recently used dropped first (default 8)\n"
-    "  --seq-gap-timeout-seconds  a run whose next seq_id has not arrived for this long while later ones\n"
-    "                     wait (its request was refused unread, or its client died) gives it up and runs\n"
-    "                     the later ops; the missing one then gets 400 if it comes (default 330: longer\n"
-    "                     than the SDK's 300 s of retries)\n"
-    "  --disk-reserve-mib a file of this size in the data dir, deleted when the disk fills so that the\n"
-    "                     database stays writable (deleting checkpoints frees space), re-made later (64)\n"
-    "  --header-timeout-seconds  a connection that sends no complete request header this long after it\n"
-    "                     opens or after its last response is closed (default 10; held polls and\n"
-    "                     streams are not affected)\n"
-    "  --body-timeout-seconds    a request body must arrive within this after its header (default 300)\n"
-    "  --max-connections  open connections at most, kept below the open-file limit; at the cap the\n"
-    "                     connection waiting longest for a request is closed (default 10000)\n"
-    "  --snapshot-ttl-seconds  unnamed sampler snapshots (save_weights_and_get_sampling_client) live on\n"
-    "                     disk in DATA_DIR/snapshots while their session lives and this long after it\n"
-    "                     ends, then are deleted (default 3600)\n"
-    "  --snapshot-disk-mib     disk budget of those snapshots; a new one that does not fit is refused\n"
-    "                     (default 10240)\n"
-    "  --max-metric-points  recorded metric points kept per training run and op (forward_backward,\n"
-    "                     forward, optim_step); beyond it the oldest half is thinned by merging\n"
-    "                     neighbours (docs/console.md; default 2000, at least 4)\n"
-    "  --dp N             data-parallel training on N processes of this machine: this one serves HTTP and\n"
-    "                     samples, N-1 copies it starts run their share of each forward_backward (split by\n"
-    "                     tokens, LoRA gradients all-reduced over Gloo); each gets cores/N threads (default 1)\n"
-    "  --dist-init tcp://HOST:PORT --rank R --world-size W  the same group over several machines: rank 0\n"
-    "                     (HOST is its address) serves HTTP, every other rank runs `tinkerd` with the same\n"
-    "                     --model flags and its own --rank\n"
-    "  --dist-timeout-seconds  limit of each collective; a rank gone or stuck fails the op (default 300),\n"
-    "                     rank 0 trains alone and re-forms the group in the background once every rank\n"
-    "                     is back (--dp restarts an exited rank; over machines, restart it by hand)\n"
-    "  --dist-keepalive-seconds  rank 0 sends a no-op command after S idle seconds; a follower that hears\n"
-    "                     nothing for 3*S checks rank 0 and exits if it is gone (same on every rank;\n"
-    "                     default 30, 0: never)\n"
-    "  --sampling-replicas M  M more processes of this machine that hold each base model for sampling only:\n"
-    "                     sample requests (except those naming a live training run) go to the least busy\n"
-    "                     one, sampler weights are sent to it when it first needs them, rank 0 keeps\n"
-    "                     training meanwhile, and a replica that exits is started again; cores are shared\n"
-    "                     out like --dp's (default 0)\n";
 
 bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
     std::string dist_error;
@@ -492,7 +417,7 @@ int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines 
 int main(int argc, char ** argv) {
     Flags flags;
     if (!parse_flags(argc, argv, flags)) {
-        std::fputs(USAGE, stderr);
+        std::fputs(tinkerd::USAGE, stderr);
         return 2;
     }
     tinkerd::engine::EngineOptions engine_options;
@@ -500,6 +425,7 @@ int main(int argc, char ** argv) {
         flags.threads, tinkerd::dist::local_process_count(flags.dist, flags.replicas));
     engine_options.device = flags.device;
     engine_options.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
+    engine_options.device_slot = tinkerd::dist::local_process_slot(flags.dist, flags.replicas);
     if (!parse_dtype(flags.dtype, engine_options.dtype)) {
         std::fprintf(stderr, "error: --dtype must be auto, bf16 or fp32, got '%s'\n", flags.dtype.c_str());
         return 2;

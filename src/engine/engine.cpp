@@ -26,7 +26,7 @@ static std::optional<torch::ScalarType> requested_dtype(ComputeDType requested) 
 }
 
 // The device the engine runs on, or a start-up error that says why it cannot be used.
-static Result<torch::Device> select_device(const std::string & name) {
+static Result<torch::Device> select_device(const std::string & name, int slot) {
     std::optional<torch::Device> device;
     try {
         device = torch::Device(name);
@@ -50,6 +50,9 @@ static Result<torch::Device> select_device(const std::string & name) {
     if (device->has_index() && device->index() >= count) {
         return invalid_argument("--device " + name + ": only " + std::to_string(count) + " CUDA device(s)");
     }
+    if (!device->has_index()) {  // one GPU per local process (--dp, --sampling-replicas), shared round-robin
+        return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(slot % count));
+    }
     return *device;
 #endif
 }
@@ -58,7 +61,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, cons
     const int threads =
         options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(threads);  // libtorch defaults to 1 here; see docs/benchmarks.md
-    auto device = select_device(options.device);
+    auto device = select_device(options.device, options.device_slot);
     if (!device.ok()) {
         return device.error();
     }

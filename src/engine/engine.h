@@ -26,6 +26,9 @@ struct EngineOptions {
     int n_threads = 0;                          // intra-op threads; 0 = every core
     int64_t kv_cache_bytes = int64_t{4} << 30;  // sampling KV cache budget; when full, the newest request waits
     std::string device = "cpu";                 // torch device string: "cpu", "cuda", "cuda:1" (CUDA builds)
+    // This process's place among those of one machine (--dp ranks, then sampling replicas): with "cuda"
+    // (no index) process s takes GPU s modulo the GPUs there are, so each process has its own device.
+    int device_slot = 0;
 };
 
 // A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;
