@@ -6,7 +6,6 @@
 // restarted: the group re-forms and its results equal one process again. Also the split itself.
 #include <cmath>
 #include <csignal>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,9 +15,8 @@
 #include "dist/distributed_engine.h"
 #include "dist/generations.h"
 #include "dist/shard.h"
+#include "dist/test_processes.h"
 #include "engine/test_models.h"
-
-extern char ** environ;
 
 namespace tinkerd::dist {
 namespace {
@@ -26,8 +24,6 @@ namespace {
 using engine::AdapterId;
 using engine::ForwardBackwardInput;
 using engine::HostTensor;
-
-std::string g_self;  // this binary
 
 std::unique_ptr<engine::Engine> load_engine(const std::string & dir) {
     engine::EngineOptions options;
@@ -134,18 +130,7 @@ class Group {
     }
     pid_t spawn_follower(int rank) {
         const GroupOptions o = group_options(rank);
-        std::vector<std::string> args = {g_self, "--follower",           std::to_string(rank),
-                                         o.init, std::to_string(world_), model_dir_};
-        std::vector<char *> argv;
-        for (auto & a : args) {
-            argv.push_back(a.data());
-        }
-        argv.push_back(nullptr);
-        pid_t pid = 0;
-        if (posix_spawn(&pid, g_self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-            throw std::runtime_error("posix_spawn failed");
-        }
-        return pid;
+        return testing::spawn_self({"--follower", std::to_string(rank), o.init, std::to_string(world_), model_dir_});
     }
 
     testing::ScopedTempDir dir_{"dist_test"};
@@ -411,12 +396,7 @@ int follower_main(char ** argv) {
 }  // namespace tinkerd::dist
 
 int main(int argc, char ** argv) {
-    tinkerd::dist::g_self = "/proc/self/exe";
-    char path[4096];
-    const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-    if (n > 0) {
-        tinkerd::dist::g_self.assign(path, static_cast<size_t>(n));
-    }
+    tinkerd::testing::self_path();  // resolved before any test changes directory
     if (argc == 6 && std::string(argv[1]) == "--follower") {
         return tinkerd::dist::follower_main(argv);
     }

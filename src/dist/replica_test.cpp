@@ -4,7 +4,6 @@
 // replica — refuses training calls, and a killed replica fails its requests and reports itself unhealthy.
 #include <algorithm>
 #include <csignal>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,19 +12,16 @@
 
 #include "dist/replica_engine.h"
 #include "dist/replica_launch.h"
+#include "dist/test_processes.h"
 #include "engine/sample_test_helpers.h"
 #include "engine/test_models.h"
 #include "scheduler/adapter_lru.h"
 #include "tokenizer/stop_strings.h"
 
-extern char ** environ;
-
 namespace tinkerd::dist {
 namespace {
 
 using engine::AdapterId;
-
-std::string g_self;  // this binary
 
 std::unique_ptr<engine::Engine> load_engine(const std::string & dir) {
     engine::EngineOptions options;
@@ -80,15 +76,7 @@ class Replica {
   private:
     std::unique_ptr<DataParallelGroup> start_process() {
         const std::string init = "file://" + dir_.file("store" + std::to_string(++generation_));
-        std::vector<std::string> args = {g_self, "--replica", init, model_dir_};
-        std::vector<char *> argv;
-        for (auto & a : args) {
-            argv.push_back(a.data());
-        }
-        argv.push_back(nullptr);
-        if (posix_spawn(&pid_, g_self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-            throw std::runtime_error("posix_spawn failed");
-        }
+        pid_ = testing::spawn_self({"--replica", init, model_dir_});
         auto pair = join_replica_pair(init, 0, 0, 60);
         if (!pair.ok()) {
             throw std::runtime_error(pair.error().message);
@@ -262,12 +250,7 @@ int replica_main(char ** argv) {
 }  // namespace tinkerd::dist
 
 int main(int argc, char ** argv) {
-    tinkerd::dist::g_self = "/proc/self/exe";
-    char path[4096];
-    const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-    if (n > 0) {
-        tinkerd::dist::g_self.assign(path, static_cast<size_t>(n));
-    }
+    tinkerd::testing::self_path();  // resolved before any test changes directory
     if (argc == 4 && std::string(argv[1]) == "--replica") {
         return tinkerd::dist::replica_main(argv);
     }
