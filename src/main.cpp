@@ -361,7 +361,8 @@ int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines 
         served.push_back({name, engines[i].get(), tokenizers[i].get(), std::move(chat), {}});
         for (size_t r = 0; i < replicas.size() && r < replicas[i].size(); ++r) {
             auto * replica = replicas[i][r].get();
-            served.back().sampling_replicas.push_back({replica, [replica] { return replica->healthy(); }});
+            served.back().sampling_replicas.push_back(
+                {replica, [replica] { return replica->healthy(); }, [replica] { return replica->failures(); }});
         }
     }
     tinkerd::api::AppOptions app_options;

@@ -158,6 +158,7 @@ void App::add_models(std::vector<ServedModelSpec> models) {
             replica->worker = std::make_unique<scheduler::EngineWorker>(
                 *spec.sampling_replicas[r].engine, spec.name + "/replica" + std::to_string(r + 1), worker_options);
             replica->healthy = spec.sampling_replicas[r].healthy;
+            replica->failures = spec.sampling_replicas[r].failures;
             served->replicas.push_back(std::move(replica));
         }
         registry_->add_model(std::move(served));

@@ -42,6 +42,7 @@ struct ServedModelSpec {
     struct Replica {
         engine::Engine * engine = nullptr;
         std::function<bool()> healthy;
+        std::function<int64_t()> failures;  // calls that failed to reach it since start
     };
     std::vector<Replica> sampling_replicas;
 };

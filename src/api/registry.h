@@ -34,6 +34,7 @@ struct ServedModel {
     struct SamplingReplica {
         std::unique_ptr<scheduler::EngineWorker> worker;
         std::function<bool()> healthy;
+        std::function<int64_t()> failures;
         std::atomic<int64_t> in_flight{0};
     };
     std::vector<std::unique_ptr<SamplingReplica>> replicas;

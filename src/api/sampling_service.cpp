@@ -90,15 +90,20 @@ void SamplingService::submit_to_replica(ServedModel & model, ServedModel::Sampli
         output_.push_done(sink, std::move(output));
     };
     auto streamed = std::make_shared<std::atomic<bool>>(false);
+    // A failure of this job with more transport failures than at its submission: the replica failed it
+    // (its health may already be back: a restarted process is switched to while the job is failed).
+    const int64_t failures_before = replica.failures ? replica.failures() : 0;
     if (job.on_tokens) {
         job.on_tokens = [streamed, forward = job.on_tokens](std::vector<GeneratedToken> tokens) {
             streamed->store(true);
             forward(std::move(tokens));
         };
     }
-    job.on_done = [this, &model, &replica, fallback, streamed, sink](Result<engine::SampleOutput> output) {
+    job.on_done = [this, &model, &replica, fallback, streamed, sink,
+                   failures_before](Result<engine::SampleOutput> output) {
         --replica.in_flight;
-        if (!output.ok() && replica.healthy && !replica.healthy() && !streamed->load()) {
+        const bool replica_failed = replica.failures && replica.failures() > failures_before;
+        if (!output.ok() && replica_failed && !streamed->load()) {
             LOG_WRN("api", "%s: a sampling replica failed; its request runs on rank 0", model.name.c_str());
             model.worker->submit_sample(std::move(*fallback));
             return;

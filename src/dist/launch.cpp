@@ -107,11 +107,23 @@ void reap_local_followers() {
     }
 }
 
+namespace {
+cpu_set_t g_unpinned;  // the cores this process could use before pin_to_slot
+bool g_pinned = false;
+}  // namespace
+
+void restore_unpinned_affinity() {
+    if (g_pinned) {
+        sched_setaffinity(0, sizeof g_unpinned, &g_unpinned);
+    }
+}
+
 void pin_to_slot(int slot, int slots) {
     cpu_set_t allowed;
     if (slots <= 1 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
         return;
     }
+    g_unpinned = allowed;
     std::vector<int> cores;
     for (int c = 0; c < CPU_SETSIZE; ++c) {
         if (CPU_ISSET(c, &allowed)) {
@@ -129,6 +141,7 @@ void pin_to_slot(int slot, int slots) {
         CPU_SET(cores[k], &mine);
     }
     if (sched_setaffinity(0, sizeof mine, &mine) == 0) {
+        g_pinned = true;
         LOG_INF("dist", "process %d of %d on this machine pinned to %zu core(s) from core %d", slot, slots, share,
                 cores[first]);
     }

@@ -41,6 +41,8 @@ void reap_local_followers();
 // taking the s-th share (--dp ranks first, then sampling replicas); nothing with fewer cores than slots
 // or a single slot.
 void pin_to_slot(int slot, int slots);
+// In a forked child before exec: the cores the process had before pin_to_slot (async-signal-safe).
+void restore_unpinned_affinity();
 
 // Compute threads of each process: --threads if given, else this machine's cores / the processes that
 // share them (--dp ranks and sampling replicas; at least 1); 0 (every core) for a lone process.

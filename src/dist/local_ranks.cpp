@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "dist/launch.h"
 
 namespace tinkerd::dist {
 
@@ -54,6 +55,8 @@ pid_t spawn(const std::vector<std::string> & argv) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, nullptr);
+        restore_unpinned_affinity();  // a child of a pinned thread must pick its own share
+        close_range(3, ~0U, 0);       // Gloo's sockets have no CLOEXEC: a child must not keep peers' links open
         execv("/proc/self/exe", cargs.data());
         _exit(127);
     }

@@ -51,10 +51,10 @@ void SamplingReplicaEngine::offer_group(std::unique_ptr<DataParallelGroup> pair)
     has_offer_ = true;
 }
 
-// Engine thread. Requests still live on a working old group keep it until they end (the old process is
-// gone, so their next step fails, which makes the switch possible).
+// Engine thread. Only once no request of the old process is live: until the scheduler has failed and
+// cancelled them (calls answer "gone" meanwhile), their handles could collide with the new process's.
 void SamplingReplicaEngine::switch_to_offered_group() {
-    if (!has_offer_ || (healthy_ && !live_.empty())) {
+    if (!has_offer_ || !live_.empty()) {
         return;
     }
     std::lock_guard lock(offer_mu_);
@@ -85,14 +85,26 @@ Result<std::vector<uint8_t>> SamplingReplicaEngine::call(ReplicaCommand command,
     auto answers = sent.ok() ? pair_->gather_to_root({}) : Result<std::vector<std::vector<uint8_t>>>(sent.error());
     if (!answers.ok() || answers->size() != 2) {
         healthy_ = false;
+        ++failures_;
         LOG_ERR("dist", "sampling replica %d failed; its requests fail, new ones sample on rank 0", index_);
         return internal_error("sampling replica " + std::to_string(index_) +
                               " failed: " + (answers.ok() ? "no answer" : answers.error().message));
     }
     std::vector<uint8_t> answer = std::move((*answers)[1]);
     ByteReader r(answer);
-    if (r.i64() == 0) {
-        return r.error();
+    const int64_t ok = r.i64();
+    if (ok == 0) {
+        Error error = r.error();
+        if (r.ok() && static_cast<int64_t>(error.kind) >= 0 &&
+            static_cast<int64_t>(error.kind) <= static_cast<int64_t>(ErrorKind::INTERNAL)) {
+            return error;
+        }
+    }
+    if (!r.ok() || (ok != 0 && ok != 1)) {
+        return internal_error("sampling replica " + std::to_string(index_) + ": malformed answer");
+    }
+    if (ok == 0) {
+        return internal_error("sampling replica " + std::to_string(index_) + ": malformed error");
     }
     answer.erase(answer.begin(), answer.begin() + sizeof(int64_t));
     return answer;

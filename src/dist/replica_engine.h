@@ -72,6 +72,8 @@ class SamplingReplicaEngine final : public engine::Engine {
     // call once nothing runs on the old one; the old adapters are gone (adapters_epoch changes).
     void offer_group(std::unique_ptr<DataParallelGroup> pair);
     int index() const { return index_; }
+    // Calls that failed to reach the replica since start (a request failed by one of them re-runs elsewhere).
+    int64_t failures() const { return failures_.load(); }
     ReplicaSyncStats sync_stats() const;
 
   private:
@@ -84,6 +86,7 @@ class SamplingReplicaEngine final : public engine::Engine {
     std::unique_ptr<DataParallelGroup> pair_;
     const int index_;
     std::atomic<bool> healthy_{true};
+    std::atomic<int64_t> failures_{0};
     int64_t epoch_ = 0;                                    // adapters_epoch: one more per switch of group
     std::map<engine::AdapterId, engine::LoraSpec> specs_;  // adapters the replica holds (its ids)
     std::set<engine::SampleHandle> live_;                  // submitted, not finished or cancelled yet

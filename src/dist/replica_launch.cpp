@@ -153,7 +153,10 @@ bool restart_replica(size_t r) {
 
 void supervise() {
     Supervisor & s = g_supervisor;
-    std::vector<std::chrono::steady_clock::time_point> next_try(g_replicas.size());
+    using Clock = std::chrono::steady_clock;
+    std::vector<Clock::time_point> next_try(g_replicas.size());
+    std::vector<Clock::time_point> started(g_replicas.size(), Clock::now());
+    std::vector<std::chrono::seconds> pause(g_replicas.size(), std::chrono::seconds(1));
     std::unique_lock lock(s.mu);
     while (!s.stopping) {
         s.wake.wait_for(lock, std::chrono::milliseconds(500));
@@ -165,11 +168,16 @@ void supervise() {
                         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
                 g_replicas[r] = 0;
             }
-            if (g_replicas[r] == 0 && std::chrono::steady_clock::now() >= next_try[r]) {
+            if (g_replicas[r] == 0 && Clock::now() >= next_try[r]) {
+                // One that keeps dying within a minute of its start waits longer each time (1 s .. 64 s).
+                pause[r] = Clock::now() - started[r] < std::chrono::minutes(1)
+                               ? std::min(pause[r] * 2, std::chrono::seconds(64))
+                               : std::chrono::seconds(1);
                 lock.unlock();
                 const bool restarted = restart_replica(r);
                 lock.lock();
-                next_try[r] = std::chrono::steady_clock::now() + std::chrono::seconds(restarted ? 0 : 10);
+                started[r] = Clock::now();
+                next_try[r] = Clock::now() + (restarted ? pause[r] : std::chrono::seconds(10));
             }
         }
     }
@@ -225,14 +233,14 @@ void reap_sampling_replicas() {
 int run_replica_process(EngineList & engines, const std::vector<StopCheckFactory> & stops, const ReplicaFlags & flags,
                         double timeout_seconds) {
     std::vector<std::thread> loops;
-    std::vector<int> codes(engines.size(), 0);
     for (size_t i = 0; i < engines.size(); ++i) {
         loops.emplace_back([&, i] {
             auto pair = join_replica_pair(flags.init, 1, i, timeout_seconds);
             auto status = pair.ok() ? run_sampling_replica(*engines[i], **pair, stops[i]) : Result<void>(pair.error());
-            if (!status.ok()) {
-                LOG_ERR("dist", "sampling replica %d, model %zu: %s", flags.index, i, status.error().message.c_str());
-                codes[i] = 1;
+            if (!status.ok()) {  // the whole process goes, so that rank 0's supervisor starts it again
+                LOG_ERR("dist", "sampling replica %d, model %zu: %s; exiting", flags.index, i,
+                        status.error().message.c_str());
+                std::_Exit(1);
             }
         });
     }
@@ -240,7 +248,7 @@ int run_replica_process(EngineList & engines, const std::vector<StopCheckFactory
         t.join();
     }
     LOG_INF("dist", "sampling replica %d: done", flags.index);
-    return *std::max_element(codes.begin(), codes.end());
+    return 0;
 }
 
 int local_process_count(const DistFlags & dist, const ReplicaFlags & replicas) {
