@@ -267,9 +267,10 @@ class PgConnection final : public SqlConnection {
         // outage: a front end that beat in the ten minutes before the restart counts as alive until two
         // grace periods after it, time to reconnect and beat again, so that none fails another's futures.
         const std::string start = "EXTRACT(EPOCH FROM pg_postmaster_start_time())::double precision";
-        return std::string(LOCK_HOLDERS_SQL) + " UNION SELECT owner FROM front_ends WHERE heartbeat_at >= " +
-               SERVER_NOW + " - " + std::to_string(grace_seconds_) + " OR (" + start + " >= " + SERVER_NOW +
-               " - " + std::to_string(2 * grace_seconds_) + " AND heartbeat_at >= " + start + " - 600)";
+        return std::string(LOCK_HOLDERS_SQL) +
+               " UNION SELECT owner FROM front_ends WHERE heartbeat_at >= " + SERVER_NOW + " - " +
+               std::to_string(grace_seconds_) + " OR (" + start + " >= " + SERVER_NOW + " - " +
+               std::to_string(2 * grace_seconds_) + " AND heartbeat_at >= " + start + " - 600)";
     }
     Result<void> join_front_ends() override;
     Result<void> heartbeat() override;
