@@ -374,7 +374,11 @@ void PgConnection::leave() {
 }  // namespace
 
 Result<std::unique_ptr<SqlConnection>> open_postgres(const std::string & uri, double heartbeat_seconds) {
-    PGconn * raw = PQconnectdb(uri.c_str());
+    // A 10 s connect timeout unless the URI sets one (it comes later, so it wins): libpq's default is none,
+    // and a reconnect to an unreachable host would hold the database mutex for minutes of SYN retries.
+    const char * keys[] = {"connect_timeout", "dbname", nullptr};
+    const char * values[] = {"10", uri.c_str(), nullptr};
+    PGconn * raw = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
     std::random_device random;  // an owner id in [1, 2^31): collisions between live front ends are negligible
     const int64_t owner = 1 + static_cast<int64_t>(random() % 0x7ffffffeu);
     // PQfinish on every path
