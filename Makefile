@@ -17,7 +17,7 @@ VENV_STAMP = $(VENV)/.tinkerd-stamp
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build build-cuda cuda-check default-model serve test unit-test reference-test e2e-test asan-test fuzz-build fuzz-test fuzz format format-check tidy bench fixtures clean
+.PHONY: all deps build build-cuda cuda-check default-model serve test unit-test reference-test e2e-test cpu-paths-test asan-test fuzz-build fuzz-test fuzz format format-check tidy bench fixtures clean
 
 all: build
 
@@ -67,6 +67,7 @@ test: deps format-check build fixtures default-model
 	$(MAKE) cuda-check
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -L reference
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L cpu-paths
 	cd $(BUILD) && ctest --output-on-failure -L e2e
 	$(MAKE) asan-test
 	$(MAKE) fuzz-test
@@ -76,6 +77,11 @@ unit-test: build
 
 reference-test: fixtures
 	cd $(BUILD) && ctest --output-on-failure -L reference
+
+# The engine and reference tests again under each capped CPU code path (cmake/CpuPaths.cmake): what an
+# AVX2-only or other-vendor CPU would compute, checked on this one.
+cpu-paths-test: fixtures
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L cpu-paths
 
 # Starts build/tinkerd and drives it over HTTP with the project's own wire-level client (tests/e2e).
 e2e-test: build

