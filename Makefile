@@ -17,7 +17,7 @@ VENV_STAMP = $(VENV)/.tinkerd-stamp
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build build-cuda cuda-check default-model serve test unit-test reference-test e2e-test cpu-paths-test asan-test fuzz-build fuzz-test fuzz format format-check tidy bench fixtures clean
+.PHONY: all deps build build-server build-cuda cuda-check default-model serve test unit-test reference-test e2e-test cpu-paths-test asan-test fuzz-build fuzz-test fuzz format format-check tidy bench fixtures clean
 
 all: build
 
@@ -33,6 +33,10 @@ $(BUILD)/CMakeCache.txt: | $(VENV_STAMP)
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS)
+
+# Only the server binary, what `make serve` runs: none of the test targets (they are about half the build).
+build-server: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS) --target tinkerd
 
 # The CUDA build: the wheel's CUDA libtorch and the installed CUDA toolkit. It compiles and links without
 # a GPU; `--device cuda` then needs one (cuda-check asserts the clear start-up error on machines without).
@@ -51,7 +55,7 @@ MODEL_CACHE ?= $(HOME)/.cache/tinkerd
 default-model:
 	@./scripts/fetch-default-model.sh $(MODEL_CACHE) >/dev/null
 
-serve: deps build default-model
+serve: deps build-server default-model
 	$(BUILD)/tinkerd --model HuggingFaceTB/SmolLM2-135M-Instruct=$(MODEL_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf \
 		--host 127.0.0.1 --port $(PORT) --data-dir $(DATA_DIR)
 

@@ -1,17 +1,24 @@
-// tinkerd entry point: reads flags (design.md §2), loads the served models (or generates the built-in
-// one), opens the data dir, and serves the Tinker API over HTTP until SIGINT/SIGTERM.
+// tinkerd entry point: start-up orchestration. The command line is read by src/cli (command_line.h); then
+// the served models are found (HF cache, GGUF conversion, the built-in model), loaded and checked with one
+// forward pass each, the --dp followers and sampling replicas are started, and the Tinker API is served over
+// HTTP until SIGINT/SIGTERM.
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <pthread.h>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "api/app.h"
+#include "cli/command_line.h"
+#include "cli/usage.h"
 #include "common/log.h"
 #include "dist/launch.h"
 #include "dist/replica_launch.h"
@@ -20,171 +27,32 @@
 #include "http/server.h"
 #include "model/builtin_model.h"
 #include "model/hf_cache.h"
-#include "store/database.h"
 #include "tokenizer/stop_strings.h"
 #include "tokenizer/tokenizer.h"
-#include "usage.h"
 #include "wire/forward_backward_codec.h"
 
 namespace {
 
-struct Flags {
-    std::vector<std::pair<std::string, std::string>> models;  // NAME=DIR
-    std::set<std::string> quantised_gguf;                     // NAMEs loaded from a quantised GGUF
-    std::string host = "127.0.0.1";
-    int port = 8000;
-    std::string data_dir;
-    std::string database;
-    std::string api_keys_file;
-    std::string dtype = "auto";
-    std::string device = "cpu";
-    int threads = 0;
-    int io_threads = 2;
-    double session_timeout_seconds = 120;
-    double poll_timeout_seconds = 25;
-    long long max_body_bytes = 256LL << 20;
-    int header_timeout_seconds = 10;
-    int body_timeout_seconds = 300;
-    long long max_connections = 10000;
-    long long kv_cache_mib = 4096;
-    long long max_sampler_adapters = 8;
-    double seq_gap_timeout_seconds = 330;
-    long long disk_reserve_mib = 64;
-    double snapshot_ttl_seconds = 3600;
-    long long snapshot_disk_mib = 10240;
-    long long max_metric_points = 2000;
-    tinkerd::dist::DistFlags dist;
-    tinkerd::dist::ReplicaFlags replicas;
-};
+using Flags = tinkerd::cli::Options;
+using Quantised = std::set<std::string>;  // names of the models loaded from a quantised GGUF
 
-bool parse_value(const std::string & flag, const std::string & value, Flags & flags) {
-    std::string dist_error;
-    if (tinkerd::dist::parse_dist_flag(flag, value, flags.dist, dist_error) ||
-        tinkerd::dist::parse_replica_flag(flag, value, flags.replicas, dist_error)) {
-        if (!dist_error.empty()) {
-            std::fprintf(stderr, "%s\n", dist_error.c_str());
-        }
-        return dist_error.empty();
-    }
-    if (flag == "--model") {
-        const auto eq = value.find('=');
-        if (eq == 0 || (eq != std::string::npos && eq + 1 == value.size())) {
-            std::fprintf(stderr, "error: --model expects NAME=DIR or ORG/NAME, got '%s'\n", value.c_str());
-            return false;
-        }
-        flags.models.emplace_back(eq == std::string::npos ? value : value.substr(0, eq),
-                                  eq == std::string::npos ? "" : value.substr(eq + 1));
-    } else if (flag == "--host") {
-        flags.host = value;
-    } else if (flag == "--port") {
-        flags.port = std::atoi(value.c_str());
-    } else if (flag == "--data-dir") {
-        flags.data_dir = value;
-    } else if (flag == "--database") {
-        if (!tinkerd::store::is_postgres_uri(value)) {
-            std::fprintf(stderr, "error: --database expects postgresql://USER@HOST:PORT/DB, got '%s'\n", value.c_str());
-            return false;
-        }
-        flags.database = value;
-    } else if (flag == "--api-keys") {
-        flags.api_keys_file = value;
-    } else if (flag == "--dtype") {
-        flags.dtype = value;
-    } else if (flag == "--device") {
-        flags.device = value;
-    } else if (flag == "--threads") {
-        flags.threads = std::atoi(value.c_str());
-    } else if (flag == "--io-threads") {
-        flags.io_threads = std::max(1, std::atoi(value.c_str()));
-    } else if (flag == "--session-timeout-seconds") {
-        flags.session_timeout_seconds = std::atof(value.c_str());
-    } else if (flag == "--poll-timeout-seconds") {
-        flags.poll_timeout_seconds = std::atof(value.c_str());
-    } else if (flag == "--max-body-bytes") {
-        flags.max_body_bytes = std::atoll(value.c_str());
-    } else if (flag == "--kv-cache-mib") {
-        flags.kv_cache_mib = std::atoll(value.c_str());
-    } else if (flag == "--max-sampler-adapters") {
-        flags.max_sampler_adapters = std::atoll(value.c_str());
-    } else if (flag == "--disk-reserve-mib") {
-        flags.disk_reserve_mib = std::atoll(value.c_str());
-    } else if (flag == "--seq-gap-timeout-seconds") {
-        flags.seq_gap_timeout_seconds = std::atof(value.c_str());
-    } else if (flag == "--header-timeout-seconds") {
-        flags.header_timeout_seconds = std::atoi(value.c_str());
-    } else if (flag == "--body-timeout-seconds") {
-        flags.body_timeout_seconds = std::atoi(value.c_str());
-    } else if (flag == "--max-connections") {
-        flags.max_connections = std::atoll(value.c_str());
-    } else if (flag == "--snapshot-ttl-seconds") {
-        flags.snapshot_ttl_seconds = std::atof(value.c_str());
-    } else if (flag == "--snapshot-disk-mib") {
-        flags.snapshot_disk_mib = std::atoll(value.c_str());
-    } else if (flag == "--max-metric-points") {
-        flags.max_metric_points = std::atoll(value.c_str());
-    } else {
-        std::fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
-        return false;
-    }
-    return true;
-}
-
-bool parse_flags(int argc, char ** argv, Flags & flags) {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--help" || arg == "-h") {
-            return false;
-        }
-        if (i + 1 >= argc) {
-            std::fprintf(stderr, "error: %s needs a value\n", arg.c_str());
-            return false;
-        }
-        if (!parse_value(arg, argv[++i], flags)) {
-            return false;
-        }
-    }
-    if (flags.port < 0 || flags.port > 65535 || flags.session_timeout_seconds <= 0 || flags.poll_timeout_seconds <= 0 ||
-        flags.seq_gap_timeout_seconds <= 0 || flags.max_body_bytes < 1024 || flags.kv_cache_mib < 1 ||
-        flags.max_sampler_adapters < 1 || flags.header_timeout_seconds < 1 || flags.body_timeout_seconds < 1 ||
-        flags.max_connections < 1 || flags.snapshot_ttl_seconds < 0 || flags.snapshot_disk_mib < 0 ||
-        flags.disk_reserve_mib < 0 || flags.max_metric_points < 4) {
-        std::fprintf(stderr,
-                     "error: --port must be 0-65535, timeouts > 0, --max-body-bytes >= 1024, "
-                     "--kv-cache-mib, --max-sampler-adapters and --max-connections >= 1, "
-                     "--snapshot-ttl-seconds, --snapshot-disk-mib and --disk-reserve-mib >= 0, "
-                     "--max-metric-points >= 4\n");
-        return false;
-    }
-    auto dist = tinkerd::dist::finish_dist_flags(flags.dist);
-    if (!dist.ok()) {
-        std::fprintf(stderr, "error: %s\n", dist.error().message.c_str());
-        return false;
-    }
-    return true;
-}
-
-bool parse_dtype(const std::string & name, tinkerd::engine::ComputeDType & out) {
+// --dtype's word (the command line accepts only these three) as the engine's enum.
+tinkerd::engine::ComputeDType compute_dtype(const std::string & name) {
     using tinkerd::engine::ComputeDType;
-    if (name == "auto")
-        out = ComputeDType::AUTO;
-    else if (name == "bf16")
-        out = ComputeDType::BF16;
-    else if (name == "fp32")
-        out = ComputeDType::FP32;
-    else
-        return false;
-    return true;
+    return name == "bf16" ? ComputeDType::BF16 : name == "fp32" ? ComputeDType::FP32 : ComputeDType::AUTO;
 }
 
-// Fills in DIR for ORG/NAME models from the HF cache, and the built-in model when none is given.
-bool resolve_model_dirs(Flags & flags) {
+// Fills in DIR for ORG/NAME models from the HF cache, converts GGUF files, and adds the built-in model
+// when none is given; the models that came from a quantised GGUF, or nothing after a logged error.
+std::optional<Quantised> resolve_model_dirs(Flags & flags) {
+    Quantised quantised;
     if (flags.models.empty()) {
         const std::string dir = flags.data_dir + "/builtin-model";
         LOG_INF("main", "no --model given: using the built-in model in %s", dir.c_str());
         auto status = tinkerd::model::ensure_builtin_model(dir);
         if (!status.ok()) {
             LOG_ERR("main", "cannot create the built-in model: %s", status.error().message.c_str());
-            return false;
+            return std::nullopt;
         }
         flags.models.emplace_back(tinkerd::model::BUILTIN_MODEL_NAME, dir);
     }
@@ -194,10 +62,10 @@ bool resolve_model_dirs(Flags & flags) {
             if (!converted.ok()) {
                 LOG_ERR("main", "cannot load %s from %s: %s", name.c_str(), dir.c_str(),
                         converted.error().message.c_str());
-                return false;
+                return std::nullopt;
             }
             if (converted->quantised) {
-                flags.quantised_gguf.insert(name);
+                quantised.insert(name);
             }
             dir = converted->dir;
         }
@@ -207,11 +75,11 @@ bool resolve_model_dirs(Flags & flags) {
         auto snapshot = tinkerd::model::resolve_hf_snapshot(tinkerd::model::hf_hub_cache_dir(), name);
         if (!snapshot.ok()) {
             LOG_ERR("main", "%s", snapshot.error().message.c_str());
-            return false;
+            return std::nullopt;
         }
         dir = *snapshot;
     }
-    return true;
+    return quantised;
 }
 
 using EngineList = std::vector<std::unique_ptr<tinkerd::engine::Engine>>;
@@ -247,32 +115,87 @@ double safetensors_bytes(const std::string & dir) {
     return total;
 }
 
-bool load_engines(const Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
+// The start-up check of one loaded model: one forward pass of one token (id 0) through the base model on the
+// chosen device, read back to the host, must give `vocab` finite logits. Loading maps the weights and
+// checks their names and shapes but runs nothing; this runs every kernel the model's forward needs on this
+// device and dtype, so that a model that cannot run here (a CUDA binary without kernels for this GPU, a
+// dtype the device lacks, too little device memory, an architecture variant whose forward fails, damaged
+// weights giving NaN) stops the start naming the model, instead of failing every client's first request
+// after "listening" — or, in a --dp follower or a sampling replica, instead of a restart loop. It costs
+// one token's forward pass, small next to the load.
+bool check_model_runs(const std::string & name, tinkerd::engine::Engine & engine, const Flags & flags) {
+    const std::string device = flags.device;
+    const std::string hint = device == "cpu"
+                                 ? "the model loaded but cannot run: its files may be damaged, or it uses a variant "
+                                   "of its architecture tinkerd does not support (--dtype fp32 rules out bf16)"
+                                 : "the model loaded but cannot run on " + device +
+                                       ": try --device cpu to tell a device problem from a model problem";
+    LOG_INF("main", "start-up check of %s: one token's forward pass on %s must give finite logits", name.c_str(),
+            device.c_str());
+    const auto started = std::chrono::steady_clock::now();
+    std::string failure;
+    try {
+        auto logits = engine.last_logits(tinkerd::engine::BASE_MODEL, {0});
+        const auto vocab = static_cast<size_t>(engine.config().vocab_size);
+        if (!logits.ok()) {
+            failure = "failed: " + logits.error().message;
+        } else if (logits->size() != vocab) {
+            failure = "gave " + std::to_string(logits->size()) + " logits for a vocabulary of " + std::to_string(vocab);
+        } else if (!std::all_of(logits->begin(), logits->end(), [](float x) { return std::isfinite(x); })) {
+            failure = "gave NaN or infinite logits";
+        }
+    } catch (const std::exception & e) {
+        failure = std::string("threw: ") + e.what();
+    }
+    if (!failure.empty()) {
+        LOG_ERR("main", "start-up check of %s failed: its forward pass on %s %s; %s", name.c_str(), device.c_str(),
+                failure.c_str(), hint.c_str());
+        return false;
+    }
+    LOG_INF("main", "start-up check of %s passed (%.0f ms)", name.c_str(),
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+    return true;
+}
+
+// Engine::load with a torch exception (a device error while moving weights) turned into a logged error.
+std::unique_ptr<tinkerd::engine::Engine> load_engine(const std::string & name, const std::string & dir,
+                                                     const tinkerd::engine::EngineOptions & options) {
+    try {
+        auto engine = tinkerd::engine::Engine::load(dir, options);
+        if (engine.ok()) {
+            return std::move(engine).value();
+        }
+        LOG_ERR("main", "cannot load %s: %s", name.c_str(), engine.error().message.c_str());
+    } catch (const std::exception & e) {
+        LOG_ERR("main", "cannot load %s: %s", name.c_str(), e.what());
+    }
+    return nullptr;
+}
+
+// Loads and checks every model (in this process: rank 0, a --dp follower or a sampling replica).
+bool load_engines(const Flags & flags, const Quantised & quantised, const tinkerd::engine::EngineOptions & options,
+                  EngineList & engines) {
     for (const auto & [name, dir] : flags.models) {
         LOG_INF("main", "loading model %s from %s ...", name.c_str(), dir.c_str());
         tinkerd::engine::EngineOptions model_options = options;
-        if (flags.quantised_gguf.count(name) && options.dtype == tinkerd::engine::ComputeDType::AUTO) {
+        if (quantised.count(name) && options.dtype == tinkerd::engine::ComputeDType::AUTO) {
             // bf16 rounding is far below a 4- to 8-bit quantisation's error, and bf16 runs twice as fast
             model_options.dtype = tinkerd::engine::ComputeDType::BF16;
         }
         const auto started = std::chrono::steady_clock::now();
-        auto engine = tinkerd::engine::Engine::load(dir, model_options);
-        if (!engine.ok()) {
-            LOG_ERR("main", "cannot load %s: %s", name.c_str(), engine.error().message.c_str());
-            return false;
-        }
-        auto logits = (*engine)->last_logits(tinkerd::engine::BASE_MODEL, {0});
-        if (!logits.ok()) {
-            LOG_ERR("main", "self-check forward of %s failed: %s", name.c_str(), logits.error().message.c_str());
+        auto engine = load_engine(name, dir, model_options);
+        if (!engine) {
             return false;
         }
         LOG_INF("main", "loaded %s (%s, %lld layers, vocab %lld, %s weights; %.1f MiB of safetensors) in %.1f s",
-                name.c_str(), (*engine)->config().architecture.c_str(),
-                static_cast<long long>((*engine)->config().n_layers),
-                static_cast<long long>((*engine)->config().vocab_size), (*engine)->compute_dtype_name().c_str(),
+                name.c_str(), engine->config().architecture.c_str(), static_cast<long long>(engine->config().n_layers),
+                static_cast<long long>(engine->config().vocab_size), engine->compute_dtype_name().c_str(),
                 safetensors_bytes(dir) / 1048576.0,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-        engines.push_back(std::move(engine).value());
+        if (!check_model_runs(name, *engine, flags)) {
+            return false;
+        }
+        engines.push_back(std::move(engine));
     }
     return true;
 }
@@ -283,34 +206,34 @@ void pin_local_process(const Flags & flags) {
                                tinkerd::dist::local_process_count(flags.dist, flags.replicas));
 }
 
+// A process rank 0 started (a --dp follower, a sampling replica): its share of the cores, then its models.
+bool load_helper_models(Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
+    pin_local_process(flags);
+    const auto quantised = resolve_model_dirs(flags);
+    return quantised && load_engines(flags, *quantised, options, engines);
+}
+
 // Rank 0: starts the --dp followers and the sampling replicas (before loading: small forks), loads the
-// engines, wraps them for data parallelism and joins the replicas' groups.
-bool start_processes(int argc, char ** argv, Flags & flags, const tinkerd::engine::EngineOptions & options,
-                     EngineList & engines, ReplicaEngines & replicas) {
-    if (flags.dist.dp > 1) {
-        auto started = tinkerd::dist::start_local_followers(argc, argv, flags.dist);
-        if (!started.ok()) {
-            LOG_ERR("main", "%s", started.error().message.c_str());
-            return false;
-        }
+// engines, wraps them for data parallelism, joins the replicas' groups and lets the supervisor restart them.
+bool start_processes(int argc, char ** argv, Flags & flags, const Quantised & quantised,
+                     const tinkerd::engine::EngineOptions & options, EngineList & engines, ReplicaEngines & replicas) {
+    auto started =
+        flags.dist.dp > 1 ? tinkerd::dist::start_local_followers(argc, argv, flags.dist) : tinkerd::Result<void>();
+    if (started.ok() && flags.replicas.count > 0) {
+        started = tinkerd::dist::start_sampling_replicas(argc, argv, flags.replicas);
     }
-    if (flags.replicas.count > 0) {
-        auto started = tinkerd::dist::start_sampling_replicas(argc, argv, flags.replicas);
-        if (!started.ok()) {
-            LOG_ERR("main", "%s", started.error().message.c_str());
-            return false;
-        }
-    }
-    pin_local_process(flags);  // after the forks: the others take their own slices
-    if (!load_engines(flags, options, engines)) {
+    if (!started.ok()) {
+        LOG_ERR("main", "%s", started.error().message.c_str());
         return false;
     }
-    if (flags.dist.enabled()) {
-        auto wrapped = tinkerd::dist::wrap_engines(engines, flags.dist);
-        if (!wrapped.ok()) {
-            LOG_ERR("main", "%s", wrapped.error().message.c_str());
-            return false;
-        }
+    pin_local_process(flags);  // after the forks: the others take their own slices
+    if (!load_engines(flags, quantised, options, engines)) {
+        return false;
+    }
+    auto wrapped = flags.dist.enabled() ? tinkerd::dist::wrap_engines(engines, flags.dist) : tinkerd::Result<void>();
+    if (!wrapped.ok()) {
+        LOG_ERR("main", "%s", wrapped.error().message.c_str());
+        return false;
     }
     if (flags.replicas.count > 0) {
         auto joined = tinkerd::dist::join_sampling_replicas(engines, flags.replicas, flags.dist.timeout_seconds);
@@ -326,9 +249,8 @@ bool start_processes(int argc, char ** argv, Flags & flags, const tinkerd::engin
 
 // A sampling replica process: its models and tokenizers (stop strings are checked here), then its loops.
 int run_sampling_replica(Flags & flags, const tinkerd::engine::EngineOptions & options) {
-    pin_local_process(flags);
     EngineList engines;
-    if (!resolve_model_dirs(flags) || !load_engines(flags, options, engines)) {
+    if (!load_helper_models(flags, options, engines)) {
         return 1;
     }
     const TokenizerList tokenizers = load_tokenizers(flags);
@@ -345,10 +267,10 @@ int run_sampling_replica(Flags & flags, const tinkerd::engine::EngineOptions & o
     return tinkerd::dist::run_replica_process(engines, stops, flags.replicas, flags.dist.timeout_seconds);
 }
 
-// Opens the data dir, starts the API and the HTTP server, and runs until SIGINT/SIGTERM.
-int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines & replicas, tinkerd::api::Auth auth,
-          sigset_t & signals) {
-    const TokenizerList tokenizers = load_tokenizers(flags);
+// The served models as the api sees them: engine, tokenizer, chat template, sampling replicas.
+std::vector<tinkerd::api::ServedModelSpec> served_models(const Flags & flags, const EngineList & engines,
+                                                         const TokenizerList & tokenizers,
+                                                         const ReplicaEngines & replicas) {
     std::vector<tinkerd::api::ServedModelSpec> served;
     for (size_t i = 0; i < engines.size(); ++i) {
         const auto & [name, dir] = flags.models[i];
@@ -365,34 +287,49 @@ int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines 
                 {replica, [replica] { return replica->healthy(); }, [replica] { return replica->failures(); }});
         }
     }
-    tinkerd::api::AppOptions app_options;
-    app_options.data_dir = flags.data_dir;
-    app_options.database = flags.database;
-    app_options.session_timeout_seconds = flags.session_timeout_seconds;
-    app_options.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
-    app_options.max_cached_sampler_adapters = static_cast<size_t>(flags.max_sampler_adapters);
-    app_options.disk_reserve_bytes = static_cast<uint64_t>(flags.disk_reserve_mib) << 20;
-    app_options.seq_gap_timeout =
-        std::chrono::milliseconds(static_cast<long long>(flags.seq_gap_timeout_seconds * 1000));
-    app_options.snapshot_ttl_seconds = flags.snapshot_ttl_seconds;
-    app_options.snapshot_disk_bytes = static_cast<int64_t>(flags.snapshot_disk_mib) << 20;
-    app_options.max_metric_points = static_cast<int64_t>(flags.max_metric_points);
-    auto app = tinkerd::api::App::create(app_options, std::move(auth), served);
+    return served;
+}
+
+tinkerd::api::AppOptions app_options(const Flags & flags) {
+    tinkerd::api::AppOptions o;
+    o.data_dir = flags.data_dir;
+    o.database = flags.database;
+    o.session_timeout_seconds = flags.session_timeout_seconds;
+    o.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
+    o.max_cached_sampler_adapters = static_cast<size_t>(flags.max_sampler_adapters);
+    o.disk_reserve_bytes = static_cast<uint64_t>(flags.disk_reserve_mib) << 20;
+    o.seq_gap_timeout = std::chrono::milliseconds(static_cast<long long>(flags.seq_gap_timeout_seconds * 1000));
+    o.snapshot_ttl_seconds = flags.snapshot_ttl_seconds;
+    o.snapshot_disk_bytes = static_cast<int64_t>(flags.snapshot_disk_mib) << 20;
+    o.max_metric_points = static_cast<int64_t>(flags.max_metric_points);
+    return o;
+}
+
+tinkerd::http::ServerOptions server_options(const Flags & flags) {
+    tinkerd::http::ServerOptions o;
+    o.host = flags.host;
+    o.port = flags.port;
+    o.io_threads = flags.io_threads;
+    o.max_body_bytes = static_cast<size_t>(flags.max_body_bytes);
+    o.header_timeout_seconds = flags.header_timeout_seconds;
+    o.body_timeout_seconds = flags.body_timeout_seconds;
+    o.max_connections = static_cast<size_t>(flags.max_connections);
+    return o;
+}
+
+// Opens the data dir, starts the API and the HTTP server, and runs until SIGINT/SIGTERM.
+int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines & replicas, tinkerd::api::Auth auth,
+          sigset_t & signals) {
+    const TokenizerList tokenizers = load_tokenizers(flags);
+    auto app = tinkerd::api::App::create(app_options(flags), std::move(auth),
+                                         served_models(flags, engines, tokenizers, replicas));
     if (!app.ok()) {
         LOG_ERR("main", "cannot open data dir %s: %s", flags.data_dir.c_str(), app.error().message.c_str());
         return 1;
     }
     (*app)->start();
-    tinkerd::http::ServerOptions server_options;
-    server_options.host = flags.host;
-    server_options.port = flags.port;
-    server_options.io_threads = flags.io_threads;
-    server_options.max_body_bytes = static_cast<size_t>(flags.max_body_bytes);
-    server_options.header_timeout_seconds = flags.header_timeout_seconds;
-    server_options.body_timeout_seconds = flags.body_timeout_seconds;
-    server_options.max_connections = static_cast<size_t>(flags.max_connections);
     tinkerd::api::App * app_ptr = app->get();
-    tinkerd::http::Server server(server_options,
+    tinkerd::http::Server server(server_options(flags),
                                  [app_ptr](tinkerd::http::Request && request, tinkerd::http::Respond respond) {
                                      app_ptr->handle(std::move(request), std::move(respond));
                                  });
@@ -413,40 +350,19 @@ int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines 
     return 0;
 }
 
-}  // namespace
+tinkerd::engine::EngineOptions engine_options(const Flags & flags) {
+    tinkerd::engine::EngineOptions o;
+    o.n_threads = tinkerd::dist::threads_per_process(flags.threads,
+                                                     tinkerd::dist::local_process_count(flags.dist, flags.replicas));
+    o.device = flags.device;
+    o.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
+    o.device_slot = tinkerd::dist::local_process_slot(flags.dist, flags.replicas);
+    o.dtype = compute_dtype(flags.dtype);
+    return o;
+}
 
-int main(int argc, char ** argv) {
-    Flags flags;
-    if (!parse_flags(argc, argv, flags)) {
-        std::fputs(tinkerd::USAGE, stderr);
-        return 2;
-    }
-    tinkerd::engine::EngineOptions engine_options;
-    engine_options.n_threads = tinkerd::dist::threads_per_process(
-        flags.threads, tinkerd::dist::local_process_count(flags.dist, flags.replicas));
-    engine_options.device = flags.device;
-    engine_options.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
-    engine_options.device_slot = tinkerd::dist::local_process_slot(flags.dist, flags.replicas);
-    if (!parse_dtype(flags.dtype, engine_options.dtype)) {
-        std::fprintf(stderr, "error: --dtype must be auto, bf16 or fp32, got '%s'\n", flags.dtype.c_str());
-        return 2;
-    }
-    if (flags.data_dir.empty()) {
-        const char * home = std::getenv("HOME");
-        flags.data_dir = std::string(home ? home : ".") + "/.local/share/tinkerd";
-    }
-    tinkerd::wire::route_protobuf_logs_to_debug();
-    if (flags.replicas.replica()) {  // a sampling replica started by rank 0: no HTTP, no database
-        return run_sampling_replica(flags, engine_options);
-    }
-    if (flags.dist.follower()) {  // a rank > 0 of a data-parallel group: no HTTP, no database
-        pin_local_process(flags);
-        EngineList engines;
-        if (!resolve_model_dirs(flags) || !load_engines(flags, engine_options, engines)) {
-            return 1;
-        }
-        return tinkerd::dist::run_follower_process(engines, flags.dist);
-    }
+// Rank 0 (the process that serves HTTP): API keys, models, the processes it starts, then serve().
+int run_rank0(int argc, char ** argv, Flags & flags) {
     tinkerd::api::Auth auth;
     if (!flags.api_keys_file.empty()) {
         auto loaded = tinkerd::api::Auth::from_file(flags.api_keys_file);
@@ -463,21 +379,47 @@ int main(int argc, char ** argv) {
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    const auto quantised = resolve_model_dirs(flags);
+    if (!quantised) {
+        return 1;
+    }
     EngineList engines;
-    if (!resolve_model_dirs(flags)) {
-        return 1;
-    }
     ReplicaEngines replicas;
-    if (!start_processes(argc, argv, flags, engine_options, engines, replicas)) {
-        tinkerd::dist::reap_local_followers();  // no-ops without --dp / --sampling-replicas
-        tinkerd::dist::reap_sampling_replicas();
-        return 1;
+    int code = 1;
+    if (start_processes(argc, argv, flags, *quantised, engine_options(flags), engines, replicas)) {
+        code = serve(flags, engines, replicas, std::move(auth), signals);
     }
-    const int code = serve(flags, engines, replicas, std::move(auth), signals);
-    tinkerd::dist::stop_supervising_sampling_replicas();
-    replicas.clear();  // tells the replicas to stop
-    engines.clear();   // tells the followers to stop
+    tinkerd::dist::stop_supervising_sampling_replicas();  // no restarts from here (no-ops without replicas)
+    replicas.clear();                                     // tells the replicas to stop
+    engines.clear();                                      // tells the followers to stop
     tinkerd::dist::reap_local_followers();
     tinkerd::dist::reap_sampling_replicas();
     return code;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    auto parsed = tinkerd::cli::parse_command_line(argc, argv);
+    if (!parsed.ok()) {
+        std::fprintf(stderr, "error: %s\n`tinkerd --help` lists every flag\n", parsed.error().message.c_str());
+        return 2;
+    }
+    Flags & flags = *parsed;
+    if (flags.help) {
+        std::fputs(tinkerd::cli::USAGE, stdout);
+        return 0;
+    }
+    tinkerd::wire::route_protobuf_logs_to_debug();
+    if (flags.replicas.replica()) {  // a sampling replica started by rank 0: no HTTP, no database
+        return run_sampling_replica(flags, engine_options(flags));
+    }
+    if (flags.dist.follower()) {  // a rank > 0 of a data-parallel group: no HTTP, no database
+        EngineList engines;
+        if (!load_helper_models(flags, engine_options(flags), engines)) {
+            return 1;
+        }
+        return tinkerd::dist::run_follower_process(engines, flags.dist);
+    }
+    return run_rank0(argc, argv, flags);
 }

@@ -1,4 +1,4 @@
-// Data-parallel start-up (launch.h): flags, spawning followers, joining groups.
+// Data-parallel start-up (launch.h): spawning and supervising followers, pinning, joining groups.
 #include "dist/launch.h"
 
 #include <cstdlib>
@@ -9,13 +9,23 @@
 #include "common/log.h"
 #include "dist/distributed_engine.h"
 #include "dist/generations.h"
-#include "dist/local_ranks.h"
+#include "process/supervisor.h"
 
 namespace tinkerd::dist {
 
 namespace {
 
 std::string g_store_dir;
+std::unique_ptr<process::ChildSupervisor> g_followers;
+
+// Followers are restarted 0.5 s after they die, the pause doubling up to 32 s while one keeps dying young.
+process::RestartPolicy follower_policy() {
+    process::RestartPolicy policy;
+    policy.poll = std::chrono::milliseconds(250);
+    policy.first_pause = std::chrono::milliseconds(500);
+    policy.max_pause = std::chrono::seconds(32);
+    return policy;
+}
 
 GroupOptions group_options(const DistFlags & flags, size_t model_index) {
     GroupOptions o;
@@ -30,54 +40,6 @@ GroupOptions group_options(const DistFlags & flags, size_t model_index) {
 
 }  // namespace
 
-bool parse_dist_flag(const std::string & flag, const std::string & value, DistFlags & flags, std::string & error) {
-    if (flag == "--dp") {
-        flags.dp = std::atoi(value.c_str());
-    } else if (flag == "--dist-init") {
-        flags.init = value;
-    } else if (flag == "--rank") {
-        flags.rank = std::atoi(value.c_str());
-    } else if (flag == "--world-size") {
-        flags.world_size = std::atoi(value.c_str());
-    } else if (flag == "--dist-timeout-seconds") {
-        flags.timeout_seconds = std::atof(value.c_str());
-    } else if (flag == "--dist-keepalive-seconds") {
-        flags.keepalive_seconds = std::atof(value.c_str());
-    } else {
-        return false;
-    }
-    if (flags.dp < 1 || flags.dp > 256 || flags.world_size < 1 || flags.rank < 0 || !(flags.timeout_seconds > 0) ||
-        !(flags.keepalive_seconds >= 0)) {
-        error =
-            "error: --dp and --world-size must be 1-256, --rank >= 0, --dist-timeout-seconds > 0, "
-            "--dist-keepalive-seconds >= 0";
-    }
-    return true;
-}
-
-Result<void> finish_dist_flags(DistFlags & flags) {
-    if (flags.dp > 1 && flags.rank == 0 && flags.init.empty()) {
-        flags.world_size = flags.dp;  // the store path is made when the followers are started
-        return {};
-    }
-    if (flags.dp > 1 && flags.rank == 0) {
-        return invalid_argument(
-            "--dp starts its own group on this machine; use --dist-init/--rank/--world-size "
-            "for a group over several machines");
-    }
-    if (!flags.init.empty() && flags.init.rfind("tcp://", 0) != 0 && flags.init.rfind("file://", 0) != 0) {
-        return invalid_argument("--dist-init must be tcp://HOST:PORT (or file://PATH on one machine), got '" +
-                                flags.init + "'");
-    }
-    if (flags.world_size > 1 && flags.init.empty()) {
-        return invalid_argument("--world-size > 1 needs --dist-init tcp://HOST:PORT");
-    }
-    if (flags.rank >= std::max(flags.world_size, 1) && flags.rank > 0) {
-        return invalid_argument("--rank must be below --world-size");
-    }
-    return {};
-}
-
 Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags) {
     char dir_template[] = "/tmp/tinkerd-dp-XXXXXX";
     if (!mkdtemp(dir_template)) {
@@ -86,22 +48,33 @@ Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags) {
     g_store_dir = dir_template;
     flags.init = "file://" + g_store_dir + "/store";
     flags.world_size = flags.dp;
-    std::vector<std::vector<std::string>> argv_per_rank;
+    std::vector<process::ChildSpec> ranks;
     for (int r = 1; r < flags.dp; ++r) {
         std::vector<std::string> args(argv, argv + argc);
         for (const std::string & extra : {std::string("--rank"), std::to_string(r), std::string("--dist-init"),
                                           flags.init, std::string("--world-size"), std::to_string(flags.dp)}) {
             args.push_back(extra);
         }
-        argv_per_rank.push_back(std::move(args));
+        // Every generation runs the same command: a restarted rank joins the group's next generation by
+        // itself (generations.h).
+        ranks.push_back({"rank " + std::to_string(r), [args](int) { return args; }, nullptr});
     }
-    TRY_STATUS(start_local_ranks(argv_per_rank));
+    g_followers =
+        std::make_unique<process::ChildSupervisor>("/proc/self/exe", follower_policy(), restore_unpinned_affinity);
+    auto started = g_followers->start(std::move(ranks));
+    if (!started.ok()) {
+        return internal_error("--dp: " + started.error().message);
+    }
+    g_followers->supervise();
     LOG_INF("dist", "--dp %d: started %d follower process(es), store %s", flags.dp, flags.dp - 1, flags.init.c_str());
     return {};
 }
 
 void reap_local_followers() {
-    stop_local_ranks();
+    if (g_followers) {
+        g_followers->reap();
+        g_followers.reset();
+    }
     if (!g_store_dir.empty()) {
         std::system(("rm -rf '" + g_store_dir + "'").c_str());
     }

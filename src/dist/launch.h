@@ -1,7 +1,7 @@
-// Start-up of a data-parallel tinkerd: the flags (--dp, --dist-init, --rank, --world-size,
-// --dist-timeout-seconds, --dist-keepalive-seconds), the follower processes --dp starts from this same
-// binary (local_ranks.h), wrapping rank 0's engines in DistributedEngines, and the followers' main (one
-// loop over the group's generations per served base model, generations.h).
+// Start-up of a data-parallel tinkerd (its flags, DistFlags, are in flags.h and parsed by src/cli): the
+// follower processes --dp starts from this same binary (restarted by a process::ChildSupervisor), wrapping
+// rank 0's engines in DistributedEngines, and the followers' main (one loop over the group's generations
+// per served base model, generations.h).
 #pragma once
 
 #include <memory>
@@ -10,31 +10,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "dist/flags.h"
 #include "engine/engine.h"
 
 namespace tinkerd::dist {
 
-struct DistFlags {
-    int dp = 1;                     // --dp N: N processes on this machine (rank 0 starts the others)
-    std::string init;               // --dist-init file://PATH | tcp://HOST:PORT
-    int rank = 0;                   // --rank R
-    int world_size = 1;             // --world-size W
-    double timeout_seconds = 300;   // --dist-timeout-seconds: limit of every collective
-    double keepalive_seconds = 30;  // --dist-keepalive-seconds: rank 0's no-op command when idle (0: none)
-    bool enabled() const { return world_size > 1; }
-    bool follower() const { return rank > 0; }
-};
-
-// Parses one flag if it is a data-parallel one: true when it was (`error` set if its value is bad).
-bool parse_dist_flag(const std::string & flag, const std::string & value, DistFlags & flags, std::string & error);
-// Checks the combination and fills world_size from --dp; an error names the flag.
-Result<void> finish_dist_flags(DistFlags & flags);
-
 // Rank 0 of --dp N: a fresh FileStore path, then N-1 copies of this binary started with the same
-// arguments plus --rank R --dist-init file://... --world-size N (each dies with this process, and is
-// restarted when it exits before).
+// arguments plus --rank R --dist-init file://... --world-size N (each dies with this process). A follower
+// that dies (a signal or a non-zero exit) is restarted after 0.5 s, doubling up to 32 s while it keeps dying
+// within a minute; exit code 0 (rank 0 told it to stop) is not restarted.
 Result<void> start_local_followers(int argc, char ** argv, DistFlags & flags);
-// Waits (a few seconds at most) for the followers started above to exit, then kills the rest.
+// Stops restarting, waits (5 s at most) for the followers started above to exit, then kills the rest.
 void reap_local_followers();
 
 // Pins this process (and the threads it starts later) to its 1/`slots` of the cores it may use, slot s

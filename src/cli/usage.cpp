@@ -1,8 +1,8 @@
-// tinkerd's usage text (usage.h). Every flag parsed in main.cpp is listed here with its default; README.md's
-// flag table says the same at more length.
-#include "usage.h"
+// tinkerd's usage text (usage.h). Every flag of the table in flags.cpp (but the internal ones) is listed here
+// with its default; README.md's flag table says the same at more length.
+#include "cli/usage.h"
 
-namespace tinkerd {
+namespace tinkerd::cli {
 
 const char * const USAGE =
     "usage: tinkerd [--model NAME=DIR | --model NAME=FILE.gguf | --model ORG/NAME ...]\n"
@@ -15,7 +15,8 @@ const char * const USAGE =
     "               [--header-timeout-seconds S] [--body-timeout-seconds S] [--max-connections N]\n"
     "               [--snapshot-ttl-seconds S] [--snapshot-disk-mib N] [--max-metric-points N]\n"
     "               [--dp N | --dist-init tcp://HOST:PORT --rank R --world-size W] [--dist-timeout-seconds S]\n"
-    "               [--dist-keepalive-seconds S] [--sampling-replicas M]\n"
+    "               [--dist-keepalive-seconds S] [--sampling-replicas M] [-h | --help]\n"
+    "  Every flag takes its value as `--flag VALUE` or `--flag=VALUE`.\n"
     "  --model NAME=DIR   serve the Hugging Face model in DIR as NAME (the clients' base_model); repeatable.\n"
     "  --model ORG/NAME   the same, found offline in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,\n"
     "                     ~/.cache/huggingface/hub). Without --model, a small built-in model is generated\n"
@@ -80,4 +81,4 @@ const char * const USAGE =
     "                     training meanwhile, and a replica that exits is started again; cores are shared\n"
     "                     out like --dp's (default 0)\n";
 
-}  // namespace tinkerd
+}  // namespace tinkerd::cli
