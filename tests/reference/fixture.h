@@ -48,6 +48,8 @@ struct Fixture {
 // Bound on |fp32 logprob - float64 reference| for this fixture's model, derived in fixture.cpp from the float32
 // unit roundoff, the model's longest reduction, its depth and the largest logit; the same on every CPU.
 double fp32_logprob_bound(const Fixture & f);
+// The same bound for the model in model_dir (its config.json) whose logits reach max_abs_logit.
+double fp32_logprob_bound(const std::string & model_dir, double max_abs_logit);
 
 // The fixtures directory: $TINKERD_FIXTURES_DIR, else <build dir>/fixtures.
 std::string fixtures_dir();

@@ -32,6 +32,7 @@ struct HfCase {
     std::vector<std::string> targets;
     std::vector<engine::Datum> datums;  // cross_entropy inputs: target_tokens and weights
     double expected_loss = 0;
+    double max_abs_logit = 0;  // the float64 reference's largest |logit| (base or adapted): the bound's scale
     std::vector<int64_t> probe;
     std::shared_ptr<model::SafetensorsFile> tensors;
 
@@ -79,6 +80,10 @@ inline HfCase load_hf_case(const std::string & name) {
         c.datums.push_back(std::move(datum));
     }
     c.expected_loss = j.at("expected_loss");
+    if (!j.contains("max_abs_logit")) {
+        throw std::runtime_error(c.dir + "/case.json predates max_abs_logit: run `make fixtures` again");
+    }
+    c.max_abs_logit = j.at("max_abs_logit");
     c.probe = j.at("probe").get<std::vector<int64_t>>();
     auto file = model::SafetensorsFile::open(c.dir + "/tensors.safetensors");
     if (!file.ok()) {

@@ -49,17 +49,21 @@ def make_model_case(case, out_dir, shared):
     loss, lps, grads = hm.ce_sum_and_grads(peft64, datums, extra)
     tensors = {f"init/{k}": v.contiguous() for k, v in init.items()}
     tensors.update({f"grad/{k}": v.contiguous() for k, v in grads.items()})
+    max_abs_logit = 0.0  # the logits' scale, for the tests' derived fp32 bound (fixture.cpp)
     with torch.no_grad():
         for d, datum in enumerate(datums):
             tensors[f"logprobs/{d}"] = lps[d]
+            _, adapted_logits = hm.full_logprobs(peft64, datum["tokens"])
             hooks["on"] = False
             with peft64.disable_adapter():
-                lp, _ = hm.full_logprobs(peft64, datum["tokens"])
+                lp, base_logits = hm.full_logprobs(peft64, datum["tokens"])
             hooks["on"] = True
+            max_abs_logit = max(max_abs_logit, float(adapted_logits.abs().max()), float(base_logits.abs().max()))
             tensors[f"base_logprobs/{d}"] = lp.gather(1, torch.tensor(datum["targets"])[:, None])[:, 0].clone()
     save_file(tensors, os.path.join(case_dir, "tensors.safetensors"))
     case_json = {"model_dir": os.path.abspath(model_dir), "model_compat_dir": os.path.abspath(compat_dir),
                  "rank": rank, "alpha": 32, "targets": targets, "datums": datums, "expected_loss": loss,
+                 "max_abs_logit": max_abs_logit,
                  "probe": hm.random_datums(model.config.vocab_size, seed + 3, lengths=(11,))[0]["tokens"],
                  "reference": f"transformers {transformers.__version__}, peft {peft.__version__}, float64"}
     with open(os.path.join(case_dir, "case.json"), "w") as f:
