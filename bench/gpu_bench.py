@@ -88,6 +88,17 @@ def sample_rate(sdk, sampler, prompts, max_tokens, impl):
     return row(impl, "sample", got, time.perf_counter() - t, prompts=len(prompts))
 
 
+def gpu_mib(pid):
+    """The device memory nvidia-smi sees the process hold (MiB), or None (no nvidia-smi, or not on a GPU)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return next((float(m) for p, m in (line.split(",") for line in out.splitlines() if "," in line)
+                 if int(p) == pid), None)
+
+
 def phase_tinkerd(args, wl):
     sys.path.insert(0, E2E)
     import harness
@@ -114,6 +125,7 @@ def phase_tinkerd(args, wl):
         for k in (1, wl["prompts"]):
             sample_rate(sdk, sampler, prompts[:k], 8, impl)  # warm-up (the first: the adapter reaches the sampler)
             print(json.dumps(sample_rate(sdk, sampler, prompts[:k], wl["max_tokens"], impl)), flush=True)
+        print(json.dumps({"phase": "tinkerd", "gpu_mib": gpu_mib(srv.proc.pid)}), flush=True)
     except Exception:
         print("----- %s log tail -----\n%s" % (srv.name, srv.tail(40)), file=sys.stderr)
         raise
@@ -203,9 +215,12 @@ def markdown(rows, errors, wl, tiny, device):
         a, b = got.get("tinkerd"), got.get("transformers+peft")
         fmt = (lambda v: "%.0f" % v if v is not None else "—")
         out.append("| %s | %s | %s | %s |" % (label, fmt(a), fmt(b), "%.2f" % (a / b) if a and b else "—"))
-    peak = [r["peak_gib"] for r in rows if r.get("peak_gib")]
-    if peak:
-        out += ["", "transformers+peft peak memory in training: %.1f GiB." % peak[0]]
+    notes = ["tinkerd's start-up with the model: %.1f s" % r["startup_s"] for r in rows if r.get("startup_s")]
+    notes += ["tinkerd's device memory after sampling (nvidia-smi): %.0f MiB" % r["gpu_mib"]
+              for r in rows if r.get("gpu_mib")]
+    notes += ["transformers+peft peak memory in training: %.1f GiB" % r["peak_gib"] for r in rows if r.get("peak_gib")]
+    if notes:
+        out += [""] + ["- %s." % n for n in notes]
     for phase, error in errors.items():
         out += ["", "**%s failed: %s** (see the bench log)." % (phase, error)]
     return "\n".join(out) + "\n"
@@ -238,13 +253,16 @@ def main():
         if err:
             errors["build"] = err
     if "build" not in errors:
-        for phase, share, path in (("tinkerd", 0.55, args.sdk_path), ("hf", 1.0, None)):
+        for phase, share, path in (("tinkerd", 0.6, args.sdk_path), ("hf", 1.0, None)):
             got, err = run_child(args, phase, left() * share, path)
             rows += got
             if err:
                 errors[phase] = err
     table = markdown(rows, errors, wl, args.tiny, args.device)
     print(table)
+    train = {r["impl"].split(" ")[0]: r["tokens_per_s"] for r in rows if r.get("row") == "train"}
+    print("bench: training tokens/s: %s%s" % (", ".join("%s %.0f" % kv for kv in train.items()) or "none",
+                                             "; failed: " + ", ".join(errors) if errors else ""))
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(table)

@@ -27,8 +27,13 @@ install_wheels() {
       "$wheels"/*.whl && echo "wheels install for Python $GPU_PY_VERSION: $(find "$site-check" -maxdepth 1 -name '*.dist-info' | wc -l) packages"
     return
   fi
-  "$GPU_PYTHON" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --target "$site" \
-    "$wheels"/*.whl
+  if "$GPU_PYTHON" -m pip --version >/dev/null 2>&1; then
+    "$GPU_PYTHON" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --target "$site" \
+      "$wheels"/*.whl
+  else  # no pip there: a wheel without a .data dir (none of these has one) is its unzipped files
+    "$GPU_PYTHON" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
+      "$site" "$wheels"/*.whl
+  fi
 }
 
 # step NAME CAP RESERVE CMD...: runs CMD for at most CAP seconds, and never into the last RESERVE seconds of
@@ -54,7 +59,7 @@ step() {
     *) verdict="FAIL (exit $rc)" ;;
   esac
   local what
-  what=$(grep -E '^(PASS|FAIL) e2e_|^startup:' "$LOGS/$name.log" | tail -1 | cut -c1-160 | tr '|' '/')
+  what=$(grep -E '^(PASS|FAIL) e2e_|^(startup|bench):' "$LOGS/$name.log" | tail -1 | cut -c1-160 | tr '|' '/' || true)
   STEP_ROWS+=("| $name | $verdict | $secs | $what |")
   say "$name: $verdict ($secs s)"
   if [ "$rc" != 0 ]; then tail -n 25 "$LOGS/$name.log" | sed "s/^/    [$name] /" >&2; fi
@@ -63,25 +68,25 @@ step() {
 
 # Start-up: the server serves the built-in model on DEVICE (the probe that once crashed on CUDA tensors).
 startup_check() {
-  local build=$1 device=$2 data log pid rc
-  data=$(mktemp -d) log=$data.log
-  "$build/tinkerd" --device "$device" --port 0 --data-dir "$data" >"$log" 2>&1 &
+  local build=$1 device=$2 data pid rc=1
+  data=$(mktemp -d)
+  "$build/tinkerd" --device "$device" --port 0 --data-dir "$data" >"$data.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 240); do
     if ! kill -0 "$pid" 2>/dev/null; then break; fi
-    if grep -q "listening" "$log"; then
-      cat "$log"
-      kill "$pid"
-      wait "$pid" || true
-      echo "startup: --device $device: $(grep -m1 -o 'loaded.*' "$log" | cut -c1-100); listening"
-      return 0
-    fi
+    if grep -q "listening" "$data.log"; then rc=0 && break; fi
     sleep 0.5
   done
-  cat "$log"
-  wait "$pid" && rc=0 || rc=$?
-  echo "startup: --device $device did not reach 'listening' (exit $rc)"
-  return 1
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  cat "$data.log"
+  if [ "$rc" = 0 ]; then
+    echo "startup: --device $device: $(grep -m1 -o 'loaded.*' "$data.log" | cut -c1-140); listening"
+  else
+    echo "startup: --device $device did not reach 'listening'"
+  fi
+  rm -rf "$data" "$data.log"
+  return "$rc"
 }
 
 report_header() {
@@ -95,8 +100,17 @@ report_header() {
   else
     echo "nvidia-smi: none on this machine"
   fi
-  "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count())'
+  local have built
+  have=$("$py" -c 'import torch; print(torch.__version__)')
+  "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "CUDA",
+                                     torch.version.cuda, "GPUs", torch.cuda.device_count())'
   echo '```'
+  built=$(awk '$1 == "torch" {print $2}' "$work/manifest.txt")
+  if [ "${have%%+*}" != "${built%%+*}" ]; then
+    echo
+    echo "**The binary was built against torch $built, this machine has $have: it will not load. Prepare again with"
+    echo "GPU_TORCH=${have%%+*}.**"
+  fi
 }
 
 write_report() {
@@ -115,6 +129,8 @@ write_report() {
 run_checks() {
   local dry=0
   [ "${1:-}" = --cpu-dry-run ] && dry=1
+  local scenario_cap=150
+  if [ "$dry" = 1 ]; then RUN_BUDGET=${RUN_BUDGET:-1500} scenario_cap=300; else RUN_BUDGET=${RUN_BUDGET:-450}; fi
   DEADLINE=$(($(date +%s) + RUN_BUDGET))
   local out=${OUT:-$REPO/build-gpu-out} work py device site sdk_path="" libpath d
   mkdir -p "$out"
@@ -137,17 +153,25 @@ run_checks() {
   report_header "$dry" "$work" "$py" >"$work/header.md" 2>&1
   cat "$work/header.md" >&2
 
-  step startup 90 300 startup_check "$work/build" "$device"
-  local s reserve=$((RUN_BUDGET / 3))
+  local tiny=()
+  [ "$dry" = 1 ] && tiny=(--tiny)
+  # The benchmark's model (Qwen3-1.7B's shape, ~4 GB of random bf16 weights) is written while the scenarios run.
+  timeout 240 "$py" bench/gpu_bench.py --phase build --build "$work/build" --device "$device" --work "$work/bench" \
+    "${tiny[@]}" >"$LOGS/bench_model.log" 2>&1 &
+  local model_pid=$!
+
+  step startup 90 300 "$REPO/scripts/gpu-check.sh" startup "$work/build" "$device"
+  # Kept for the benchmark: two model loads, 8 timed training calls and 4 timed generations per side.
+  local s reserve=150
   for s in "${E2E_SCENARIOS[@]}"; do
     local expect=()
     [[ $s == sdk_* ]] && expect=(--expect-sdk "$SDK_VERSION")
-    step "e2e_$s" 150 "$reserve" env PYTHONPATH="$sdk_path" PYTHONUNBUFFERED=1 TINKERD_SHARED_DIR="$work/shared" \
-      TINKERD_E2E_SERVER_ARGS="--device $device" "$py" tests/e2e/run.py --build "$work/build" "${expect[@]}" "$s"
+    step "e2e_$s" "$scenario_cap" "$reserve" env PYTHONPATH="$sdk_path" PYTHONUNBUFFERED=1 \
+      TINKERD_SHARED_DIR="$work/shared" TINKERD_E2E_SERVER_ARGS="--device $device" \
+      "$py" tests/e2e/run.py --build "$work/build" "${expect[@]}" "$s"
   done
+  wait "$model_pid" || say "the benchmark model's build failed (bench_model.log); the bench step tries again"
   local bench_left=$((DEADLINE - $(date +%s) - 10))
-  local tiny=()
-  [ "$dry" = 1 ] && tiny=(--tiny)
   step bench 400 10 env PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py --build "$work/build" --device "$device" \
     --work "$work/bench" --sdk-path "$sdk_path" --seconds "$((bench_left - 10))" "${tiny[@]}" \
     --jsonl "$out/gpu-bench.jsonl" --markdown "$work/bench.md"
