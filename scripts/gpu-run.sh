@@ -44,7 +44,7 @@ step() {
   local left=$((DEADLINE - $(date +%s) - reserve))
   local limit=$((cap < left ? cap : left))
   if [ "$limit" -lt 15 ]; then
-    STEP_ROWS+=("| $name | SKIPPED (no time left in the ${RUN_BUDGET} s budget) | |")
+    STEP_ROWS+=("| $name | SKIPPED (no time left in the ${RUN_BUDGET} s budget) | | |")
     say "$name: SKIPPED"
     return 0
   fi
@@ -59,7 +59,8 @@ step() {
     *) verdict="FAIL (exit $rc)" ;;
   esac
   local what
-  what=$(grep -E '^(PASS|FAIL) e2e_|^(startup|bench):' "$LOGS/$name.log" | tail -1 | cut -c1-160 | tr '|' '/' || true)
+  what=$(grep -E '^(PASS|FAIL) e2e_|^(startup|bench):|^  FAIL ' "$LOGS/$name.log" | tail -2 | sort -r | sed 's/^ *//' | tr '\n' ' ' |
+    cut -c1-240 | tr '|' '/' || true)
   STEP_ROWS+=("| $name | $verdict | $secs | $what |")
   say "$name: $verdict ($secs s)"
   if [ "$rc" != 0 ]; then tail -n 25 "$LOGS/$name.log" | sed "s/^/    [$name] /" >&2; fi
