@@ -19,7 +19,7 @@ REPO=$PWD
 GPU_TORCH=${GPU_TORCH:-2.11.0}
 GPU_PY_VERSION=${GPU_PY_VERSION:-3.12}   # the GPU machine's Python (for the SDK's wheels)
 GPU_PYTHON=${GPU_PYTHON:-python3}        # there: /opt/torch/.venv/bin/python3, with torch, transformers, peft
-VENV_GPU=${VENV_GPU:-.venv-gpu}
+VENV_GPU=${VENV_GPU:-.venv-gpu}          # relative to the checkout, or absolute (another checkout's)
 BUILD_GPU=${BUILD_GPU:-build-gpu}
 GPU_PACK=${GPU_PACK:-build-gpu-pack}
 WHEEL_CACHE=${WHEEL_CACHE:-build-gpu-wheels}
@@ -47,7 +47,7 @@ make_venv() {
 
 build_cuda() {
   cmake -S . -B "$BUILD_GPU" -DCMAKE_BUILD_TYPE=Release -DTINKERD_CUDA=ON -DTINKERD_BUILD_TESTS=OFF \
-    -DTINKERD_PYTHON="$REPO/$VENV_GPU/bin/python"
+    -DTINKERD_PYTHON="$(cd "$VENV_GPU" && pwd)/bin/python"
   nice -n 19 cmake --build "$BUILD_GPU" -j"$JOBS" --target tinkerd tinkerd_wire_python
 }
 
@@ -138,7 +138,8 @@ print_call() {
   cat <<EOF
 gpu-check: ready. From this checkout (the one the session started in), call the device tool once:
   run(command="scripts/gpu-check.sh run", carry=["$GPU_PACK"], timeout_s=540)
-then copy the returned gpu-report.md into docs/gpu.md's Results (and call give_back).
+then copy the returned gpu-report.md into docs/gpu.md's Results (and call give_back). The binary is built against
+torch $GPU_TORCH; the report's header says so in bold if the machine's torch differs.
 EOF
 }
 
@@ -162,5 +163,5 @@ case "${1:-}" in
   dry-run)
     GPU_PACK=build-gpu-dry-pack pack "${BUILD:-build}/tinkerd"
     GPU_PACK=build-gpu-dry-pack run_checks --cpu-dry-run ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
