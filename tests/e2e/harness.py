@@ -1,7 +1,10 @@
 # Test harness: starts <build>/tinkerd on a free port with a temporary data dir, waits for healthz,
 # captures its log (printing the tail on failure), stops it (SIGTERM, then SIGKILL) and can kill -9
 # and restart it on the same data dir. Also the scenario context, check helpers and test data.
+# TINKERD_E2E_SERVER_ARGS (e.g. "--device cuda") is appended to every server's flags; TINKERD_SHARED_DIR
+# names the shared test data when it is not beside the checkout (scripts/gpu-check.sh sets both).
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -33,8 +36,8 @@ def free_port():
 
 
 def shared_dir():
-    for d in (os.path.join(wc.source_dir(), "..", "shared"), "/work/shared"):
-        if os.path.isdir(d):
+    for d in (os.environ.get("TINKERD_SHARED_DIR"), os.path.join(wc.source_dir(), "..", "shared"), "/work/shared"):
+        if d and os.path.isdir(d):
             return os.path.abspath(d)
     return None
 
@@ -77,7 +80,7 @@ class Server:
         self._log.write(("\n===== start %d: port %d =====\n" % (self.starts, self.port)).encode())
         self._log.flush()
         cmd = [self.binary, "--host", "127.0.0.1", "--port", str(self.port),
-               "--data-dir", self.data_dir] + self.extra
+               "--data-dir", self.data_dir] + self.extra + shlex.split(os.environ.get("TINKERD_E2E_SERVER_ARGS", ""))
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         self.wait_ready(timeout)
