@@ -392,6 +392,9 @@ int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines 
     server_options.body_timeout_seconds = flags.body_timeout_seconds;
     server_options.max_connections = static_cast<size_t>(flags.max_connections);
     tinkerd::api::App * app_ptr = app->get();
+    server_options.on_refused_body = [app_ptr](const tinkerd::http::Request & request) {
+        return app_ptr->refused_body(request);  // a 413'd training op releases its seq_id
+    };
     tinkerd::http::Server server(server_options,
                                  [app_ptr](tinkerd::http::Request && request, tinkerd::http::Respond respond) {
                                      app_ptr->handle(std::move(request), std::move(respond));

@@ -233,6 +233,14 @@ void App::stop() {
     started_ = false;
 }
 
+std::string App::refused_body(const http::Request & request) {
+    if (request.method != "POST" || !TinkerRoutes::takes_seq_id(request.path)) {
+        return "";
+    }
+    auto tenant = auth_.tenant_of(request_key(request.header("x-api-key"), request.header("authorization")));
+    return tenant ? tinker_->release_refused_body(*tenant, request) : "";
+}
+
 void App::handle(http::Request && request, http::Respond respond) {
     auto match = router_.match(request.method, request.path);
     if (match.target == nullptr) {
