@@ -1,7 +1,7 @@
 // App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
 // service, Tinker and OpenAI routes, the console's page), start and stop in dependency order, and
-// handle(): route match, authentication, JSON body, handler call, log tag; GET /openapi.json from the
-// finished route table.
+// handle(): route match, authentication, JSON body, handler call, log tag; refused_body() for a training op
+// refused unread (413); GET /openapi.json from the finished route table.
 #include "api/app.h"
 
 #include <algorithm>
