@@ -329,7 +329,11 @@ int serve(const Flags & flags, const EngineList & engines, const ReplicaEngines 
     }
     (*app)->start();
     tinkerd::api::App * app_ptr = app->get();
-    tinkerd::http::Server server(server_options(flags),
+    tinkerd::http::ServerOptions http_options = server_options(flags);
+    http_options.on_refused_body = [app_ptr](const tinkerd::http::Request & request) {
+        return app_ptr->refused_body(request);  // a 413'd training op releases its seq_id
+    };
+    tinkerd::http::Server server(http_options,
                                  [app_ptr](tinkerd::http::Request && request, tinkerd::http::Respond respond) {
                                      app_ptr->handle(std::move(request), std::move(respond));
                                  });

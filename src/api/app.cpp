@@ -1,7 +1,7 @@
 // App set-up and dispatch: the data dir and the database, wiring the parts (registry, workers, sampling
 // service, Tinker and OpenAI routes, the console's page), start and stop in dependency order, and
-// handle(): route match, authentication, JSON body, handler call, log tag; GET /openapi.json from the
-// finished route table.
+// handle(): route match, authentication, JSON body, handler call, log tag; refused_body() for a training op
+// refused unread (413); GET /openapi.json from the finished route table.
 #include "api/app.h"
 
 #include <algorithm>
@@ -231,6 +231,14 @@ void App::stop() {
     output_stage_->stop();            // after the workers: every event they emitted is answered
     tinker_->stop_snapshot_writer();  // after the workers: the snapshots they queued are written first
     started_ = false;
+}
+
+std::string App::refused_body(const http::Request & request) {
+    if (request.method != "POST" || !TinkerRoutes::takes_seq_id(request.path)) {
+        return "";
+    }
+    auto tenant = auth_.tenant_of(request_key(request.header("x-api-key"), request.header("authorization")));
+    return tenant ? tinker_->release_refused_body(*tenant, request) : "";
 }
 
 void App::handle(http::Request && request, http::Respond respond) {

@@ -37,6 +37,11 @@ class App {
 
     // The http::Handler of the server.
     void handle(http::Request && request, http::Respond respond);
+    // The server's ServerOptions::on_refused_body: a request refused with 413 before its body was read
+    // (`request.body` holds the body's first bytes). A run's training op whose first bytes name its run
+    // and seq_id has that seq_id released, so the run's later operations do not wait for it; the returned
+    // note (for the 413's detail) says so. "" otherwise.
+    std::string refused_body(const http::Request & request);
 
     // Introspection for logs and tests.
     size_t waiting_polls() const { return futures_->waiting_polls(); }

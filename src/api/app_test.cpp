@@ -111,6 +111,40 @@ TEST_F(AppTest, AHoleInTheOrderIsGivenUpAndTheLateOpRefused) {
     expect_400("forward_backward", fb(model, 1).dump(), "given up");
 }
 
+// A training op refused unread (413) whose first bytes name its run and seq_id: that seq_id is released at
+// once (not after --seq-gap-timeout-seconds), the 413's note says so, the op behind it runs, and the
+// released seq_id arriving later is a 400. Another tenant's refused body releases nothing.
+TEST_F(AppTest, ATrainingOpRefusedUnreadReleasesTheSeqIdItsFirstBytesName) {
+    options_.seq_gap_timeout = 60s;  // only a release can unblock the run within this test
+    start_app();
+    const std::string model = new_run();
+    auto refused = [&](const std::string & key, const std::string & type, const std::string & prefix) {
+        http::Request req;
+        req.method = "POST";
+        req.path = "/api/v1/forward_backward";
+        req.headers["x-api-key"] = key;
+        req.headers["content-type"] = type;
+        req.body = prefix;
+        return app_->refused_body(req);
+    };
+    const std::string json_prefix =
+        R"({"model_id":")" + model + R"(","seq_id":1,"forward_backward_input":{"data":[{"model_input":{"chu)";
+    EXPECT_EQ(refused("tml-bob", "application/json", json_prefix), "");  // not bob's run
+    EXPECT_EQ(refused("tml-alice", "application/json", R"({"forward_backward_input":{"data":[{"mo)"), "");
+    const json later = ok("forward_backward", fb(model, 2));
+    EXPECT_EQ(refused("tml-alice", "application/json", json_prefix),
+              "; seq_id 1 of model " + model + " is released: the model's later operations run without it");
+    EXPECT_TRUE(result(later["request_id"]).contains("metrics"));          // within one 2 s poll
+    EXPECT_EQ(refused("tml-alice", "application/json", json_prefix), "");  // consumed: nothing more to release
+    expect_400("forward_backward", fb(model, 1).dump(), "released");
+    // The SDK's protobuf body: model_id (field 1) and seq_id (field 2) lead; seq 3 waits behind seq 4's op.
+    const json after = ok("optim_step", adam(model, 4, 1e-3));
+    const std::string proto =
+        std::string("\x0a") + static_cast<char>(model.size()) + model + std::string("\x10\x03\x1a\xff", 4);
+    EXPECT_NE(refused("tml-alice", "application/x-protobuf", proto).find("seq_id 3 of model"), std::string::npos);
+    EXPECT_TRUE(result(after["request_id"]).contains("metrics"));
+}
+
 TEST_F(AppTest, AnAsampleIsAnsweredWithTheEnginesTokens) {
     const std::string session = ok("create_session", {{"tags", json::array()}})["session_id"];
     const json sampler = ok("create_sampling_session",

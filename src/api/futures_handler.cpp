@@ -1,5 +1,6 @@
 // Futures: submitting a training operation in seq_id order under a new future (with idempotent resends),
-// and retrieve_future, the long-poll that answers a result, an error, or try_again after the poll timeout.
+// releasing the seq_id of one refused unread (413), and retrieve_future, the long-poll that answers a
+// result, an error, or try_again after the poll timeout.
 #include "api/tinker_routes.h"
 #include "common/log.h"
 #include "scheduler/run_queue.h"
@@ -53,6 +54,35 @@ void TinkerRoutes::skip_seq(const RunPtr & run, const std::optional<int64_t> & s
     }
 }
 
+// A training op refused unread (413: over --max-body-bytes). The SDK never sends that seq_id again (it
+// raises the 413 to the user and numbers the next op seq_id + 1), so the run would wait for it until
+// --seq-gap-timeout-seconds: when the body's first bytes name the run and seq_id (protobuf puts both
+// first; JSON when its keys lead), it is released now and the 413 says so. A zstd body's prefix is not
+// decoded (the server tells the SDK not to compress): its gap waits for the timeout.
+std::string TinkerRoutes::release_refused_body(const std::string & tenant, const http::Request & request) {
+    const std::string & encoding = request.header("content-encoding");
+    const bool protobuf = request.header("content-type").find("application/x-protobuf") != std::string::npos;
+    auto ids = encoding.empty() || encoding == "identity" ? wire::request_ids_from_prefix(request.body, protobuf)
+                                                          : std::nullopt;
+    if (!ids) {
+        LOG_WRN("api",
+                "%s refused unread (413) before its seq_id could be read: if it was a run's next operation, the "
+                "run's later operations wait %.0f s (--seq-gap-timeout-seconds) for it",
+                request.path.c_str(), options_.seq_gap_timeout.count() / 1000.0);
+        return "";
+    }
+    auto run = find_live_run(tenant, ids->model_id);
+    if (!run.ok() || !(*run)->model->worker->skip((*run)->row.run_id, ids->seq_id)) {
+        return "";  // not this tenant's live run, or a seq_id already consumed or admitted: nothing waits for it
+    }
+    const std::string released = "seq_id " + std::to_string(ids->seq_id) + " of model " + ids->model_id;
+    LOG_WRN("api",
+            "%s released: its %s request was refused unread (413, body over --max-body-bytes); the model's "
+            "later operations run without it",
+            released.c_str(), request.path.c_str());
+    return "; " + released + " is released: the model's later operations run without it";
+}
+
 Result<json> TinkerRoutes::submit_ordered(
     Call & call, const RunPtr & run, int64_t seq_id, const std::string & request_type,
     const std::function<scheduler::Op(const std::string & request_id)> & make_op) {
@@ -91,8 +121,8 @@ Result<json> TinkerRoutes::submit_ordered(
     }
     if (admission->kind == Kind::STALE) {
         return invalid_argument("seq_id " + std::to_string(seq_id) + " of model " + run->row.run_id +
-                                " is older than the operations already run (or was given up after "
-                                "--seq-gap-timeout-seconds of waiting for it)");
+                                " is older than the operations already run (or was released when a request "
+                                "carrying it was refused, or given up after --seq-gap-timeout-seconds)");
     }
     if (admission->kind == Kind::QUEUE_FULL) {
         return unavailable("model " + run->row.run_id +

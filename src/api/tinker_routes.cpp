@@ -8,6 +8,16 @@
 
 namespace tinkerd::api {
 
+bool TinkerRoutes::takes_seq_id(const std::string & path) {
+    for (const char * op : {"forward_backward", "forward", "optim_step", "save_weights", "save_weights_for_sampler",
+                            "load_weights", "save_weights_external"}) {
+        if (path == std::string("/api/v1/") + op) {
+            return true;
+        }
+    }
+    return false;
+}
+
 TinkerRoutes::TinkerRoutes(AppOptions options, TinkerDeps deps)
     : options_(std::move(options)),
       db_(deps.db),

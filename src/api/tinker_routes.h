@@ -55,6 +55,12 @@ class TinkerRoutes {
     void stop_sweeper();
     void stop_snapshot_writer();
 
+    // The paths of a run's training ops, those that take one of its seq_ids (tinker-protocol.md §4.9).
+    static bool takes_seq_id(const std::string & path);
+    // futures_handler.cpp: `tenant`'s training op refused unread (413): releases the seq_id its body's first
+    // bytes name (App::refused_body); returns the note for the 413's detail, or "".
+    std::string release_refused_body(const std::string & tenant, const http::Request & request);
+
   private:
     using SyncHandler = Result<json> (TinkerRoutes::*)(Call &);
     using AsyncHandler = void (TinkerRoutes::*)(Call &, http::Respond);

@@ -1,5 +1,5 @@
 // One HTTP/1.1 connection: reads a request (header first, so an oversized body is refused with 413
-// before it is read), hands it to the Handler, writes the Response whenever Respond is called (from
+// before it is read; refused_body.cpp), hands it to the Handler, writes the Response whenever Respond is called (from
 // any thread, via the strand), then reads the next request or closes. Logs one line per response.
 // A streamed response (Response::stream) is sent by stream.cpp.
 
@@ -124,7 +124,7 @@ bool ServerContext::evict_one_locked() {
 }
 
 Session::Session(tcp::socket socket, std::shared_ptr<ServerContext> context, uint64_t id)
-    : stream_(std::move(socket)), context_(std::move(context)), id_(id) {
+    : stream_(std::move(socket)), context_(std::move(context)), id_(id), prefix_timer_(stream_.get_executor()) {
     beast::error_code ec;
     tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
     remote_ = ec ? "unknown" : peer.address().to_string() + ":" + std::to_string(peer.port());
@@ -146,6 +146,7 @@ void Session::close() {
     }
     closed_ = true;
     waiting_header_since_ = 0;
+    prefix_timer_.cancel();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
@@ -208,8 +209,9 @@ void Session::on_header(beast::error_code ec) {
     const size_t limit = context_->options.max_body_bytes;
     auto length = parser_->content_length();
     if (length && *length > limit) {
-        return fail_request(413, "request body of " + std::to_string(*length) + " bytes exceeds the limit of " +
-                                     std::to_string(limit) + " bytes");
+        return refuse_too_large("request body of " + std::to_string(*length) + " bytes exceeds the limit of " +
+                                    std::to_string(limit) + " bytes",
+                                *length);
     }
     parser_->body_limit(limit);                                                           // for chunked bodies
     stream_.expires_after(std::chrono::seconds(context_->options.body_timeout_seconds));  // 100-continue and body
@@ -239,8 +241,10 @@ void Session::read_body() {
 
 void Session::on_body(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) {
-        return fail_request(
-            413, "request body exceeds the limit of " + std::to_string(context_->options.max_body_bytes) + " bytes");
+        std::string & so_far = parser_->get().body();  // a chunked body: what was decoded before the limit
+        return refuse_with_prefix(
+            "request body exceeds the limit of " + std::to_string(context_->options.max_body_bytes) + " bytes",
+            so_far.substr(0, context_->options.refused_prefix_bytes));
     }
     if (ec == bhttp::error::partial_message && parser_->content_length()) {
         // The client closed its sending side before the body its Content-Length announced: say so (it may
@@ -264,16 +268,8 @@ void Session::on_body(beast::error_code ec) {
 void Session::dispatch() {
     auto message = parser_->release();
     parser_.reset();
-    Request request;
-    request.method = to_string(message.method_string());
-    parse_target(to_string(message.target()), request.path, request.query);
-    for (const auto & field : message) {
-        std::string & value = request.headers[lower_case(field.name_string())];
-        value += value.empty() ? "" : ", ";
-        value += to_string(field.value());
-    }
+    Request request = request_head(message.base());
     request.body = std::move(message.body());
-    request.remote = remote_;
 
     request_keep_alive_ = message.keep_alive();
     request_version_ = message.version();
@@ -291,6 +287,19 @@ void Session::dispatch() {
                 e.what());
         send(request_seq_, Response::json(500, "{\"detail\":\"internal error: " + json_escape(e.what()) + "\"}"));
     }
+}
+
+Request Session::request_head(const HttpHeader & header) const {
+    Request request;
+    request.method = to_string(header.method_string());
+    parse_target(to_string(header.target()), request.path, request.query);
+    for (const auto & field : header) {
+        std::string & value = request.headers[lower_case(field.name_string())];
+        value += value.empty() ? "" : ", ";
+        value += to_string(field.value());
+    }
+    request.remote = remote_;
+    return request;
 }
 
 Respond Session::make_respond() {

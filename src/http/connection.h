@@ -7,6 +7,7 @@
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -71,6 +72,7 @@ class Session : public std::enable_shared_from_this<Session> {
   private:
     using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
     using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+    using HttpHeader = boost::beast::http::request_header<>;
     using Clock = std::chrono::steady_clock;
 
     void read_header();
@@ -86,6 +88,13 @@ class Session : public std::enable_shared_from_this<Session> {
     void write(Response response, bool keep_alive);
     void on_write(boost::beast::error_code ec, bool keep_alive);
     void fail_request(int status, const std::string & detail);
+    // The 413 of a body over the limit, after ServerOptions::on_refused_body has seen its first bytes
+    // (refused_body.cpp): from the raw input (a Content-Length body) or the body parsed so far (chunked).
+    void refuse_too_large(const std::string & detail, uint64_t content_length);
+    void read_refused_prefix();
+    void on_refused_prefix();
+    void refuse_with_prefix(const std::string & detail, std::string prefix);
+    Request request_head(const HttpHeader & header) const;  // method, target, headers, remote; no body
     void drain_then_close();
     void drain_some();
     // Streamed responses (stream.cpp).
@@ -105,6 +114,10 @@ class Session : public std::enable_shared_from_this<Session> {
     std::optional<Parser> parser_;
     std::shared_ptr<HttpResponse> response_;  // the one being written
     std::string drain_buffer_;                // scratch space for drain_then_close()
+    boost::asio::steady_timer prefix_timer_;  // bounds the wait for a refused body's first bytes
+    bool reading_prefix_ = false;             // reading them now (the timer then cancels the read)
+    size_t prefix_wanted_ = 0;                // how many of them to wait for
+    std::string refused_detail_;              // the 413's detail meanwhile
 
     // State of the current request (all touched on the strand only).
     uint64_t request_seq_ = 0;

@@ -1,6 +1,7 @@
-// HTTP/1.1 server on Boost.Beast/Asio: keep-alive connections, a request-size limit (413), asynchronous
-// responses (a handler can hold a request, a long-poll, without holding a thread) and streamed ones (chunked,
-// for Server-Sent Events). Knows nothing about Tinker: parses requests, calls one Handler, logs each response.
+// HTTP/1.1 server on Boost.Beast/Asio: keep-alive connections, a request-size limit (413; the refused body's
+// first bytes are shown to the application), asynchronous responses (a handler can hold a request, a
+// long-poll, without holding a thread) and streamed ones (chunked, for Server-Sent Events). Knows nothing
+// about Tinker: parses requests, calls one Handler, logs each response.
 #pragma once
 
 #include <cstddef>
@@ -85,6 +86,15 @@ struct ServerOptions {
     // a new one; with none such (every one has a request in progress), the new connection is closed.
     size_t max_connections = 10000;
     size_t max_stream_buffer_bytes = 8u << 20;  // a stream with more bytes queued unsent is closed
+    // Told of each request refused with 413 (its body over max_body_bytes), before the 413 is written: the
+    // Request has the method, path, headers and, as `body`, the body's first bytes (at most
+    // refused_prefix_bytes: those that arrive within refused_prefix_wait_ms; none when the client waits
+    // for 100-continue), so the application can release what the request would have held (Tinker: its
+    // run's seq_id). Runs on an I/O thread and must not block; what it returns is appended to the 413's
+    // detail. Not called when no prefix arrived.
+    std::function<std::string(const Request &)> on_refused_body;
+    size_t refused_prefix_bytes = 4096;
+    int refused_prefix_wait_ms = 2000;
 };
 
 class Server {

@@ -3,6 +3,7 @@
 #include "scheduler/run_queue.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace tinkerd::scheduler {
 
@@ -28,15 +29,15 @@ Admission RunQueue::admit(int64_t seq_id, const std::string & body_hash, const s
     return {Admission::Kind::ACCEPTED, request_id};
 }
 
-void RunQueue::skip(int64_t seq_id) {
+bool RunQueue::skip(int64_t seq_id) {
     if (seq_id < next_seq_ || seq_id - next_seq_ > kMaxAhead || history_.count(seq_id) > 0) {
-        return;  // already consumed or admitted, or too far ahead to have been admitted: nothing to skip
+        return false;  // already consumed or admitted, or too far ahead to have been admitted: nothing to skip
     }
     if (seq_id == next_seq_) {
         advance();
-    } else {
-        skipped_.insert(seq_id);
+        return true;
     }
+    return skipped_.insert(seq_id).second;
 }
 
 bool RunQueue::ready() const {
@@ -75,8 +76,9 @@ int64_t RunQueue::expire_gap(Clock::time_point now, Clock::duration timeout) {
         return 0;
     }
     const int64_t first_queued = queue_.begin()->first;
-    const int64_t given_up = first_queued - next_seq_;
-    skipped_.erase(skipped_.begin(), skipped_.lower_bound(first_queued));
+    const auto released = skipped_.lower_bound(first_queued);  // skipped_ holds only seq_ids above next_seq_
+    const int64_t given_up = first_queued - next_seq_ - std::distance(skipped_.begin(), released);
+    skipped_.erase(skipped_.begin(), released);
     next_seq_ = first_queued;
     hole_since_.reset();
     return given_up;

@@ -37,13 +37,15 @@ class RunQueue {
 
     // Queues `op` when seq_id is new; else says why not (the op is then left untouched).
     Admission admit(int64_t seq_id, const std::string & body_hash, const std::string & request_id, Op & op);
-    // Marks seq_id as consumed without an op (ignored beyond kMaxAhead).
-    void skip(int64_t seq_id);
+    // Marks seq_id as consumed without an op (a request that carried it was refused). False, changing
+    // nothing, when it already was consumed (run, skipped, given up), is admitted, or is beyond kMaxAhead.
+    bool skip(int64_t seq_id);
 
     // A hole in the order: the run holds ops, but not the one at next_seq. Called by the worker each time it
     // looks for work: the first call that sees the hole starts its clock; once the hole is `timeout` old,
     // every missing seq_id up to the first queued op is given up (as if skipped: a late arrival is STALE)
-    // and their count returned, else 0.
+    // and their count returned (skipped ones in the range not counted), else 0. A skip of next_seq (a
+    // request refused with its seq_id known) ends the hole at once.
     int64_t expire_gap(Clock::time_point now, Clock::duration timeout);
     // When the current hole's wait ends, or nullopt when there is no hole (or expire_gap has not seen it).
     std::optional<Clock::time_point> gap_deadline(Clock::duration timeout) const;

@@ -220,10 +220,13 @@ struct EngineWorker::Impl {
             const int64_t next = run.next_seq();
             if (const int64_t given_up = run.expire_gap(now, options.seq_gap_timeout); given_up > 0) {
                 LOG_WRN("worker",
-                        "%s: run %s waited %.0f s for seq_id %lld; gave up %lld missing seq_id(s), "
-                        "the %zu queued op(s) behind them run now",
+                        "%s: run %s waited %g s (--seq-gap-timeout-seconds) for seq_id %lld, which never "
+                        "arrived (its request was refused before its seq_id could be read, or its client gave "
+                        "up); gave up %lld missing seq_id(s) from %lld to %lld: the %zu queued op(s) behind them "
+                        "run now, and a late arrival gets 400",
                         name.c_str(), run_id.c_str(), options.seq_gap_timeout.count() / 1000.0,
-                        static_cast<long long>(next), static_cast<long long>(given_up), run.queued());
+                        static_cast<long long>(next), static_cast<long long>(given_up), static_cast<long long>(next),
+                        static_cast<long long>(run.next_seq() - 1), run.queued());
             }
         }
     }
@@ -441,16 +444,16 @@ Result<Admission> EngineWorker::submit(const std::string & run_id, int64_t seq_i
     return admission;
 }
 
-void EngineWorker::skip(const std::string & run_id, int64_t seq_id) {
+bool EngineWorker::skip(const std::string & run_id, int64_t seq_id) {
     {
         std::lock_guard lock(impl_->mu);
         auto it = impl_->runs.find(run_id);
-        if (it == impl_->runs.end()) {
-            return;
+        if (it == impl_->runs.end() || !it->second.skip(seq_id)) {
+            return false;
         }
-        it->second.skip(seq_id);
     }
     impl_->cv.notify_one();
+    return true;
 }
 
 void EngineWorker::post(std::function<void(engine::Engine &)> task) {

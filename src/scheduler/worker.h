@@ -107,8 +107,9 @@ class EngineWorker {
     Result<Admission> submit(const std::string & run_id, int64_t seq_id, const std::string & body_hash,
                              const std::string & request_id, Op op);
     // Marks seq_id as used without running anything (a request rejected at submit time), so later
-    // seq_ids of the run are not blocked behind it.
-    void skip(const std::string & run_id, int64_t seq_id);
+    // seq_ids of the run are not blocked behind it. False when it changed nothing (RunQueue::skip), or
+    // the run is unknown.
+    bool skip(const std::string & run_id, int64_t seq_id);
 
     // Runs `task` on the engine thread, outside every run's order (create_model, unload).
     void post(std::function<void(engine::Engine &)> task);

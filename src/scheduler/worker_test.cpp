@@ -216,26 +216,6 @@ TEST(EngineWorker, AHoleInTheOrderIsGivenUpAfterTheTimeout) {
     ASSERT_TRUE(rec.wait_for(4));
 }
 
-TEST(RunQueueGap, ClockStartsWhenTheHoleIsSeenAndResetsWhenFilled) {
-    using Clock = RunQueue::Clock;
-    RunQueue q(1);
-    const auto t0 = Clock::now();
-    Op op;
-    EXPECT_EQ(q.expire_gap(t0, 10s), 0);  // empty: no hole
-    EXPECT_FALSE(q.gap_deadline(10s));
-    q.admit(3, "h", "r3", op);
-    EXPECT_EQ(q.expire_gap(t0, 10s), 0);
-    EXPECT_EQ(q.gap_deadline(10s), t0 + 10s);
-    q.admit(1, "h", "r1", op);  // seq 1 arrives: ready, no hole
-    EXPECT_EQ(q.expire_gap(t0 + 5s, 10s), 0);
-    q.pop_head();
-    EXPECT_EQ(q.expire_gap(t0 + 20s, 10s), 0);  // seq 2 missing: a new clock from t0 + 20 s
-    EXPECT_EQ(q.expire_gap(t0 + 29s, 10s), 0);
-    EXPECT_EQ(q.expire_gap(t0 + 30s, 10s), 1);  // seq 2 given up
-    EXPECT_TRUE(q.ready());
-    EXPECT_EQ(q.next_seq(), 3);
-}
-
 TEST(EngineWorker, BatchesForwardBackwardAcrossRuns) {
     FakeEngine engine;
     engine.hold_first_call();

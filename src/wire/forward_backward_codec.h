@@ -58,6 +58,11 @@ struct RequestIds {
     int64_t seq_id = 0;
 };
 std::optional<RequestIds> forward_backward_ids_proto(std::string_view body);
+// The same from the first bytes of a body that was refused unread (over --max-body-bytes; request_prefix.cpp):
+// protobuf ForwardBackwardRequest, whose fields 1 (model_id) and 2 (seq_id) lead as every serializer writes
+// them, or a JSON object whose top-level "model_id" (string) and "seq_id" (integer) come before the cut.
+// nullopt unless the prefix holds both.
+std::optional<RequestIds> request_ids_from_prefix(std::string_view prefix, bool protobuf);
 
 // Legacy JSON: {"forward_backward_input" | "forward_input": {"data": [...], "loss_fn", "loss_fn_config"?},
 // "model_id", "seq_id"}. forward_only is true for the "forward_input" form.

@@ -98,7 +98,8 @@ def check_bad_bodies(wire, tc, batch):
 
 def check_oversized(srv, tc, limit):
     big = sft_batch(seed=7, n=1, length=(limit // 4) + 100)  # > limit bytes of int32 tokens alone
-    raw = wc.encode_fb_request(tc.model_id, tc.seq + 1, big)
+    seq = tc.next_seq()  # used up, as the SDK's counter is by a refused request
+    raw = wc.encode_fb_request(tc.model_id, seq, big)
     check(len(raw) > limit, "oversized body is only %d bytes" % len(raw))
     w = srv.wire()
     try:
@@ -106,6 +107,8 @@ def check_oversized(srv, tc, limit):
     finally:
         w.close()
     check_json_error(r, (413,), "oversized forward_backward (%d bytes)" % len(raw))
+    # Read from the body's first bytes and released: the run's next op does not wait for it (docs/seq-order.md).
+    check(b"seq_id %d of model %s is released" % (seq, tc.model_id.encode()) in r.body, "413 body: %r" % r.body)
 
 
 def check_rest_routes(wire, tc):
