@@ -32,7 +32,7 @@ def check_shapes(out, batch, what):
 
 
 def train_every_loss(svc):
-    tc = sdk.new_training_client(svc, rank=4, seed=1)
+    tc = sdk.resolved(sdk.new_training_client(svc, rank=4, seed=1))
     sft = sdk.sft_batch(3)
     check_shapes(tc.forward(sft, "cross_entropy").result(), sft, "forward")
     rl = rl_batch(4)
@@ -45,7 +45,7 @@ def train_every_loss(svc):
         import torch
         z = torch.stack([lp.sum() for lp in logprobs_list[0::2]]) - torch.stack([lp.sum() for lp in logprobs_list[1::2]])
         loss = -torch.nn.functional.logsigmoid(0.1 * z).mean()
-        return loss, {"dpo_loss": float(loss)}
+        return loss, {"dpo_loss": float(loss.detach())}
     custom = tc.forward_backward_custom(sft, pair_loss).result()
     check("dpo_loss" in custom.metrics, "custom loss metrics %r" % custom.metrics)
     tc.optim_step(sdk.adam(1e-3)).result()
