@@ -116,6 +116,7 @@ format:
 
 format-check:
 	./scripts/format.sh --check
+	./scripts/check-host-access.sh
 
 tidy: $(BUILD)/CMakeCache.txt
 	./scripts/tidy.sh $(BUILD)

@@ -34,6 +34,7 @@ const char * const USAGE =
     "  --dtype            base-weight precision: auto (the checkpoint's own), bf16 or fp32 (LoRA is fp32)\n"
     "  --device           where the engine runs: cpu (default), cuda or cuda:N (needs a `make build-cuda`\n"
     "                     binary and a GPU; otherwise a start-up error says which is missing)\n"
+    "                     meta: test only, tensors without memory (results have the right shapes, no meaning)\n"
     "  --threads          compute threads (default: every core); --io-threads HTTP threads (default 2)\n"
     "  --session-timeout-seconds  a session without heartbeat for this long expires: its models are\n"
     "                     unloaded, its checkpoints kept (default 120)\n"

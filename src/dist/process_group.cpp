@@ -17,9 +17,13 @@
 #include <torch/torch.h>
 
 #include "common/log.h"
+#include "engine/host_access.h"
 
 namespace tinkerd::dist {
 
+using engine::host_data;
+using engine::host_value;
+using engine::host_wrap;
 using Gloo = c10d::ProcessGroupGloo;
 
 struct GroupStore::Impl {
@@ -236,19 +240,19 @@ Result<void> DataParallelGroup::send_command(int64_t op, const std::vector<uint8
 Result<std::pair<int64_t, std::vector<uint8_t>>> DataParallelGroup::receive_command() {
     std::vector<at::Tensor> header{torch::zeros({2}, torch::kInt64)};
     TRY_STATUS(guarded(state_->broken, "command wait", [&] { state_->command_group->broadcast(header)->wait(); }));
-    std::vector<uint8_t> payload(static_cast<size_t>(header[0][1].item<int64_t>()));
+    const int64_t * fields = host_data<const int64_t>(header[0], "receive_command");  // [op, payload bytes]
+    std::vector<uint8_t> payload(static_cast<size_t>(fields[1]));
     TRY_STATUS(broadcast_bytes(payload));
-    return std::make_pair(header[0][0].item<int64_t>(), std::move(payload));
+    return std::make_pair(fields[0], std::move(payload));
 }
 
 Result<void> DataParallelGroup::broadcast_bytes(std::vector<uint8_t> & bytes) {
     return guarded(state_->broken, "broadcast", [&] {
         std::vector<at::Tensor> size{torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64)};
         state_->data_group->broadcast(size)->wait();
-        bytes.resize(static_cast<size_t>(size[0][0].item<int64_t>()));
+        bytes.resize(static_cast<size_t>(host_value<int64_t>(size[0], "broadcast")));
         if (!bytes.empty()) {  // [n] uint8 over the vector itself: sent from it on rank 0, received into it elsewhere
-            std::vector<at::Tensor> data{
-                torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)};
+            std::vector<at::Tensor> data{host_wrap(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)};
             state_->data_group->broadcast(data)->wait();
         }
     });
@@ -266,11 +270,11 @@ Result<std::vector<std::vector<uint8_t>>> DataParallelGroup::gather_to_root(cons
         state_->data_group->allgather(sizes, my_size)->wait();
         int64_t longest = 1;
         for (const auto & s : sizes[0]) {
-            longest = std::max(longest, s[0].item<int64_t>());
+            longest = std::max(longest, host_value<int64_t>(s, "gather"));
         }
         std::vector<at::Tensor> padded{torch::zeros({longest}, torch::kUInt8)};
         if (!mine.empty()) {
-            std::memcpy(padded[0].data_ptr<uint8_t>(), mine.data(), mine.size());
+            std::memcpy(host_data<uint8_t>(padded[0], "gather"), mine.data(), mine.size());
         }
         std::vector<std::vector<at::Tensor>> gathered(rank() == 0 ? 1 : 0);
         for (int r = 0; rank() == 0 && r < world; ++r) {
@@ -280,8 +284,8 @@ Result<std::vector<std::vector<uint8_t>>> DataParallelGroup::gather_to_root(cons
         gather_options.rootRank = 0;
         state_->data_group->gather(gathered, padded, gather_options)->wait();
         for (int r = 0; rank() == 0 && r < world; ++r) {
-            const auto * p = gathered[0][r].data_ptr<uint8_t>();
-            out.emplace_back(p, p + sizes[0][r][0].item<int64_t>());
+            const uint8_t * p = host_data<const uint8_t>(gathered[0][r], "gather");
+            out.emplace_back(p, p + host_value<int64_t>(sizes[0][r], "gather"));
         }
     }));
     return out;
@@ -290,7 +294,7 @@ Result<std::vector<std::vector<uint8_t>>> DataParallelGroup::gather_to_root(cons
 Result<void> DataParallelGroup::all_reduce_sum(float * data, int64_t count) {
     const auto start = std::chrono::steady_clock::now();
     auto status = guarded(state_->broken, "all-reduce", [&] {
-        std::vector<at::Tensor> buffer{torch::from_blob(data, {count}, torch::kFloat32)};  // [count], in place
+        std::vector<at::Tensor> buffer{host_wrap(data, {count}, torch::kFloat32)};  // [count], in place
         state_->data_group->allreduce(buffer)->wait();
     });
     state_->stats.calls += 1;

@@ -53,10 +53,9 @@ void RopeTables::grow(int64_t n_positions) {
     sin_ = emb.sin().to(device_, dtype_);
 }
 
-std::pair<torch::Tensor, torch::Tensor> RopeTables::lookup(const torch::Tensor & positions) {
-    const int64_t max_pos = positions.numel() ? positions.max().item<int64_t>() : 0;
-    if (max_pos >= cos_.size(0)) {
-        grow(max_pos + 1);  // beyond the trained context: allowed, the caller decided the limit
+std::pair<torch::Tensor, torch::Tensor> RopeTables::lookup(const torch::Tensor & positions, int64_t max_position) {
+    if (max_position >= cos_.size(0)) {
+        grow(max_position + 1);  // beyond the trained context: allowed, the caller decided the limit
     }
     return {cos_.index_select(0, positions).unsqueeze(1), sin_.index_select(0, positions).unsqueeze(1)};
 }

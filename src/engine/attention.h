@@ -22,8 +22,9 @@ struct SequenceLayout {
 class RopeTables {
   public:
     RopeTables(const model::ModelConfig & config, torch::ScalarType dtype, torch::Device device);
-    // Tables for the given positions [T] -> cos, sin [T, 1, Dr] (broadcast over heads).
-    std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor & positions);
+    // Tables for the given positions [T] -> cos, sin [T, 1, Dr] (broadcast over heads). max_position: the largest
+    // of them, known on the host (the tables grow to it without reading positions back from the device).
+    std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor & positions, int64_t max_position);
 
   private:
     void grow(int64_t n_positions);

@@ -39,24 +39,6 @@ class ContinuousBatchingTest : public ::testing::TestWithParam<TinyFamily> {
         EXPECT_TRUE(loaded.ok()) << loaded.error().message;
         return std::move(loaded).value();
     }
-    // SampleLoop's accounting: fp32 K and V of every attention layer per token, and a sequence's recurrent
-    // state (conv + delta rule of every linear-attention layer) as that many tokens' worth, rounded up.
-    static int64_t bytes_per_token(const Engine & e) {
-        const auto & c = e.config();
-        return attention_layers(e) * 2 * c.n_kv_heads * c.head_dim * 4;
-    }
-    static int64_t state_tokens(const Engine & e) {
-        const auto & c = e.config();
-        const int64_t conv_dim = 2 * c.linear_k_heads * c.linear_k_head_dim + c.linear_v_heads * c.linear_v_head_dim;
-        const int64_t per_layer =
-            conv_dim * (c.linear_conv_kernel - 1) + c.linear_v_heads * c.linear_k_head_dim * c.linear_v_head_dim;
-        const int64_t bytes = (c.n_layers - attention_layers(e)) * per_layer * 4;
-        return (bytes + bytes_per_token(e) - 1) / bytes_per_token(e);
-    }
-    static int64_t attention_layers(const Engine & e) {
-        const auto & linear = e.config().linear_attention_layers;
-        return e.config().n_layers - std::count(linear.begin(), linear.end(), true);
-    }
     static std::vector<int64_t> prompt(int64_t n, uint32_t seed) {
         std::mt19937 rng(seed);
         std::uniform_int_distribution<int64_t> tok(3, 50);  // inside every tiny vocabulary
@@ -113,7 +95,7 @@ TEST_P(ContinuousBatchingTest, SmallKvBudgetPreemptsAndResumesWithoutChangingAny
         expected.push_back(tokens_of(out.value()));
     }
     // Room for about 2.5 of the five requests at full length: the later ones must wait or be preempted.
-    auto tight = load(bytes_per_token(*roomy) * 2 * (10 + 50 + state_tokens(*roomy)) * 5 / 2);
+    auto tight = load(kv_bytes_per_token(*roomy) * 2 * (10 + 50 + kv_state_tokens(*roomy)) * 5 / 2);
     std::vector<SampleHandle> handles;
     for (const auto & r : requests) {
         handles.push_back(tight->sample_submit(r).value());

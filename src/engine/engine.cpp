@@ -4,6 +4,8 @@
 
 #include "common/log.h"
 #include "engine/engine_impl.h"
+#include "engine/host_access.h"
+#include "engine/meta_kernels.h"
 #include "engine/optimizer.h"
 #include "engine/sampler.h"
 #include "engine/torch_convert.h"
@@ -32,6 +34,10 @@ static Result<torch::Device> select_device(const std::string & name, int slot) {
         device = torch::Device(name);
     } catch (const c10::Error &) {
         return invalid_argument("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+    }
+    if (device->is_meta()) {  // the device-strict test mode: shapes only, no values
+        ensure_meta_kernels();
+        return *device;
     }
     if (device->is_cpu()) {
         return *device;
@@ -207,11 +213,10 @@ Result<void> EngineImpl::visit_gradients(AdapterId id, const std::function<void(
         return adapter.error();
     }
     torch::NoGradGuard no_grad;
-    torch::Tensor & flat = (*adapter)->flat_grads;  // [N]
-    const bool in_place = flat.device().is_cpu() && flat.scalar_type() == torch::kFloat32 && flat.is_contiguous();
-    torch::Tensor host = in_place ? flat : flat.to(torch::kCPU, torch::kFloat32).contiguous();  // [N]
-    visit(host.data_ptr<float>(), host.numel());
-    if (!in_place) {
+    torch::Tensor & flat = (*adapter)->flat_grads;              // [N]
+    const torch::Tensor host = to_host(flat, torch::kFloat32);  // [N] flat itself when on the CPU in fp32
+    visit(host_data<float>(host, "visit_gradients"), host.numel());
+    if (!host.is_alias_of(flat)) {
         flat.copy_(host);
     }
     return {};

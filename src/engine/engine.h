@@ -25,7 +25,10 @@ struct EngineOptions {
     ComputeDType dtype = ComputeDType::AUTO;
     int n_threads = 0;                          // intra-op threads; 0 = every core
     int64_t kv_cache_bytes = int64_t{4} << 30;  // sampling KV cache budget; when full, the newest request waits
-    std::string device = "cpu";                 // torch device string: "cpu", "cuda", "cuda:1" (CUDA builds)
+    // torch device string: "cpu", "cuda", "cuda:1" (CUDA builds), or "meta": the device-strict test mode, where
+    // tensors have shapes but no memory, every host read goes through host_access.h and sees zeros, and any
+    // other host read throws (ARCHITECTURE.md); results have the right shapes and no numeric meaning.
+    std::string device = "cpu";
     // This process's place among those of one machine (--dp ranks, then sampling replicas): with "cuda"
     // (no index) process s takes GPU s modulo the GPUs there are, so each process has its own device.
     int device_slot = 0;

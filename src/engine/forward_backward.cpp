@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "engine/engine_impl.h"
+#include "engine/host_access.h"
 #include "engine/torch_convert.h"
 
 namespace tinkerd::engine {
@@ -149,9 +150,8 @@ void EngineImpl::collect_outputs(const std::vector<PlannedInput> & planned, cons
                                  const std::vector<torch::Tensor> & losses,
                                  std::vector<Result<ForwardBackwardOutput>> & results) {
     torch::NoGradGuard no_grad;
-    const torch::Tensor picked_host = picked.detach().to(torch::kCPU, torch::kFloat32);              // [T, Kmax]
-    const torch::Tensor loss_host = torch::stack(losses).detach().to(torch::kCPU, torch::kFloat64);  // [inputs]
-    const double * loss_values = loss_host.data_ptr<double>();
+    const torch::Tensor picked_host = to_host(picked, torch::kFloat32);                 // [T, Kmax]
+    const std::vector<double> loss_values = host_values<double>(torch::stack(losses));  // [inputs]
     for (size_t i = 0; i < planned.size(); ++i) {
         const PlannedInput & p = planned[i];
         ForwardBackwardOutput out;
@@ -201,13 +201,14 @@ void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std:
                                        /*allow_unused=*/true);
     torch::NoGradGuard no_grad;
     for (auto & [adapter, first] : owners) {
-        std::vector<torch::Tensor> finite_flags;  // one device scalar per gradient; read once per adapter
+        std::vector<torch::Tensor> nonfinite_flags;  // one device scalar per gradient; read once per adapter
         for (size_t j = 0; j < adapter->params.size(); ++j) {
             if (grads[first + j].defined()) {
-                finite_flags.push_back(grads[first + j].isfinite().all());
+                nonfinite_flags.push_back(grads[first + j].isfinite().logical_not().any());
             }
         }
-        const bool finite = finite_flags.empty() || torch::stack(finite_flags).all().item<bool>();
+        const bool finite = nonfinite_flags.empty() ||
+                            !host_value<bool>(torch::stack(nonfinite_flags).any(), "forward_backward gradient check");
         for (size_t j = 0; j < adapter->params.size() && finite; ++j) {
             if (grads[first + j].defined()) {
                 adapter->grads[j].add_(grads[first + j]);
@@ -271,9 +272,7 @@ Result<std::vector<float>> EngineImpl::last_logits(AdapterId id, const std::vect
     torch::Tensor hidden = transformer_->hidden_states(batch);
     torch::Tensor last = hidden.narrow(0, hidden.size(0) - 1, 1);
     std::vector<RowSegment> segments = {{0, 1, planned[0].adapter}};
-    torch::Tensor logits = transformer_->logits(last, segments).to(torch::kFloat32).contiguous();
-    const float * p = logits.data_ptr<float>();
-    return std::vector<float>(p, p + logits.numel());
+    return host_values<float>(transformer_->logits(last, segments).squeeze(0));  // [V], one copy from the device
 }
 
 }  // namespace tinkerd::engine

@@ -6,6 +6,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "engine/host_access.h"
+
 namespace tinkerd::engine {
 
 namespace {
@@ -17,6 +19,12 @@ constexpr int64_t GRAIN_ELEMENTS = 16384;  // per parallel chunk
 
 bool fusable(const torch::Tensor & x) {
     return x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kFloat64);
+}
+
+// The elements of a fused function's tensor: CPU, contiguous (fusable() admitted it; host_data checks again).
+template <typename T>
+T * cpu_data(const torch::Tensor & t) {
+    return host_data<T>(t, "fused_ops");
 }
 
 int64_t grain(int64_t row_elements) {
@@ -105,8 +113,8 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
         const int64_t c = x.size(-1), n = x.numel() / std::max<int64_t>(c, 1);
         torch::Tensor y = torch::empty_like(x), rstd = torch::empty({n}, x.options());  // [..., C], [N]
         AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm", [&] {
-            rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
-                                    rstd.data_ptr<scalar_t>(), n, c, eps);
+            rms_norm_rows<scalar_t>(cpu_data<scalar_t>(x), cpu_data<scalar_t>(w), cpu_data<scalar_t>(y),
+                                    cpu_data<scalar_t>(rstd), n, c, eps);
         });
         ctx->save_for_backward({x, w, rstd});
         return y;
@@ -118,9 +126,9 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
         const int64_t c = x.size(-1), n = x.numel() / std::max<int64_t>(c, 1);
         torch::Tensor dx = torch::empty_like(x);
         AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm_backward", [&] {
-            rms_norm_backward_rows<scalar_t>(x.data_ptr<scalar_t>(), saved[1].data_ptr<scalar_t>(),
-                                             saved[2].data_ptr<scalar_t>(), dy.data_ptr<scalar_t>(),
-                                             dx.data_ptr<scalar_t>(), n, c);
+            rms_norm_backward_rows<scalar_t>(cpu_data<scalar_t>(x), cpu_data<scalar_t>(saved[1]),
+                                             cpu_data<scalar_t>(saved[2]), cpu_data<scalar_t>(dy),
+                                             cpu_data<scalar_t>(dx), n, c);
         });
         return {dx, torch::Tensor(), torch::Tensor()};
     }
@@ -154,8 +162,8 @@ torch::Tensor rope_apply(const torch::Tensor & x_in, const torch::Tensor & cos, 
     const torch::Tensor x = x_in.contiguous();
     torch::Tensor y = torch::empty_like(x);  // [T, Hh, D]
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rope", [&] {
-        rope_rows<scalar_t>(x.data_ptr<scalar_t>(), cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(),
-                            y.data_ptr<scalar_t>(), x.size(0), x.size(1), x.size(2), inverse);
+        rope_rows<scalar_t>(cpu_data<scalar_t>(x), cpu_data<scalar_t>(cos), cpu_data<scalar_t>(sin),
+                            cpu_data<scalar_t>(y), x.size(0), x.size(1), x.size(2), inverse);
     });
     return y;
 }
@@ -200,8 +208,8 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
         const torch::Tensor sig = torch::sigmoid(g);  // [T, F]
         torch::Tensor y = torch::empty_like(g);       // [T, F]
         AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fused_swiglu", [&] {
-            swiglu_rows<scalar_t>(g.data_ptr<scalar_t>(), sig.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(),
-                                  y.data_ptr<scalar_t>(), g.numel());
+            swiglu_rows<scalar_t>(cpu_data<scalar_t>(g), cpu_data<scalar_t>(sig), cpu_data<scalar_t>(u),
+                                  cpu_data<scalar_t>(y), g.numel());
         });
         ctx->save_for_backward({g, u});
         return y;
@@ -212,9 +220,9 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
         const torch::Tensor sig = torch::sigmoid(saved[0]);  // [T, F]
         torch::Tensor dg = torch::empty_like(saved[0]), du = torch::empty_like(saved[1]);
         AT_DISPATCH_FLOATING_TYPES(dy.scalar_type(), "fused_swiglu_backward", [&] {
-            swiglu_backward_rows<scalar_t>(saved[0].data_ptr<scalar_t>(), sig.data_ptr<scalar_t>(),
-                                           saved[1].data_ptr<scalar_t>(), dy.data_ptr<scalar_t>(),
-                                           dg.data_ptr<scalar_t>(), du.data_ptr<scalar_t>(), dy.numel());
+            swiglu_backward_rows<scalar_t>(cpu_data<scalar_t>(saved[0]), cpu_data<scalar_t>(sig),
+                                           cpu_data<scalar_t>(saved[1]), cpu_data<scalar_t>(dy), cpu_data<scalar_t>(dg),
+                                           cpu_data<scalar_t>(du), dy.numel());
         });
         return {dg, du};
     }

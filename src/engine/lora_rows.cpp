@@ -6,6 +6,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "engine/host_access.h"
+
 namespace tinkerd::engine {
 
 namespace {
@@ -81,8 +83,8 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
         }
     }
     const int64_t in = x.size(1), out = y.size(1), y_stride = y.stride(0);
-    float * y_data = y.data_ptr<float>();
-    const float * x_data = x.data_ptr<float>();
+    float * y_data = host_strided_data<float>(y, "add_lora_rows");  // rows y_stride apart, each contiguous
+    const float * x_data = host_data<const float>(x, "add_lora_rows");
     at::parallel_for(0, y.size(0), 1, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
             const Adapter * adapter = row_adapter[r];
@@ -91,8 +93,9 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
             }
             const torch::Tensor & a = *adapter->lora_a(layer, target);  // [R, in]
             const torch::Tensor & b = *adapter->lora_b(layer, target);  // [out, R]
-            lora_row(y_data + r * y_stride, x_data + r * in, a.data_ptr<float>(), b.data_ptr<float>(), in, out,
-                     a.size(0), static_cast<float>(adapter->scale));
+            lora_row(y_data + r * y_stride, x_data + r * in, host_data<const float>(a, "add_lora_rows"),
+                     host_data<const float>(b, "add_lora_rows"), in, out, a.size(0),
+                     static_cast<float>(adapter->scale));
         }
     });
 }

@@ -9,6 +9,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "engine/host_access.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -107,8 +109,13 @@ __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b,
 // new parameter or moment is not finite. `old` receives the previous values ([3N]).
 template <typename T>
 bool adam_cpu(Adapter & a, const AdamCoefs<T> & k, torch::Tensor & old) {
-    const StepBuffers<T> b{a.flat_params.data_ptr<T>(),     a.flat_grads.data_ptr<T>(), a.flat_exp_avg.data_ptr<T>(),
-                           a.flat_exp_avg_sq.data_ptr<T>(), old.data_ptr<T>(),          a.flat_params.numel()};
+    const char * caller = "adamw_step";
+    const StepBuffers<T> b{host_data<T>(a.flat_params, caller),
+                           host_data<T>(a.flat_grads, caller),
+                           host_data<T>(a.flat_exp_avg, caller),
+                           host_data<T>(a.flat_exp_avg_sq, caller),
+                           host_data<T>(old, caller),
+                           a.flat_params.numel()};
     std::atomic<bool> finite{true};
     at::parallel_for(0, b.n, 1 << 15, [&](int64_t begin, int64_t end) {
         bool ok = true;
@@ -144,7 +151,8 @@ bool adam_torch(Adapter & a, const AdamParams & p, const AdamCoefs<double> & k, 
     a.flat_exp_avg_sq.mul_(p.beta2).addcmul_(g, g, k.one_minus_beta2);
     torch::Tensor denom = (a.flat_exp_avg_sq.sqrt() / k.bc2_sqrt).add_(k.eps);  // [N]
     a.flat_params.addcdiv_(a.flat_exp_avg, denom, k.neg_step_size);
-    return (a.flat_params.sum() + a.flat_exp_avg.sum() + a.flat_exp_avg_sq.sum()).mul(0).item<double>() == 0.0;
+    const torch::Tensor poison = (a.flat_params.sum() + a.flat_exp_avg.sum() + a.flat_exp_avg_sq.sum()).mul(0);
+    return host_value<double>(poison, "adamw_step finite check") == 0.0;
 }
 
 // Puts the parameters and moments saved in `old` back.
@@ -160,7 +168,7 @@ void restore(Adapter & a, const torch::Tensor & old) {
 Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scratch) {
     torch::NoGradGuard no_grad;
     // Global L2 norm, then the clip coefficient min(1, max_norm / (norm + 1e-6)) when clipping.
-    const double norm = a.flat_grads.numel() == 0 ? 0.0 : a.flat_grads.norm(2).item<double>();
+    const double norm = a.flat_grads.numel() == 0 ? 0.0 : host_value<double>(a.flat_grads.norm(2), "adamw_step norm");
     if (!std::isfinite(norm)) {
         return invalid_argument("optim_step refused: the accumulated gradient is not finite (norm " +
                                 std::to_string(norm) + "); the adapter is unchanged");

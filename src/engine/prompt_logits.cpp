@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "engine/host_access.h"
+
 namespace tinkerd::engine {
 
 namespace {
@@ -13,23 +15,24 @@ constexpr int64_t LOGIT_CHUNK = 64;  // prompt rows per lm_head call when prompt
 // Prompt logprobs and top-K lists (temperature 1) of the positions predicted by rows [start, start + m)
 // of the prompt; logprobs [m, V] float64 on the CPU. Row i predicts prompt position i + 1.
 void fill_prompt_logprobs(const torch::Tensor & logprobs, int64_t start, const SampleRequest & r, SampleOutput & out) {
-    const int64_t m = logprobs.size(0), n = static_cast<int64_t>(r.prompt.size());
-    const auto lp = logprobs.accessor<double, 2>();
-    torch::Tensor top_values, top_ids;  // [m, K], best first
+    const int64_t m = logprobs.size(0), V = logprobs.size(1), n = static_cast<int64_t>(r.prompt.size());
+    const double * lp = host_data<const double>(logprobs, "prompt logprobs");  // [m, V]
+    torch::Tensor top_values, top_ids;                                         // [m, K], best first
     if (r.topk_prompt_logprobs > 0) {
-        std::tie(top_values, top_ids) = logprobs.topk(std::min(r.topk_prompt_logprobs, logprobs.size(1)), -1);
+        std::tie(top_values, top_ids) = logprobs.topk(std::min(r.topk_prompt_logprobs, V), -1);
+        top_values = top_values.contiguous();
+        top_ids = top_ids.contiguous();
     }
+    const int64_t K = top_ids.defined() ? top_ids.size(1) : 0;
+    const int64_t * ids = K ? host_data<const int64_t>(top_ids, "prompt logprobs") : nullptr;      // [m, K]
+    const double * values = K ? host_data<const double>(top_values, "prompt logprobs") : nullptr;  // [m, K]
     for (int64_t i = 0; i < m && start + i + 1 < n; ++i) {
         const int64_t pos = start + i + 1;
         if (r.prompt_logprobs) {
-            out.prompt_logprobs[pos] = static_cast<float>(lp[i][r.prompt[pos]]);
+            out.prompt_logprobs[pos] = static_cast<float>(lp[i * V + r.prompt[pos]]);
         }
-        if (top_ids.defined()) {
-            const auto ids = top_ids.accessor<int64_t, 2>();
-            const auto values = top_values.accessor<double, 2>();
-            for (int64_t j = 0; j < top_ids.size(1); ++j) {
-                out.topk_prompt_logprobs[pos].emplace_back(ids[i][j], static_cast<float>(values[i][j]));
-            }
+        for (int64_t j = 0; j < K; ++j) {
+            out.topk_prompt_logprobs[pos].emplace_back(ids[i * K + j], static_cast<float>(values[i * K + j]));
         }
     }
 }
@@ -66,9 +69,9 @@ torch::Tensor prompt_logits(const Transformer & t, const torch::Tensor & h, cons
     torch::Tensor last;
     for (int64_t start = want ? 0 : n - 1; start < n; start += LOGIT_CHUNK) {
         const int64_t m = std::min(LOGIT_CHUNK, n - start);
-        torch::Tensor logits = t.logits(h.narrow(0, start, m), {{0, m, adapter}}).to(torch::kCPU, torch::kFloat64);
+        const torch::Tensor logits = to_host(t.logits(h.narrow(0, start, m), {{0, m, adapter}}), torch::kFloat64);
         if (want) {
-            fill_prompt_logprobs(logits - logits.logsumexp(-1, true), start, r, out);  // [m, V]
+            fill_prompt_logprobs((logits - logits.logsumexp(-1, true)).contiguous(), start, r, out);  // [m, V]
         }
         if (start + m == n) {
             last = logits[m - 1].contiguous();  // [V]

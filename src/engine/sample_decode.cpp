@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "engine/host_access.h"
 #include "engine/prompt_logits.h"
 #include "engine/sample_loop.h"
 #include "engine/sampler.h"
@@ -99,11 +100,12 @@ void SampleLoop::decode() {
     }
     batch.tokens = torch::tensor(tokens, torch::kInt64).to(t_.device());
     batch.segments = segments_of(row_adapters);
-    torch::Tensor h = t_.hidden_states_cached(batch);                                                   // [B, C]
-    torch::Tensor logits = t_.logits(h, batch.segments).to(torch::kCPU, torch::kFloat64).contiguous();  // [B, V]
+    torch::Tensor h = t_.hidden_states_cached(batch);                                     // [B, C]
+    const torch::Tensor logits = to_host(t_.logits(h, batch.segments), torch::kFloat64);  // [B, V], one copy per step
     const int64_t V = logits.size(1);
+    const double * host = host_data<const double>(logits, "decode");
     for (size_t b = 0; b < rows.size(); ++b) {
-        append_token(*rows[b].request, rows[b].index, logits.data_ptr<double>() + b * V, V);
+        append_token(*rows[b].request, rows[b].index, host + b * V, V);
     }
 }
 

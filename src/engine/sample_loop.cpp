@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/log.h"
+#include "engine/host_access.h"
 #include "engine/prompt_logits.h"
 #include "engine/sampler.h"
 
@@ -219,7 +220,7 @@ void SampleLoop::start_sequences(LiveRequest & r, SequenceCache & prompt_cache, 
         seq.rng.seed(sequence_seed(seed, i));
         seq.done = r.request.params.max_tokens == 0;
         if (!seq.done) {
-            append_token(r, i, last_logits.data_ptr<double>(), last_logits.size(0));
+            append_token(r, i, host_data<const double>(last_logits, "start_sequences"), last_logits.size(0));
         }
     }
 }

@@ -1,6 +1,7 @@
 // Shared helpers of the sampling tests (sample_test_helpers.h).
 #include "sample_test_helpers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -58,6 +59,25 @@ engine::AdapterId trained_adapter(engine::Engine & e, uint64_t seed, int64_t n_t
     adam.learning_rate = learning_rate;
     EXPECT_TRUE(e.optim_step(id, adam).ok());
     return id;
+}
+
+static int64_t attention_layers(const engine::Engine & e) {
+    const auto & linear = e.config().linear_attention_layers;
+    return e.config().n_layers - std::count(linear.begin(), linear.end(), true);
+}
+
+int64_t kv_bytes_per_token(const engine::Engine & e) {
+    const auto & c = e.config();
+    return attention_layers(e) * 2 * c.n_kv_heads * c.head_dim * 4;
+}
+
+int64_t kv_state_tokens(const engine::Engine & e) {
+    const auto & c = e.config();
+    const int64_t conv_dim = 2 * c.linear_k_heads * c.linear_k_head_dim + c.linear_v_heads * c.linear_v_head_dim;
+    const int64_t per_layer =
+        conv_dim * (c.linear_conv_kernel - 1) + c.linear_v_heads * c.linear_k_head_dim * c.linear_v_head_dim;
+    const int64_t bytes = (c.n_layers - attention_layers(e)) * per_layer * 4;
+    return (bytes + kv_bytes_per_token(e) - 1) / kv_bytes_per_token(e);
 }
 
 std::vector<double> full_forward_logprobs(engine::Engine & e, engine::AdapterId id,

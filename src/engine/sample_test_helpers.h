@@ -29,6 +29,11 @@ std::vector<int64_t> random_tokens(int64_t n, uint64_t seed, int64_t vocab);
 // AdamW step at learning_rate, so its B factors are non-zero and it changes the model's outputs.
 engine::AdapterId trained_adapter(engine::Engine & e, uint64_t seed, int64_t n_tokens, double learning_rate);
 
+// SampleLoop's KV accounting for an fp32 model: K and V bytes of every attention layer per cached token, and a
+// sequence's recurrent state (conv + delta rule of every linear-attention layer) as that many tokens, rounded up.
+int64_t kv_bytes_per_token(const engine::Engine & e);
+int64_t kv_state_tokens(const engine::Engine & e);
+
 // log p(tokens[i] | tokens[:i]) for i = 1..n-1 (at index i - 1), by one forward of the whole sequence.
 std::vector<double> full_forward_logprobs(engine::Engine & e, engine::AdapterId id,
                                           const std::vector<int64_t> & tokens);

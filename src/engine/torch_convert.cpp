@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "engine/host_access.h"
+
 namespace tinkerd::engine {
 
 torch::ScalarType to_torch_dtype(model::DType dtype) {
@@ -43,9 +45,8 @@ Result<model::DType> from_torch_dtype(torch::ScalarType dtype) {
 }
 
 torch::Tensor view_as_tensor(const model::TensorView & view) {
-    auto options = torch::TensorOptions().dtype(to_torch_dtype(view.dtype));
-    // from_blob wants a mutable pointer; the engine never writes to base weights.
-    return torch::from_blob(const_cast<void *>(view.data), view.shape, options);
+    // A mutable pointer for torch; the engine never writes to base weights (WeightLoader moves them to the device).
+    return host_wrap(const_cast<void *>(view.data), view.shape, to_torch_dtype(view.dtype));
 }
 
 torch::Tensor host_to_tensor(const HostTensor & host) {
@@ -53,19 +54,19 @@ torch::Tensor host_to_tensor(const HostTensor & host) {
     torch::Tensor out = torch::empty(host.shape, options);
     TORCH_CHECK(static_cast<size_t>(out.nbytes()) == host.bytes.size(), "host tensor byte size mismatch");
     if (!host.bytes.empty()) {
-        std::memcpy(out.data_ptr(), host.bytes.data(), host.bytes.size());
+        std::memcpy(host_bytes(out, "host_to_tensor"), host.bytes.data(), host.bytes.size());
     }
     return out;
 }
 
 HostTensor tensor_to_host(const torch::Tensor & tensor, model::DType dtype) {
-    torch::Tensor cpu = tensor.detach().to(torch::kCPU, to_torch_dtype(dtype)).contiguous();
+    const torch::Tensor cpu = to_host(tensor, to_torch_dtype(dtype));
     HostTensor host;
     host.dtype = dtype;
     host.shape = cpu.sizes().vec();
     host.bytes.resize(cpu.nbytes());
     if (!host.bytes.empty()) {
-        std::memcpy(host.bytes.data(), cpu.data_ptr(), host.bytes.size());
+        std::memcpy(host.bytes.data(), host_bytes(cpu, "tensor_to_host"), host.bytes.size());
     }
     return host;
 }
@@ -85,9 +86,7 @@ HostTensor make_host_tensor_i64(std::vector<int64_t> shape, const std::vector<in
 }
 
 std::vector<double> host_tensor_values(const HostTensor & tensor) {
-    torch::Tensor t = host_to_tensor(tensor).to(torch::kFloat64).contiguous();
-    const double * p = t.data_ptr<double>();
-    return std::vector<double>(p, p + t.numel());
+    return host_values<double>(host_to_tensor(tensor));
 }
 
 }  // namespace tinkerd::engine

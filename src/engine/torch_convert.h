@@ -18,7 +18,7 @@ torch::Tensor view_as_tensor(const model::TensorView & view);
 
 // Copies a host tensor into a new contiguous torch tensor of its own dtype.
 torch::Tensor host_to_tensor(const HostTensor & host);
-// Copies a torch tensor (any device) into a host tensor of the given dtype.
+// Copies a torch tensor (any device; meta: zeros) into a host tensor of the given dtype.
 HostTensor tensor_to_host(const torch::Tensor & tensor, model::DType dtype);
 
 }  // namespace tinkerd::engine

@@ -111,7 +111,7 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         }
         weights_.lm_head = std::move(head).value();
     }
-    if (device_.is_cuda() && weights_.lm_head.scalar_type() != act_) {
+    if (!device_.is_cpu() && weights_.lm_head.scalar_type() != act_) {  // CUDA (and meta, which stands for it)
         lm_head_exact_ = weights_.lm_head.to(act_);  // GPUs round base products to bf16; logits stay exact
     }
     return {};
@@ -134,7 +134,9 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
 
 torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
     torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);  // [T, C]
-    auto [cos, sin] = rope_.lookup(batch.positions);                          // [T, 1, D]
+    const auto & lengths = batch.layout.lengths;                              // positions restart at 0 in each sequence
+    const int64_t max_position = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end()) - 1;
+    auto [cos, sin] = rope_.lookup(batch.positions, max_position);  // [T, 1, D]
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
         x = layer_forward(layer, x, batch, cos, sin);
     }
@@ -152,8 +154,9 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
         }
     }
     const CachedAttention attention(batch.lengths, batch.caches, device_);
-    torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);              // [T, C]
-    auto [cos, sin] = rope_.lookup(torch::tensor(positions, torch::kInt64).to(device_));  // [T, 1, D]
+    torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);  // [T, C]
+    const int64_t max_position = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+    auto [cos, sin] = rope_.lookup(torch::tensor(positions, torch::kInt64).to(device_), max_position);  // [T, 1, D]
     const CachedMixerContext ctx{batch.segments, batch.lengths, batch.caches, attention, cos, sin};
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
         const LayerWeights & w = weights_.layers[layer];

@@ -1,6 +1,7 @@
 // WeightLoader: named, shape-checked access to checkpoint tensors with dtype conversion.
 #include "engine/weights.h"
 
+#include "engine/host_access.h"
 #include "engine/torch_convert.h"
 
 namespace tinkerd::engine {
@@ -63,6 +64,12 @@ Result<torch::Tensor> WeightLoader::vector(const std::string & name, int64_t siz
     return fetch(name, {size}, act_);
 }
 
+void release_mapped(const model::SafetensorsFile & file, const torch::Tensor & t) {
+    if (t.device().is_cpu() && t.is_contiguous()) {  // a mapped view is both; other tensors own their memory
+        file.release_pages(host_bytes(t, "release_mapped"), t.nbytes());
+    }
+}
+
 void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file) {
     if (w.wq.defined()) {  // a linear-attention layer has its own (already fused) projections
         w.w_qkv = torch::cat({w.wq, w.wk, w.wv}, 0);
@@ -77,7 +84,7 @@ void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file) {
         if (!part->defined()) {
             continue;
         }
-        file.release_pages(part->data_ptr(), part->nbytes());  // no-op unless it aliases the mapping
+        release_mapped(file, *part);
     }
     w.wq = w.wk = w.wv = w.bq = w.bk = w.bv = w.w_gate = w.w_up = torch::Tensor();
 }

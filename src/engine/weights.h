@@ -51,6 +51,9 @@ struct LayerWeights {
     torch::Tensor w_gate_up;  // [2F, C] = cat(w_gate, w_up)
 };
 
+// Drops the mapped pages t aliases, if any (only a CPU tensor can: WeightLoader moves others to the device).
+void release_mapped(const model::SafetensorsFile & file, const torch::Tensor & t);
+
 // Builds w_qkv / b_qkv / w_gate_up from the separate projections, drops the separate tensors and
 // releases their mapped pages, so the checkpoint is not resident twice.
 void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file);
@@ -84,7 +87,7 @@ class WeightLoader {
     Result<torch::Tensor> vector(const std::string & name, int64_t size) const;
     bool contains(const std::string & name) const { return file_->contains(resolve(name)); }
     // Lets the kernel drop the mapped pages of a tensor that was copied elsewhere (no-op unless t aliases them).
-    void release(const torch::Tensor & t) const { file_->release_pages(t.data_ptr(), t.nbytes()); }
+    void release(const torch::Tensor & t) const { release_mapped(*file_, t); }
 
   private:
     Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape,

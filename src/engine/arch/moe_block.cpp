@@ -7,6 +7,7 @@
 
 #include "engine/arch/family.h"
 #include "engine/fused_ops.h"
+#include "engine/host_access.h"
 #include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
@@ -88,9 +89,9 @@ struct Dispatch {
 };
 
 Dispatch dispatch(const torch::Tensor & experts, int64_t n_experts) {
-    const torch::Tensor host = experts.to(torch::kCPU).contiguous();  // [T, k]
+    const torch::Tensor host = to_host(experts, torch::kInt64);  // [T, k]: one copy from the device per layer
     const int64_t T = host.size(0), k = host.size(1);
-    const int64_t * e = host.data_ptr<int64_t>();
+    const int64_t * e = host_data<int64_t>(host, "moe dispatch");
     std::vector<int64_t> start(n_experts + 1, 0);
     for (int64_t i = 0; i < T * k; ++i) {
         ++start[e[i] + 1];

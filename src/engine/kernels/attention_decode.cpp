@@ -9,6 +9,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "engine/host_access.h"
+
 // The 64-byte vector helpers below are always inlined into the target clones, so no call passes a vector
 // through the baseline ABI that -Wpsabi warns about.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -158,15 +160,16 @@ torch::Tensor attention_decode(const torch::Tensor & q_in, const std::vector<tor
     const int64_t KV = B > 0 ? keys[0].size(0) : 1, G = H / KV;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     torch::Tensor out = torch::empty({B, H * D}, q.options());  // [B, H*D]
-    const float * qp = q.data_ptr<float>();
-    float * op = out.data_ptr<float>();
+    TORCH_CHECK(attention_decode_applies(q, keys, values), "attention_decode: CPU fp32 tensors only");
+    const float * qp = host_data<const float>(q, "attention_decode");
+    float * op = host_data<float>(out, "attention_decode");
     at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> scores;
         for (int64_t item = begin; item < end; ++item) {
             const int64_t b = item / KV, h = item % KV, L = lengths[b];
             scores.resize(static_cast<size_t>(G * L));
-            const float * k = keys[b].data_ptr<float>() + h * keys[b].stride(0);  // [L, D] rows
-            const float * v = values[b].data_ptr<float>() + h * values[b].stride(0);
+            const float * k = host_strided_data<const float>(keys[b], "attention_decode") + h * keys[b].stride(0);
+            const float * v = host_strided_data<const float>(values[b], "attention_decode") + h * values[b].stride(0);
             const int64_t row = (b * H + h * G) * D;  // query heads h·G .. h·G + G - 1 of sequence b
             detail::attend_kv_head(qp + row, k, v, L, G, D, scale, scores.data(), op + row);
         }

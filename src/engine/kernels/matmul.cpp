@@ -10,6 +10,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "engine/host_access.h"
 #include "engine/kernels/matmul_kernels.h"
 
 namespace tinkerd::engine::kernels {
@@ -44,8 +45,14 @@ std::atomic<int64_t> & blas_rows_setting() {
     return rows;
 }
 
+// The CPU tensors of a kernel call (kernel_applies admitted them; host_data checks device and layout again).
+template <typename T>
+T * cpu_data(const torch::Tensor & t) {
+    return host_data<T>(t, "matmul kernels");
+}
+
 const uint16_t * bf16_data(const torch::Tensor & w) {
-    return reinterpret_cast<const uint16_t *>(w.data_ptr());
+    return reinterpret_cast<const uint16_t *>(cpu_data<const c10::BFloat16>(w));
 }
 
 // True when the kernels can take a (fp32, contiguous, CPU, last dim = w.size(w_dim)) with w (bf16 [out, in],
@@ -88,7 +95,7 @@ void forward_blas(const torch::Tensor & x, const torch::Tensor & w, torch::Tenso
         for (int64_t o0 = begin; o0 < end; o0 += step) {
             const int64_t rows = std::min(step, end - o0);
             torch::Tensor wf = scratch_block(rows, in);  // [rows, in]
-            convert_block(wp + o0 * in, in, rows, in, wf.data_ptr<float>());
+            convert_block(wp + o0 * in, in, rows, in, cpu_data<float>(wf));
             torch::Tensor y_block = y.narrow(1, o0, rows);  // [T, rows], row stride out
             at::mm_out(y_block, x, wf.t());
         }
@@ -106,7 +113,7 @@ void backward_blas(const torch::Tensor & dy, const torch::Tensor & w, torch::Ten
         for (int64_t o0 = 0; o0 < out; o0 += step) {
             const int64_t rows = std::min(step, out - o0);
             torch::Tensor wf = scratch_block(rows, cols);  // [rows, cols]
-            convert_block(wp + o0 * in + c0, in, rows, cols, wf.data_ptr<float>());
+            convert_block(wp + o0 * in + c0, in, rows, cols, cpu_data<float>(wf));
             const torch::Tensor dy_block = dy.narrow(1, o0, rows);  // [T, rows], row stride out
             if (o0 == 0) {
                 at::mm_out(dx_cols, dy_block, wf);
@@ -122,7 +129,7 @@ void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tens
     const auto rows = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
     const int64_t grain = std::max<int64_t>(1, kGrainElements / in / 4);  // in blocks of 4 weight rows
     at::parallel_for(0, (out + 3) / 4, grain, [&](int64_t b, int64_t e) {
-        rows(x.data_ptr<float>(), T, in, bf16_data(w), b * 4, std::min(out, e * 4), y.data_ptr<float>(), out);
+        rows(cpu_data<const float>(x), T, in, bf16_data(w), b * 4, std::min(out, e * 4), cpu_data<float>(y), out);
     });
 }
 
@@ -133,7 +140,7 @@ void backward_small(const torch::Tensor & dy, const torch::Tensor & w, torch::Te
     const int64_t grain = std::max<int64_t>(1, kGrainElements / (out * kColumnGroup));
     at::parallel_for(0, groups, grain, [&](int64_t b, int64_t e) {
         const int64_t c0 = b * kColumnGroup, c1 = std::min(in, e * kColumnGroup);
-        cols(dy.data_ptr<float>(), T, out, bf16_data(w), in, c0, c1, dx.data_ptr<float>());
+        cols(cpu_data<const float>(dy), T, out, bf16_data(w), in, c0, c1, cpu_data<float>(dx));
     });
 }
 
