@@ -100,6 +100,7 @@ Fixture load_fixture(const std::string & case_name) {
         throw std::runtime_error(file.error().message);
     }
     f.tensors = *file;
+    f.logprob_bound = fp32_logprob_bound(f);
     return f;
 }
 

@@ -39,6 +39,7 @@ struct Fixture {
     std::vector<FixtureCall> calls;
     std::vector<FixtureAdam> adam;
     std::shared_ptr<model::SafetensorsFile> tensors;
+    double logprob_bound = 0;  // fp32_logprob_bound(*this), computed once by load_fixture
 
     // Tensors under "<prefix>/" with the prefix stripped, as host tensors.
     std::map<std::string, engine::HostTensor> tensors_under(const std::string & prefix) const;
