@@ -1,7 +1,8 @@
 // model_id and seq_id from the first bytes of a training request's body, for a body refused unread (413):
-// a hand-rolled walk over the leading protobuf fields, or a SAX pass over a JSON prefix that stops at the
+// protobuf's CodedInputStream over the leading fields, or a SAX pass over a JSON prefix that stops at the
 // cut. Never reads past the prefix and allocates nothing beyond the model_id.
 #include <cstdint>
+#include <google/protobuf/io/coded_stream.h>
 #include <optional>
 #include <string>
 
@@ -12,32 +13,21 @@ namespace {
 
 using json = nlohmann::json;
 
-bool read_varint(std::string_view data, size_t & pos, uint64_t & value) {
-    value = 0;
-    for (int shift = 0; shift < 64 && pos < data.size(); shift += 7) {
-        const auto byte = static_cast<uint8_t>(data[pos++]);
-        value |= static_cast<uint64_t>(byte & 0x7f) << shift;
-        if ((byte & 0x80) == 0) {
-            return true;
-        }
-    }
-    return false;  // cut inside the varint, or longer than 10 bytes
-}
-
 // ForwardBackwardRequest: model_id = 1 (string), seq_id = 2 (int32); the first other field ends the walk.
+// protobuf's own reader over the prefix: a cut inside a field reads as a failure, never past the end.
 std::optional<RequestIds> ids_from_proto_prefix(std::string_view data) {
+    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t *>(data.data()),
+                                              static_cast<int>(data.size()));
     std::optional<std::string> model_id;
     std::optional<int64_t> seq_id;
-    size_t pos = 0;
     while (!(model_id && seq_id)) {
-        uint64_t tag = 0, value = 0;
-        if (!read_varint(data, pos, tag) || !read_varint(data, pos, value)) {
-            return std::nullopt;
-        }
-        if (tag == ((1 << 3) | 2) && value <= data.size() - pos) {
-            model_id = std::string(data.substr(pos, value));
-            pos += value;
-        } else if (tag == ((2 << 3) | 0)) {
+        const uint32_t tag = in.ReadTag();  // 0 at the cut or on a malformed tag
+        uint32_t length = 0;
+        uint64_t value = 0;
+        std::string text;
+        if (tag == ((1 << 3) | 2) && in.ReadVarint32(&length) && in.ReadString(&text, static_cast<int>(length))) {
+            model_id = std::move(text);
+        } else if (tag == ((2 << 3) | 0) && in.ReadVarint64(&value)) {
             seq_id = static_cast<int32_t>(static_cast<uint32_t>(value));  // int32 on the wire (sign-extended)
         } else {
             return std::nullopt;
