@@ -1,6 +1,7 @@
 // Micro-benchmark of the base-weight products (engine/kernels/matmul.h) on the model's weight shapes: per
-// shape, rows T and direction, our dispatch, its register-blocked and BLAS paths, the generic path, torch's
-// bf16 matmul and torch's fp32 matmul on a pre-converted weight; ms, GB/s of bf16 weight read, GFLOP/s.
+// shape, rows T and direction, our dispatch, its register-blocked and BLAS paths, the generic path, the
+// bf16-input paths (kernels / BLAS below and from 64 rows; brgemm from 64 rows), torch's bf16 matmul and
+// torch's fp32 matmul on a pre-converted weight; ms, GB/s of bf16 weight read, GFLOP/s.
 // Weights cycle through copies larger than the LLC, so small-T numbers are from memory, as in decoding.
 #include <algorithm>
 #include <chrono>
@@ -70,6 +71,8 @@ std::vector<std::pair<std::string, Op>> ops(const Weights & w, bool backward) {
             torch::Tensor r = op(a, c);
             k::set_blas_min_rows(64);
             k::set_kernels_enabled(true);
+            k::set_matmul_inputs(k::MatmulInputs::fp32);
+            k::set_brgemm_enabled(false);
             return r;
         };
     };
@@ -87,6 +90,13 @@ std::vector<std::pair<std::string, Op>> ops(const Weights & w, bool backward) {
             {"kernel", with([] { k::set_blas_min_rows(int64_t{1} << 40); }, ours)},
             {"blas", with([] { k::set_blas_min_rows(1); }, ours)},
             {"generic", with([] { k::set_kernels_enabled(false); }, ours)},
+            {"bf16-kernel", with([] { k::set_matmul_inputs(k::MatmulInputs::bf16); }, ours)},
+            {"bf16-brgemm", with(
+                                [] {
+                                    k::set_matmul_inputs(k::MatmulInputs::bf16);
+                                    k::set_brgemm_enabled(true);
+                                },
+                                ours)},
             {"torch-bf16", bf16},
             {"torch-fp32", fp32}};
 }

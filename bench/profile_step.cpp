@@ -22,6 +22,9 @@ int main(int argc, char ** argv) {
                     : dtype == "fp32" ? tinkerd::engine::ComputeDType::FP32
                                       : tinkerd::engine::ComputeDType::AUTO;
     auto engine = tinkerd::engine::Engine::load(argv[1], options).value();
+    if (!tinkerd::bench::choose_bench_kernels(engine->config(), options.n_threads)) {
+        return 2;
+    }
     auto id = engine->create_adapter({32, 32.0, true, true, true, 1}).value();
     const bool mixed = argc > 3 && std::string(argv[3]) == "mixed";
     const auto & lengths = mixed ? tinkerd::bench::MIXED_LENGTHS : tinkerd::bench::EQUAL_LENGTHS;

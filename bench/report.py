@@ -35,7 +35,8 @@ def main():
     for r in ours:
         ref = best_base.get(r["batch"])
         ratio = ref["step_s"] / r["step_s"] if ref else float("nan")
-        print(f"| tinkerd | {r['mode']} | {r['batch']} | {r['real_tokens']} | {r['fwd_s']:.2f} | {r['step_s']:.2f} "
+        weights = r["mode"] + (" (bf16 inputs)" if r.get("matmul") == "bf16" else "")
+        print(f"| tinkerd | {weights} | {r['batch']} | {r['real_tokens']} | {r['fwd_s']:.2f} | {r['step_s']:.2f} "
               f"| {r['optim_s']:.3f} | {r['tokens_per_s']:.0f} | {r['train_gflops']:.0f} "
               f"| {100 * r['bf16_peak_frac']:.0f}% of {r.get('bf16_gflops', peak_bf16):.0f} | {ratio:.2f}x | {r['peak_rss_mb']:.0f} |")
     for r in base:

@@ -27,8 +27,10 @@ echo "bench: SmolLM2-135M-Instruct (the pinned default model, Q4_1 GGUF dequanti
 GGUF=$(scripts/fetch-default-model.sh | tail -1)
 "$PYTHON" bench/real_model.py "$MODELS" --gguf "$GGUF" --gguf-tool "$BUILD/src/gguf/gguf_tool"
 
-echo "bench: tinkerd engine, bf16 base weights" >&2
+echo "bench: tinkerd engine, bf16 base weights (--matmul auto: the path chosen by timing, printed)" >&2
 "$BUILD/bench/train_bench" "$MODELS/smollm135m-bf16" auto "$STEPS" 2 | tee -a "$OUT"
+echo "bench: tinkerd engine, bf16 base weights, --matmul exact (fp32 math)" >&2
+TINKERD_MATMUL=exact "$BUILD/bench/train_bench" "$MODELS/smollm135m-bf16" auto "$STEPS" 2 | tee -a "$OUT"
 echo "bench: tinkerd engine, fp32 base weights" >&2
 "$BUILD/bench/train_bench" "$MODELS/smollm135m-f32" auto "$STEPS" 2 | tee -a "$OUT"
 echo "bench: plain PyTorch eager LoRA step (padded, HF+PEFT style)" >&2

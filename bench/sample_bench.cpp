@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_batches.h"
 #include "engine/engine.h"
 #include "foreign_cpu.h"
 #include "read_bandwidth.h"
@@ -401,6 +402,9 @@ int main(int argc, char ** argv) {
         return 1;
     }
     ctx.engine = engine->get();
+    if (!tinkerd::bench::choose_bench_kernels(ctx.engine->config(), ctx.options.threads)) {
+        return 2;
+    }
     ctx.dtype = ctx.engine->compute_dtype_name();
     const double bytes = ctx.dtype == "bf16" ? 2 : ctx.dtype == "fp32" ? 4 : 8;
     ctx.weight_bytes = base_params(ctx.engine->config()) * bytes;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <sys/resource.h>
@@ -124,6 +125,12 @@ int main(int argc, char ** argv) {
         return 1;
     }
     const auto & config = (*engine)->config();
+    const auto choice = tinkerd::bench::choose_bench_kernels(config, threads);
+    if (!choice) {
+        return 2;
+    }
+    std::printf("{\"impl\":\"kernel_choice\",\"inputs\":\"%s\",\"kernel\":\"%s\",\"reason\":\"%s\"}\n",
+                choice->inputs.c_str(), choice->kernel.c_str(), choice->reason.c_str());
     const auto adapter = (*engine)->create_adapter({32, 32.0, true, true, true, 1}).value();
     const std::pair<const char *, std::vector<int64_t>> batches[] = {{"equal", tinkerd::bench::EQUAL_LENGTHS},
                                                                      {"mixed", tinkerd::bench::MIXED_LENGTHS}};
@@ -144,10 +151,10 @@ int main(int argc, char ** argv) {
             "{\"impl\":\"tinkerd\",\"mode\":\"%s\",\"batch\":\"%s\",\"real_tokens\":%lld,\"fwd_s\":%.4f,"
             "\"step_s\":%.4f,\"optim_s\":%.4f,\"tokens_per_s\":%.1f,\"fwd_tokens_per_s\":%.1f,"
             "\"train_gflops\":%.1f,\"fwd_gflops\":%.1f,\"train_gflop\":%.1f,\"bf16_peak_frac\":%.3f,"
-            "\"bf16_gflops\":%.1f,\"peak_rss_mb\":%.0f}\n",
+            "\"bf16_gflops\":%.1f,\"peak_rss_mb\":%.0f,\"matmul\":\"%s\"}\n",
             (*engine)->compute_dtype_name().c_str(), name, static_cast<long long>(tokens), t.fwd_s, t.step_s, t.optim_s,
             tokens / t.step_s, tokens / t.fwd_s, train_gflops, flops.forward() / t.fwd_s / 1e9, flops.train() / 1e9,
-            train_gflops / peak_bf16, peak_bf16, peak_rss_mb());
+            train_gflops / peak_bf16, peak_bf16, peak_rss_mb(), choice->inputs.c_str());
         std::fflush(stdout);
     }
     return 0;

@@ -49,5 +49,11 @@ else()
   target_include_directories(tinkerd_torch SYSTEM INTERFACE "${TINKERD_TORCH_ROOT}/include"
                              "${TINKERD_TORCH_ROOT}/include/torch/csrc/api/include")
 endif()
+# at::parallel_for's OpenMP backend (the wheels' AT_PARALLEL_OPENMP) is inline code in ATen/ParallelOpenMP.h:
+# a TU compiled without -fopenmp runs every at::parallel_for of its own on one thread. -fopenmp makes the
+# engine's kernels parallel; the wheel's libgomp.so.1 (same SONAME, found first through torch/lib's rpath)
+# is the one runtime loaded, shared with libtorch_cpu.
+target_compile_options(tinkerd_torch INTERFACE -fopenmp)
+target_link_options(tinkerd_torch INTERFACE -fopenmp)
 # The wheels are built with the C++11 ABI (as Debian's g++ defaults to).
 target_compile_definitions(tinkerd_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)

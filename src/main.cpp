@@ -23,6 +23,7 @@
 #include "dist/launch.h"
 #include "dist/replica_launch.h"
 #include "engine/engine.h"
+#include "engine/kernel_choice.h"
 #include "gguf/convert.h"
 #include "http/server.h"
 #include "model/builtin_model.h"
@@ -200,6 +201,19 @@ bool load_engines(const Flags & flags, const Quantised & quantised, const tinker
     return true;
 }
 
+// --matmul: how the CPU multiplies by bf16 weights, chosen on the first model's shapes (kernel_choice.h).
+// Rank 0 chooses before starting the other processes, so that they find its timings in the cache.
+void choose_matmul(const Flags & flags, const tinkerd::engine::EngineOptions & options) {
+    auto config = tinkerd::model::load_model_config(flags.models.front().second);
+    if (flags.device != "cpu" || !config.ok()) {
+        return;  // GPUs multiply in bf16 anyway; a model that cannot be read fails its load with the reason
+    }
+    const auto mode = tinkerd::engine::parse_matmul_mode(flags.matmul).value_or(tinkerd::engine::MatmulMode::AUTO);
+    const auto choice = tinkerd::engine::choose_kernels(mode, tinkerd::engine::matmul_shapes_of(*config),
+                                                        options.n_threads, flags.data_dir + "/kernel-choice.json");
+    LOG_INF("main", "%s", choice.summary().c_str());
+}
+
 // Pins this process to its share of the cores when --dp / --sampling-replicas run several processes here.
 void pin_local_process(const Flags & flags) {
     tinkerd::dist::pin_to_slot(tinkerd::dist::local_process_slot(flags.dist, flags.replicas),
@@ -210,6 +224,9 @@ void pin_local_process(const Flags & flags) {
 bool load_helper_models(Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
     pin_local_process(flags);
     const auto quantised = resolve_model_dirs(flags);
+    if (quantised) {
+        choose_matmul(flags, options);
+    }
     return quantised && load_engines(flags, *quantised, options, engines);
 }
 
@@ -293,6 +310,7 @@ std::vector<tinkerd::api::ServedModelSpec> served_models(const Flags & flags, co
 tinkerd::api::AppOptions app_options(const Flags & flags) {
     tinkerd::api::AppOptions o;
     o.data_dir = flags.data_dir;
+    o.kernels = tinkerd::engine::current_kernel_choice();
     o.database = flags.database;
     o.session_timeout_seconds = flags.session_timeout_seconds;
     o.poll_timeout = std::chrono::milliseconds(static_cast<long long>(flags.poll_timeout_seconds * 1000));
@@ -387,6 +405,7 @@ int run_rank0(int argc, char ** argv, Flags & flags) {
     if (!quantised) {
         return 1;
     }
+    choose_matmul(flags, engine_options(flags));
     EngineList engines;
     ReplicaEngines replicas;
     int code = 1;

@@ -10,6 +10,7 @@
 
 #include "chat_template/model_template.h"
 #include "engine/engine.h"
+#include "engine/kernel_choice.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tinkerd::api {
@@ -29,6 +30,7 @@ struct AppOptions {
     double snapshot_ttl_seconds = 3600;                 // unnamed sampler snapshots outlive their session this long
     int64_t snapshot_disk_bytes = 10240LL << 20;        // budget of DATA_DIR/snapshots (--snapshot-disk-mib)
     int64_t max_metric_points = 2000;                   // per run and op, before old points are thinned
+    engine::KernelChoice kernels;                       // --matmul's choice (main sets it), reported by server_status
 };
 
 // A base model served under a name; the engine is owned by the caller and outlives the App.

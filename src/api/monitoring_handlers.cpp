@@ -9,6 +9,7 @@
 #include "api/tinker_routes.h"
 #include "common/version.h"
 #include "engine/data_parallel_status.h"
+#include "engine/kernel_choice.h"
 
 namespace tinkerd::api {
 
@@ -161,6 +162,21 @@ Result<json> TinkerRoutes::sessions_status_json(const std::string & tenant) cons
     return list;
 }
 
+namespace {
+
+// The process's matmul path for bf16 weights (--matmul) and the timings it was chosen on.
+json kernels_json(const engine::KernelChoice & c) {
+    json candidates = json::object();
+    for (const auto & candidate : c.candidates) {
+        candidates[candidate.name + "_gflops"] = candidate.gflops;
+    }
+    return json{{"matmul", c.mode},  {"inputs", c.inputs},   {"kernel", c.kernel},     {"isa", c.isa},
+                {"cpu", c.cpu},      {"threads", c.threads}, {"measured", candidates}, {"from_cache", c.from_cache},
+                {"reason", c.reason}};
+}
+
+}  // namespace
+
 Result<json> TinkerRoutes::server_status(Call & call) {
     json models = json::array();
     for (const auto & model : registry_->models()) {
@@ -175,6 +191,7 @@ Result<json> TinkerRoutes::server_status(Call & call) {
                 {"uptime_s", now_seconds() - telemetry_->started_at()},
                 {"futures_pending", futures_->pending_futures()},
                 {"models", models},
+                {"kernels", kernels_json(options_.kernels)},
                 {"samplers", *samplers},
                 {"sessions", *sessions}};
 }

@@ -109,6 +109,8 @@ TEST_F(MonitoringTest, ServerStatusShowsTheModelAndOnlyTheCallersSamplersAndSess
     EXPECT_EQ(status["version"], SERVER_VERSION);
     EXPECT_GE(status["uptime_s"].get<double>(), 0.0);
     EXPECT_EQ(status["futures_pending"], 0);
+    EXPECT_TRUE(status["kernels"]["inputs"] == "fp32" || status["kernels"]["inputs"] == "bf16") << status["kernels"];
+    EXPECT_FALSE(status["kernels"]["reason"].get<std::string>().empty());
     ASSERT_EQ(status["models"].size(), 1u);
     const json & m = status["models"][0];
     EXPECT_EQ(m["base_model"], "fake");

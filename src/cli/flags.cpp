@@ -159,6 +159,7 @@ std::vector<FlagDef> make_table() {
         database_flag(),
         text("--api-keys", FIELD(api_keys_file)),
         choice("--dtype", FIELD(dtype), {"auto", "bf16", "fp32"}),
+        choice("--matmul", FIELD(matmul), {"auto", "exact", "bf16"}),
         text("--device", FIELD(device)),
         integer("--threads", FIELD(threads), 0),
         integer("--io-threads", FIELD(io_threads), 1),

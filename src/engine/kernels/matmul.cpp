@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include "engine/host_access.h"
+#include "engine/kernels/matmul_brgemm.h"
 #include "engine/kernels/matmul_kernels.h"
 
 namespace tinkerd::engine::kernels {
@@ -38,6 +39,16 @@ KernelIsa initial_isa() {
 std::atomic<KernelIsa> & isa_setting() {
     static std::atomic<KernelIsa> isa{initial_isa()};
     return isa;
+}
+
+std::atomic<MatmulInputs> & inputs_setting() {
+    static std::atomic<MatmulInputs> inputs{MatmulInputs::fp32};
+    return inputs;
+}
+
+std::atomic<bool> & brgemm_setting() {
+    static std::atomic<bool> enabled{false};
+    return enabled;
 }
 
 std::atomic<int64_t> & blas_rows_setting() {
@@ -92,6 +103,7 @@ void forward_blas(const torch::Tensor & x, const torch::Tensor & w, torch::Tenso
     const int64_t out = w.size(0), in = w.size(1), step = block_rows(in);
     const uint16_t * wp = bf16_data(w);
     at::parallel_for(0, out, 16, [&](int64_t begin, int64_t end) {
+        torch::NoGradGuard no_grad;  // OpenMP workers start with grad mode on; x may require grad (base_linear)
         for (int64_t o0 = begin; o0 < end; o0 += step) {
             const int64_t rows = std::min(step, end - o0);
             torch::Tensor wf = scratch_block(rows, in);  // [rows, in]
@@ -108,6 +120,7 @@ void backward_blas(const torch::Tensor & dy, const torch::Tensor & w, torch::Ten
     const int64_t out = w.size(0), in = w.size(1);
     const uint16_t * wp = bf16_data(w);
     at::parallel_for(0, (in + 15) / 16, 1, [&](int64_t begin, int64_t end) {
+        torch::NoGradGuard no_grad;  // as in forward_blas
         const int64_t c0 = begin * 16, cols = std::min(in, end * 16) - c0, step = block_rows(cols);
         torch::Tensor dx_cols = dx.narrow(1, c0, cols);  // [T, cols], row stride in
         for (int64_t o0 = 0; o0 < out; o0 += step) {
@@ -122,6 +135,22 @@ void backward_blas(const torch::Tensor & dy, const torch::Tensor & w, torch::Ten
             }
         }
     });
+}
+
+// The brgemm path: a (fp32 values already rounded to bf16) converted to bf16 exactly; the reduction must be
+// even for VNNI pairs, else the fp32 BLAS path computes the same products.
+void forward_brgemm(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
+    if (w.size(1) % 2 != 0) {
+        return forward_blas(x, w, y);
+    }
+    detail::brgemm_forward(x.to(torch::kBFloat16), w, y);
+}
+
+void backward_brgemm(const torch::Tensor & dy, const torch::Tensor & w, torch::Tensor & dx) {
+    if (w.size(0) % 2 != 0) {
+        return backward_blas(dy, w, dx);
+    }
+    detail::brgemm_backward(dy.to(torch::kBFloat16), w, dx);
 }
 
 void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
@@ -156,7 +185,38 @@ torch::Tensor run_kernels(const torch::Tensor & a, const torch::Tensor & w, int6
     return result.view(shape);
 }
 
+// True when a's values are rounded to bf16 before the product with w (matmul_inputs() == bf16, w bf16).
+bool rounds_inputs(const torch::Tensor & a, const torch::Tensor & w) {
+    return matmul_inputs() == MatmulInputs::bf16 && w.scalar_type() == torch::kBFloat16 &&
+           a.scalar_type() == torch::kFloat && w.device().is_cpu();
+}
+
+// a's values rounded to bf16 (nearest even), kept as fp32: every path multiplies these.
+torch::Tensor rounded_to_bf16(const torch::Tensor & a) {
+    return a.to(torch::kBFloat16).to(torch::kFloat);
+}
+
+bool use_brgemm(const torch::Tensor & a, const torch::Tensor & w) {
+    return rounds_inputs(a, w) && brgemm_enabled();
+}
+
 }  // namespace
+
+MatmulInputs matmul_inputs() {
+    return inputs_setting().load(std::memory_order_relaxed);
+}
+void set_matmul_inputs(MatmulInputs inputs) {
+    inputs_setting().store(inputs);
+}
+bool brgemm_available() {  // AVX-512 code: not under a lower TINKERD_MATMUL_KERNELS cap
+    return kernel_isa() == KernelIsa::avx512 && detail::brgemm_bf16_supported();
+}
+bool brgemm_enabled() {
+    return brgemm_setting().load(std::memory_order_relaxed);
+}
+void set_brgemm_enabled(bool enabled) {
+    brgemm_setting().store(enabled && brgemm_available());
+}
 
 KernelIsa cpu_kernel_isa() {
     __builtin_cpu_init();
@@ -194,17 +254,19 @@ torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const tor
 }
 
 torch::Tensor matmul_weight(const torch::Tensor & x, const torch::Tensor & w) {
-    if (!kernel_applies(x, w, 1)) {
-        return matmul_weight_generic(x, w);
+    const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., in]
+    if (!kernel_applies(a, w, 1)) {
+        return matmul_weight_generic(a, w);
     }
-    return run_kernels(x, w, w.size(0), forward_small, forward_blas);  // [..., out]
+    return run_kernels(a, w, w.size(0), forward_small, use_brgemm(x, w) ? forward_brgemm : forward_blas);
 }
 
 torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tensor & w) {
-    if (!kernel_applies(dy, w, 0)) {
-        return matmul_weight_backward_generic(dy, w);
+    const torch::Tensor a = rounds_inputs(dy, w) ? rounded_to_bf16(dy) : dy;  // [..., out]
+    if (!kernel_applies(a, w, 0)) {
+        return matmul_weight_backward_generic(a, w);
     }
-    return run_kernels(dy, w, w.size(1), backward_small, backward_blas);  // [..., in]
+    return run_kernels(a, w, w.size(1), backward_small, use_brgemm(dy, w) ? backward_brgemm : backward_blas);
 }
 
 namespace {

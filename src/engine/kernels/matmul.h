@@ -30,6 +30,21 @@ void set_kernels_enabled(bool enabled);  // false = set_kernel_isa(generic); tru
 int64_t blas_min_rows();
 void set_blas_min_rows(int64_t rows);
 
+// How products with bf16 weights treat their fp32 inputs, process-wide. fp32 (the default): exact fp32 math on
+// the bf16 weights. bf16: each input is rounded to bf16 first (round to nearest even, as autocast rounds),
+// then multiplied in fp32 with fp32 sums and fp32 results; every path (small-row kernels, BLAS, brgemm,
+// the generic ops) computes the same products, so results differ only in summation order. Products with
+// fp32 weights are always exact. kernel_choice.h chooses by measurement.
+enum class MatmulInputs { fp32, bf16 };
+MatmulInputs matmul_inputs();
+void set_matmul_inputs(MatmulInputs inputs);
+
+// With bf16 inputs, whether products from blas_min_rows() rows on run as bf16 dot products through oneDNN's
+// brgemm (only where detail::brgemm_bf16_supported()) instead of fp32 BLAS on widened weight blocks.
+bool brgemm_enabled();
+void set_brgemm_enabled(bool enabled);  // ignored (stays false) where the CPU cannot
+bool brgemm_available();                // the CPU has bf16 dot products and brgemm computes them right
+
 // The generic ops the kernels replace (the reference in tests, and the path on GPUs and other CPUs).
 torch::Tensor matmul_weight_generic(const torch::Tensor & x, const torch::Tensor & w);
 torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const torch::Tensor & w);

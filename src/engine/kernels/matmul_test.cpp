@@ -20,9 +20,13 @@ constexpr double kRelative = 1e-5;        // of Σ|terms|: fp32 accumulation ove
 struct SettingsGuard {
     KernelIsa isa = kernel_isa();
     int64_t blas = blas_min_rows();
+    MatmulInputs inputs = matmul_inputs();
+    bool brgemm = brgemm_enabled();
     ~SettingsGuard() {
         set_kernel_isa(isa);
         set_blas_min_rows(blas);
+        set_matmul_inputs(inputs);
+        set_brgemm_enabled(brgemm);
     }
 };
 
@@ -64,12 +68,18 @@ struct Case {
     Expected forward, backward;
 };
 
-std::vector<Case> make_grid(torch::ScalarType dtype) {
+// x and dy as the products see them: rounded to bf16 when `rounded` (MatmulInputs::bf16).
+torch::Tensor as_multiplied(const torch::Tensor & a, bool rounded) {
+    return rounded ? a.to(torch::kBFloat16).to(torch::kFloat) : a;
+}
+
+std::vector<Case> make_grid(torch::ScalarType dtype, bool rounded = false, const std::vector<int64_t> & rows = kRows,
+                            const std::vector<int64_t> & dims = kDims) {
     torch::manual_seed(7);
     std::vector<Case> cases;
-    for (int64_t T : kRows) {
-        for (int64_t in : kDims) {
-            for (int64_t out : kDims) {
+    for (int64_t T : rows) {
+        for (int64_t in : dims) {
+            for (int64_t out : dims) {
                 if (T * in * out > kMaxWork) {
                     continue;
                 }
@@ -80,8 +90,8 @@ std::vector<Case> make_grid(torch::ScalarType dtype) {
                        {},
                        {}};
                 const torch::Tensor wf = c.w.to(torch::kFloat);
-                c.forward = expected(c.x, wf.t());
-                c.backward = expected(c.dy, wf);
+                c.forward = expected(as_multiplied(c.x, rounded), wf.t());
+                c.backward = expected(as_multiplied(c.dy, rounded), wf);
                 cases.push_back(std::move(c));
             }
         }
@@ -112,6 +122,49 @@ TEST(MatmulKernels, Bf16WeightsMatchFloat64OnEveryPath) {
             check_grid(bf16_grid());
         }
     }
+}
+
+// bf16 inputs: every path multiplies the inputs rounded to bf16; odd reductions (kDims) leave brgemm to BLAS,
+// the even grid (partial 64-column, 64-row and 1024-term blocks) runs it.
+TEST(MatmulKernels, Bf16InputsMatchFloat64OfTheRoundedInputsOnEveryPath) {
+    SettingsGuard guard;
+    set_matmul_inputs(MatmulInputs::bf16);
+    static const std::vector<Case> odd = make_grid(torch::kBFloat16, true);
+    static const std::vector<Case> even = make_grid(torch::kBFloat16, true, {1, 2, 65, 130}, {2, 64, 130, 2050});
+    std::vector<bool> brgemm_settings = {false};
+    if (brgemm_available()) {
+        brgemm_settings.push_back(true);
+    }
+    for (KernelIsa isa : available_isas()) {
+        set_kernel_isa(isa);
+        for (bool brgemm : brgemm_settings) {
+            set_brgemm_enabled(brgemm);
+            for (int64_t blas : {int64_t{1}, int64_t{64}, int64_t{1} << 40}) {
+                SCOPED_TRACE("isa=" + std::to_string(static_cast<int>(isa)) + " brgemm=" + std::to_string(brgemm) +
+                             " blas_min_rows=" + std::to_string(blas));
+                set_blas_min_rows(blas);
+                check_grid(odd);
+                check_grid(even);
+            }
+        }
+    }
+    set_kernels_enabled(false);  // the generic ops round the same inputs
+    check_grid(odd);
+}
+
+// Says loudly when this CPU cannot run the brgemm path (the test above then covers BLAS and kernels only).
+TEST(MatmulKernels, BrgemmPathIsAvailableHere) {
+    SettingsGuard guard;
+    if (!brgemm_available()) {
+        GTEST_SKIP() << "this CPU (or the TINKERD_MATMUL_KERNELS cap) has no AVX-512-BF16: the bf16 brgemm path "
+                        "is NOT tested on this machine";
+    }
+    set_brgemm_enabled(true);
+    EXPECT_TRUE(brgemm_enabled());
+    set_matmul_inputs(MatmulInputs::fp32);  // exact inputs never take the brgemm path
+    torch::manual_seed(2);
+    const torch::Tensor x = torch::randn({100, 64}), w = torch::randn({32, 64}).to(torch::kBFloat16);
+    expect_close(matmul_weight(x, w), x, w.to(torch::kFloat).t());
 }
 
 TEST(MatmulKernels, GenericPathMatchesFloat64) {

@@ -1,0 +1,62 @@
+// The process's matmul path for bf16 weights (kernels/matmul.h), chosen at start-up by timing the candidates
+// on the model's own shapes (--matmul auto; cached per CPU in the data dir) or forced (--matmul exact|bf16).
+// Torch-free: the api reports the choice in server_status, main logs it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace tinkerd::engine {
+
+// auto: measure and take bf16 dot products where they are clearly faster; exact: fp32 math on bf16 weights
+// (inputs never rounded); bf16: inputs rounded to bf16, fastest kernel for that.
+enum class MatmulMode { AUTO, EXACT, BF16 };
+std::optional<MatmulMode> parse_matmul_mode(const std::string & word);
+const char * matmul_mode_name(MatmulMode mode);
+
+// One timed candidate: forward + backward products of the model's shapes, GFLOP/s.
+struct KernelCandidate {
+    std::string name;  // "exact-fp32" (fp32 BLAS / register kernels on exact inputs), "bf16-brgemm"
+    double gflops = 0;
+};
+
+struct KernelChoice {
+    std::string mode = "exact";        // what was asked: auto, exact or bf16
+    std::string inputs = "fp32";       // the numerics in force: fp32 (exact) or bf16 (rounded inputs)
+    std::string kernel = "blas-fp32";  // many-row products: blas-fp32, brgemm-bf16 or generic
+    std::string isa = "generic";       // few-row kernels: avx512, avx2 or generic
+    std::string cpu;                   // /proc/cpuinfo's model name
+    int threads = 0;
+    std::vector<KernelCandidate> candidates;  // empty when forced
+    bool from_cache = false;                  // the candidates were read from the cache file, not timed now
+    double measure_ms = 0;                    // time spent timing (0 from the cache)
+    std::string reason = "no choice made in this process: exact";  // why this path, in words
+
+    std::string summary() const;  // one line for the log
+};
+
+// The products timed: rows × in → out, forward and backward (the model's MLP and attention shapes).
+struct MatmulShape {
+    int64_t in = 0, out = 0;
+};
+
+// The model's main products: gate/up (C -> 2F), down (F -> C) and q/k/v (C -> q + 2 kv).
+std::vector<MatmulShape> matmul_shapes_of(const model::ModelConfig & config);
+
+// Chooses, applies process-wide (set_matmul_inputs, set_brgemm_enabled) and remembers the choice. auto
+// reuses `cache_path`'s entry for this CPU, thread count, shapes and build; "" = no cache. Takes about a
+// second when it has to time. Bad or foreign cache files are ignored and rewritten.
+KernelChoice choose_kernels(MatmulMode mode, const std::vector<MatmulShape> & shapes, int threads,
+                            const std::string & cache_path);
+
+// The last choice (the default exact one before any).
+KernelChoice current_kernel_choice();
+
+// auto takes bf16 dot products when they time at least this much faster than the exact path.
+inline constexpr double BF16_MIN_SPEEDUP = 1.25;
+
+}  // namespace tinkerd::engine

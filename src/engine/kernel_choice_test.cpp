@@ -1,0 +1,92 @@
+// choose_kernels: forced modes apply their numerics, auto times the candidates and caches the timings per
+// CPU / threads / shapes (a second call reads them back), a corrupt cache is ignored and rewritten.
+#include "engine/kernel_choice.h"
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/kernels/matmul.h"
+
+namespace tinkerd::engine {
+namespace {
+
+namespace fs = std::filesystem;
+const std::vector<MatmulShape> kShapes = {{128, 256}, {256, 128}};
+
+struct ChoiceTest : ::testing::Test {
+    fs::path dir = fs::temp_directory_path() / ("kernel_choice_test_" + std::to_string(::getpid()));
+    std::string cache = (dir / "kernel-choice.json").string();
+    void SetUp() override { fs::create_directories(dir); }
+    void TearDown() override {
+        choose_kernels(MatmulMode::EXACT, kShapes, 0, "");  // the process default again
+        fs::remove_all(dir);
+    }
+};
+
+TEST_F(ChoiceTest, ForcedModesApplyTheirNumerics) {
+    KernelChoice exact = choose_kernels(MatmulMode::EXACT, kShapes, 0, cache);
+    EXPECT_EQ(exact.inputs, "fp32");
+    EXPECT_EQ(kernels::matmul_inputs(), kernels::MatmulInputs::fp32);
+    EXPECT_FALSE(kernels::brgemm_enabled());
+    EXPECT_TRUE(exact.candidates.empty());
+    EXPECT_FALSE(fs::exists(cache));  // nothing timed, nothing cached
+
+    KernelChoice bf16 = choose_kernels(MatmulMode::BF16, kShapes, 0, cache);
+    EXPECT_EQ(bf16.inputs, "bf16");
+    EXPECT_EQ(kernels::matmul_inputs(), kernels::MatmulInputs::bf16);
+    EXPECT_EQ(kernels::brgemm_enabled(), kernels::brgemm_available());
+    EXPECT_EQ(bf16.kernel, kernels::brgemm_available() ? "brgemm-bf16" : "blas-fp32");
+    EXPECT_EQ(current_kernel_choice().inputs, "bf16");
+}
+
+TEST_F(ChoiceTest, AutoTimesOnceAndThenReadsTheCache) {
+    const KernelChoice first = choose_kernels(MatmulMode::AUTO, kShapes, 0, cache);
+    EXPECT_FALSE(first.from_cache);
+    EXPECT_GT(first.measure_ms, 0.0);
+    ASSERT_EQ(first.candidates.size(), kernels::brgemm_available() ? 2u : 1u);
+    EXPECT_EQ(first.candidates[0].name, "exact-fp32");
+    EXPECT_GT(first.candidates[0].gflops, 0.0);
+    // The rule: bf16 only when it times BF16_MIN_SPEEDUP faster.
+    const bool bf16_wins =
+        first.candidates.size() == 2 && first.candidates[1].gflops >= BF16_MIN_SPEEDUP * first.candidates[0].gflops;
+    EXPECT_EQ(first.inputs, bf16_wins ? "bf16" : "fp32") << first.reason;
+    ASSERT_TRUE(fs::exists(cache));
+
+    const KernelChoice second = choose_kernels(MatmulMode::AUTO, kShapes, 0, cache);
+    EXPECT_TRUE(second.from_cache);
+    EXPECT_EQ(second.measure_ms, 0.0);
+    EXPECT_EQ(second.inputs, first.inputs);
+    EXPECT_EQ(second.candidates[0].gflops, first.candidates[0].gflops);
+
+    // Other shapes are another entry: timed again, the first entry kept.
+    const KernelChoice other = choose_kernels(MatmulMode::AUTO, {{64, 64}}, 0, cache);
+    EXPECT_FALSE(other.from_cache);
+    std::ifstream in(cache);
+    EXPECT_EQ(nlohmann::json::parse(in).size(), 2u);
+}
+
+TEST_F(ChoiceTest, CorruptCacheIsIgnoredAndRewritten) {
+    std::ofstream(cache) << "{ not json";
+    const KernelChoice choice = choose_kernels(MatmulMode::AUTO, kShapes, 0, cache);
+    EXPECT_FALSE(choice.from_cache);
+    std::ifstream in(cache);
+    const auto doc = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded());
+    EXPECT_EQ(doc.size(), 1u);
+    std::ofstream(cache) << R"({"x": [{"name": "exact-fp32", "gflops": -1}]})";  // a foreign, invalid entry
+    EXPECT_FALSE(choose_kernels(MatmulMode::AUTO, kShapes, 0, cache).from_cache);
+}
+
+TEST(MatmulMode, ParsesTheFlagWords) {
+    EXPECT_EQ(parse_matmul_mode("auto"), MatmulMode::AUTO);
+    EXPECT_EQ(parse_matmul_mode("exact"), MatmulMode::EXACT);
+    EXPECT_EQ(parse_matmul_mode("bf16"), MatmulMode::BF16);
+    EXPECT_FALSE(parse_matmul_mode("fp32").has_value());
+}
+
+}  // namespace
+}  // namespace tinkerd::engine
