@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <ATen/Parallel.h>
 
@@ -137,22 +138,6 @@ void backward_blas(const torch::Tensor & dy, const torch::Tensor & w, torch::Ten
     });
 }
 
-// The brgemm path: a (fp32 values already rounded to bf16) converted to bf16 exactly; the reduction must be
-// even for VNNI pairs, else the fp32 BLAS path computes the same products.
-void forward_brgemm(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
-    if (w.size(1) % 2 != 0) {
-        return forward_blas(x, w, y);
-    }
-    detail::brgemm_forward(x.to(torch::kBFloat16), w, y);
-}
-
-void backward_brgemm(const torch::Tensor & dy, const torch::Tensor & w, torch::Tensor & dx) {
-    if (w.size(0) % 2 != 0) {
-        return backward_blas(dy, w, dx);
-    }
-    detail::brgemm_backward(dy.to(torch::kBFloat16), w, dx);
-}
-
 void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
     const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
     const auto rows = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
@@ -196,8 +181,27 @@ torch::Tensor rounded_to_bf16(const torch::Tensor & a) {
     return a.to(torch::kBFloat16).to(torch::kFloat);
 }
 
-bool use_brgemm(const torch::Tensor & a, const torch::Tensor & w) {
-    return rounds_inputs(a, w) && brgemm_enabled();
+// The brgemm path takes a (fp32, not yet rounded) when bf16 inputs and brgemm are on, the kernels apply, a has
+// blas_min_rows() rows or more and the reduction (w's dim w_dim) is even, as VNNI pairs need; odd ones go to
+// the fp32 BLAS path on the rounded values, which computes the same products.
+bool brgemm_applies(const torch::Tensor & a, const torch::Tensor & w, int64_t w_dim) {
+    return rounds_inputs(a, w) && brgemm_enabled() && kernel_applies(a, w, w_dim) && w.size(w_dim) % 2 == 0 &&
+           a.numel() / a.size(-1) >= blas_min_rows();
+}
+
+// a [..., k] (fp32) rounded to bf16 once, times w (forward: wᵀ, k = in; backward: w, k = out) -> [..., n].
+torch::Tensor brgemm_product(const torch::Tensor & a, const torch::Tensor & w, bool forward) {
+    const torch::Tensor ab = a.reshape({-1, a.size(-1)}).to(torch::kBFloat16);  // [T, k]
+    const int64_t n = forward ? w.size(0) : w.size(1);
+    torch::Tensor result = torch::empty({ab.size(0), n}, a.options());  // [T, n]
+    if (forward) {
+        detail::brgemm_forward(ab, w, result);
+    } else {
+        detail::brgemm_backward(ab, w, result);
+    }
+    std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
+    shape.push_back(n);
+    return result.view(shape);
 }
 
 }  // namespace
@@ -254,19 +258,25 @@ torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const tor
 }
 
 torch::Tensor matmul_weight(const torch::Tensor & x, const torch::Tensor & w) {
+    if (brgemm_applies(x, w, 1)) {
+        return brgemm_product(x, w, true);  // [..., out]
+    }
     const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., in]
     if (!kernel_applies(a, w, 1)) {
         return matmul_weight_generic(a, w);
     }
-    return run_kernels(a, w, w.size(0), forward_small, use_brgemm(x, w) ? forward_brgemm : forward_blas);
+    return run_kernels(a, w, w.size(0), forward_small, forward_blas);  // [..., out]
 }
 
 torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tensor & w) {
+    if (brgemm_applies(dy, w, 0)) {
+        return brgemm_product(dy, w, false);  // [..., in]
+    }
     const torch::Tensor a = rounds_inputs(dy, w) ? rounded_to_bf16(dy) : dy;  // [..., out]
     if (!kernel_applies(a, w, 0)) {
         return matmul_weight_backward_generic(a, w);
     }
-    return run_kernels(a, w, w.size(1), backward_small, use_brgemm(dy, w) ? backward_brgemm : backward_blas);
+    return run_kernels(a, w, w.size(1), backward_small, backward_blas);  // [..., in]
 }
 
 namespace {

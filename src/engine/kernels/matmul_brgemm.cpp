@@ -4,7 +4,13 @@
 #include "engine/kernels/matmul_brgemm.h"
 
 #include <algorithm>
+#include <immintrin.h>
 #include <vector>
+
+// GCC 12's AVX-512 intrinsics self-initialise their "undefined" operands (`__Y = __Y`), a known false
+// -Wuninitialized once inlined (as in matmul_avx512.cpp); nothing here reads an uninitialised value.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
@@ -27,13 +33,69 @@ uint32_t * pack_scratch() {
     return buffer.data();
 }
 
+// 16 x 16 transpose of 32-bit words: dst[i * ld_dst + j] = src[j * ld_src + i] (i, j < 16). Unpacks pair
+// rows 32 then 64 bits at a time; two rounds of 128-bit lane shuffles then gather each column's four lanes.
+__attribute__((target("avx512f"))) void transpose16_u32(const uint32_t * src, int64_t ld_src, uint32_t * dst,
+                                                        int64_t ld_dst) {
+    __m512i r[16], t[16];
+    for (int j = 0; j < 16; ++j) {
+        r[j] = _mm512_loadu_si512(src + j * ld_src);
+    }
+    for (int j = 0; j < 16; j += 2) {  // t[j]: words 0,1 of each lane interleaved; t[j+1]: words 2,3
+        t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {  // r[g + e]: word e of every lane, rows g..g+3
+        r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int e = 0; e < 4; ++e) {  // column 4L + e = lane L of r[e], r[4 + e], r[8 + e], r[12 + e]
+        const __m512i x0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44), x1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xEE);
+        const __m512i y0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44);
+        const __m512i y1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xEE);
+        _mm512_storeu_si512(dst + (0 + e) * ld_dst, _mm512_shuffle_i32x4(x0, y0, 0x88));
+        _mm512_storeu_si512(dst + (4 + e) * ld_dst, _mm512_shuffle_i32x4(x0, y0, 0xDD));
+        _mm512_storeu_si512(dst + (8 + e) * ld_dst, _mm512_shuffle_i32x4(x1, y1, 0x88));
+        _mm512_storeu_si512(dst + (12 + e) * ld_dst, _mm512_shuffle_i32x4(x1, y1, 0xDD));
+    }
+}
+
+// out[p * n + j] = (even[j], odd[j]) as one 32-bit word for j < n: two rows interleaved, 32 columns a step.
+__attribute__((target("avx512f,avx512bw"))) void interleave_rows(const uint16_t * even, const uint16_t * odd, int64_t n,
+                                                                 uint32_t * out) {
+    alignas(64) static const uint16_t low_idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    alignas(64) static const uint16_t high_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+    const __m512i lo = _mm512_load_si512(low_idx), hi = _mm512_load_si512(high_idx);
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        const __m512i a = _mm512_loadu_si512(even + j), b = _mm512_loadu_si512(odd + j);
+        _mm512_storeu_si512(out + j, _mm512_permutex2var_epi16(a, lo, b));
+        _mm512_storeu_si512(out + j + 16, _mm512_permutex2var_epi16(a, hi, b));
+    }
+    for (; j < n; ++j) {
+        out[j] = static_cast<uint32_t>(even[j]) | (static_cast<uint32_t>(odd[j]) << 16);
+    }
+}
+
 // Forward block: B[k][j] = w[j][k] (w's rows are output columns). VNNI keeps the pair (k, k+1) of one
 // column together: out[p * n + j] = (w[j][k0 + 2p], w[j][k0 + 2p + 1]) as one 32-bit word.
+// That is a transpose of 32-bit words ([n][kc / 2] with row stride ld / 2 -> [kc / 2][n]): 16 x 16 tiles, the
+// edges word by word. ld and k0 are even, so the words are aligned pairs.
 void pack_rows(const uint16_t * w, int64_t ld, int64_t n, int64_t k0, int64_t kc, uint32_t * out) {
+    const auto * src = reinterpret_cast<const uint32_t *>(w + k0);  // word p of row j: src[j * ld / 2 + p]
+    const int64_t pairs = kc / 2, ld32 = ld / 2, n16 = n - n % 16, p16 = pairs - pairs % 16;
+    for (int64_t j = 0; j < n16; j += 16) {
+        for (int64_t p = 0; p < p16; p += 16) {
+            transpose16_u32(src + j * ld32 + p, ld32, out + p * n + j, n);
+        }
+    }
     for (int64_t j = 0; j < n; ++j) {
-        const uint16_t * row = w + j * ld + k0;
-        for (int64_t p = 0; p < kc / 2; ++p) {
-            out[p * n + j] = static_cast<uint32_t>(row[2 * p]) | (static_cast<uint32_t>(row[2 * p + 1]) << 16);
+        for (int64_t p = j < n16 ? p16 : 0; p < pairs; ++p) {
+            out[p * n + j] = src[j * ld32 + p];
         }
     }
 }
@@ -43,10 +105,7 @@ void pack_rows(const uint16_t * w, int64_t ld, int64_t n, int64_t k0, int64_t kc
 void pack_columns(const uint16_t * w, int64_t ld, int64_t c0, int64_t n, int64_t k0, int64_t kc, uint32_t * out) {
     for (int64_t p = 0; p < kc / 2; ++p) {
         const uint16_t * even = w + (k0 + 2 * p) * ld + c0;
-        const uint16_t * odd = even + ld;
-        for (int64_t j = 0; j < n; ++j) {
-            out[p * n + j] = static_cast<uint32_t>(even[j]) | (static_cast<uint32_t>(odd[j]) << 16);
-        }
+        interleave_rows(even, even + ld, n, out + p * n);
     }
 }
 
@@ -116,12 +175,15 @@ bool brgemm_bf16_supported() {
             const auto values = [](int64_t rows, int64_t cols, int64_t salt) {
                 return ((torch::arange(rows * cols).add(salt).remainder(17) - 8) / 4).view({rows, cols});
             };
-            const torch::Tensor x = values(70, 2 * kBlockK + 6, 0).to(torch::kBFloat16);
-            const torch::Tensor w = values(kBlockN + 3, 2 * kBlockK + 6, 5).to(torch::kBFloat16);
-            torch::Tensor y = torch::empty({70, kBlockN + 3});
+            const torch::Tensor x = values(70, 2 * kBlockK + 6, 0).to(torch::kBFloat16);               // [70, in]
+            const torch::Tensor w = values(2 * kBlockN + 2, 2 * kBlockK + 6, 5).to(torch::kBFloat16);  // [out, in]
+            const torch::Tensor dy = values(70, 2 * kBlockN + 2, 3).to(torch::kBFloat16);              // [70, out]
+            torch::Tensor y = torch::empty({70, 2 * kBlockN + 2}), dx = torch::empty({70, 2 * kBlockK + 6});
             brgemm_forward(x, w, y);
-            const torch::Tensor want = torch::matmul(x.to(torch::kFloat), w.to(torch::kFloat).t());
-            return torch::equal(y, want);
+            brgemm_backward(dy, w, dx);
+            const torch::Tensor wf = w.to(torch::kFloat);
+            return torch::equal(y, torch::matmul(x.to(torch::kFloat), wf.t())) &&
+                   torch::equal(dx, torch::matmul(dy.to(torch::kFloat), wf));
         } catch (const std::exception &) {
             return false;
         }
