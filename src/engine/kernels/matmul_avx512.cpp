@@ -147,6 +147,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void forward_rows_
                                                                                        int64_t o0, int64_t o1,
                                                                                        float * y, int64_t ldy) {
     int64_t o = o0;
+    if (T == 1) {  // one row of x (batch-1 decode): 8 weight rows in flight, no spill with one x tile
+        for (; o + 8 <= o1; o += 8) {
+            forward_block<8>(x, T, in, w + o * in, y + o, ldy);
+        }
+    }
     for (; o + 4 <= o1; o += 4) {
         forward_block<4>(x, T, in, w + o * in, y + o, ldy);
     }
