@@ -204,9 +204,12 @@ bool load_engines(const Flags & flags, const Quantised & quantised, const tinker
 // --matmul: how the CPU multiplies by bf16 weights, chosen on the first model's shapes (kernel_choice.h).
 // Rank 0 chooses before starting the other processes, so that they find its timings in the cache.
 void choose_matmul(const Flags & flags, const tinkerd::engine::EngineOptions & options) {
+    if (flags.device != "cpu") {
+        return;  // GPUs multiply in bf16 anyway
+    }
     auto config = tinkerd::model::load_model_config(flags.models.front().second);
-    if (flags.device != "cpu" || !config.ok()) {
-        return;  // GPUs multiply in bf16 anyway; a model that cannot be read fails its load with the reason
+    if (!config.ok()) {
+        return;  // a model that cannot be read fails its load with the reason
     }
     const auto mode = tinkerd::engine::parse_matmul_mode(flags.matmul).value_or(tinkerd::engine::MatmulMode::AUTO);
     const auto choice = tinkerd::engine::choose_kernels(mode, tinkerd::engine::matmul_shapes_of(*config),

@@ -138,6 +138,15 @@ void backward_blas(const torch::Tensor & dy, const torch::Tensor & w, torch::Ten
     });
 }
 
+// The brgemm path on a [T, k] fp32 (not yet rounded): converted to bf16 once, which is the rounding.
+void forward_brgemm(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
+    detail::brgemm_forward(x.to(torch::kBFloat16), w, y);
+}
+
+void backward_brgemm(const torch::Tensor & dy, const torch::Tensor & w, torch::Tensor & dx) {
+    detail::brgemm_backward(dy.to(torch::kBFloat16), w, dx);
+}
+
 void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
     const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
     const auto rows = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
@@ -189,19 +198,27 @@ bool brgemm_applies(const torch::Tensor & a, const torch::Tensor & w, int64_t w_
            a.numel() / a.size(-1) >= blas_min_rows();
 }
 
-// a [..., k] (fp32) rounded to bf16 once, times w (forward: wᵀ, k = in; backward: w, k = out) -> [..., n].
-torch::Tensor brgemm_product(const torch::Tensor & a, const torch::Tensor & w, bool forward) {
-    const torch::Tensor ab = a.reshape({-1, a.size(-1)}).to(torch::kBFloat16);  // [T, k]
-    const int64_t n = forward ? w.size(0) : w.size(1);
-    torch::Tensor result = torch::empty({ab.size(0), n}, a.options());  // [T, n]
-    if (forward) {
-        detail::brgemm_forward(ab, w, result);
-    } else {
-        detail::brgemm_backward(ab, w, result);
+// One direction of the product: w's reduction dim (1 forward, 0 backward) and its paths.
+struct Direction {
+    int64_t w_dim;
+    Product small, blas, brgemm;
+    torch::Tensor (*generic)(const torch::Tensor & a, const torch::Tensor & w);
+};
+const Direction FORWARD{1, forward_small, forward_blas, forward_brgemm, matmul_weight_generic};
+const Direction BACKWARD{0, backward_small, backward_blas, backward_brgemm, matmul_weight_backward_generic};
+
+// a [..., k] times w in direction d -> [..., n]: brgemm (it rounds a itself), else the kernels or the generic
+// ops on a rounded first when the inputs are bf16.
+torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Direction & d) {
+    const int64_t n = w.size(1 - d.w_dim);
+    if (brgemm_applies(x, w, d.w_dim)) {
+        return run_kernels(x, w, n, d.brgemm, d.brgemm);  // brgemm_applies: blas_min_rows() rows or more
     }
-    std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
-    shape.push_back(n);
-    return result.view(shape);
+    const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., k]
+    if (!kernel_applies(a, w, d.w_dim)) {
+        return d.generic(a, w);
+    }
+    return run_kernels(a, w, n, d.small, d.blas);
 }
 
 }  // namespace
@@ -258,25 +275,11 @@ torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const tor
 }
 
 torch::Tensor matmul_weight(const torch::Tensor & x, const torch::Tensor & w) {
-    if (brgemm_applies(x, w, 1)) {
-        return brgemm_product(x, w, true);  // [..., out]
-    }
-    const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., in]
-    if (!kernel_applies(a, w, 1)) {
-        return matmul_weight_generic(a, w);
-    }
-    return run_kernels(a, w, w.size(0), forward_small, forward_blas);  // [..., out]
+    return product(x, w, FORWARD);  // [..., out]
 }
 
 torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tensor & w) {
-    if (brgemm_applies(dy, w, 0)) {
-        return brgemm_product(dy, w, false);  // [..., in]
-    }
-    const torch::Tensor a = rounds_inputs(dy, w) ? rounded_to_bf16(dy) : dy;  // [..., out]
-    if (!kernel_applies(a, w, 0)) {
-        return matmul_weight_backward_generic(a, w);
-    }
-    return run_kernels(a, w, w.size(1), backward_small, backward_blas);  // [..., in]
+    return product(dy, w, BACKWARD);  // [..., in]
 }
 
 namespace {

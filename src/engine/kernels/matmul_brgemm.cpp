@@ -129,37 +129,40 @@ const uint16_t * bf16_bits(const torch::Tensor & t) {
     return reinterpret_cast<const uint16_t *>(host_data<const c10::BFloat16>(t, "brgemm kernels"));
 }
 
-}  // namespace
-
-void brgemm_forward(const torch::Tensor & xb, const torch::Tensor & w, torch::Tensor & y) {
-    const int64_t T = xb.size(0), out = w.size(0), in = w.size(1);
-    TORCH_CHECK(in % 2 == 0, "brgemm_forward: the reduction (in = ", in, ") must be even");
-    const auto * a = host_data<const c10::BFloat16>(xb, "brgemm kernels");
-    const uint16_t * wp = bf16_bits(w);
-    float * yp = host_data<float>(y, "brgemm kernels");
-    at::parallel_for(0, (out + kBlockN - 1) / kBlockN, 1, [&](int64_t begin, int64_t end) {
+// c [T, N] fp32 = ab [T, K] (bf16) · B, blocks of kBlockN columns shared out over the threads;
+// pack(n0, n, k0, kc, dst) packs B's columns [n0, n0 + n) × reduction terms [k0, k0 + kc) into dst.
+template <typename Pack>
+void blocked_product(const torch::Tensor & ab, int64_t K, int64_t N, torch::Tensor & c, Pack pack) {
+    const int64_t T = ab.size(0);
+    const auto * a = host_data<const c10::BFloat16>(ab, "brgemm kernels");
+    float * cp = host_data<float>(c, "brgemm kernels");
+    at::parallel_for(0, (N + kBlockN - 1) / kBlockN, 1, [&](int64_t begin, int64_t end) {
         for (int64_t blk = begin; blk < end; ++blk) {
-            const int64_t n0 = blk * kBlockN, n = std::min(kBlockN, out - n0);
-            stream_rows(a, T, in, yp, out, n0, n,
-                        [&](int64_t k0, int64_t kc, uint32_t * dst) { pack_rows(wp + n0 * in, in, n, k0, kc, dst); });
+            const int64_t n0 = blk * kBlockN, n = std::min(kBlockN, N - n0);
+            stream_rows(a, T, K, cp, N, n0, n,
+                        [&](int64_t k0, int64_t kc, uint32_t * dst) { pack(n0, n, k0, kc, dst); });
         }
         at::native::cpublas::brgemm_release(true);
     });
 }
 
-void brgemm_backward(const torch::Tensor & dyb, const torch::Tensor & w, torch::Tensor & dx) {
-    const int64_t T = dyb.size(0), out = w.size(0), in = w.size(1);
-    TORCH_CHECK(out % 2 == 0, "brgemm_backward: the reduction (out = ", out, ") must be even");
-    const auto * a = host_data<const c10::BFloat16>(dyb, "brgemm kernels");
+}  // namespace
+
+void brgemm_forward(const torch::Tensor & xb, const torch::Tensor & w, torch::Tensor & y) {
+    const int64_t out = w.size(0), in = w.size(1);
+    TORCH_CHECK(in % 2 == 0, "brgemm_forward: the reduction (in = ", in, ") must be even");
     const uint16_t * wp = bf16_bits(w);
-    float * dxp = host_data<float>(dx, "brgemm kernels");
-    at::parallel_for(0, (in + kBlockN - 1) / kBlockN, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t blk = begin; blk < end; ++blk) {
-            const int64_t c0 = blk * kBlockN, n = std::min(kBlockN, in - c0);
-            stream_rows(a, T, out, dxp, in, c0, n,
-                        [&](int64_t k0, int64_t kc, uint32_t * dst) { pack_columns(wp, in, c0, n, k0, kc, dst); });
-        }
-        at::native::cpublas::brgemm_release(true);
+    blocked_product(xb, in, out, y, [&](int64_t n0, int64_t n, int64_t k0, int64_t kc, uint32_t * dst) {
+        pack_rows(wp + n0 * in, in, n, k0, kc, dst);
+    });
+}
+
+void brgemm_backward(const torch::Tensor & dyb, const torch::Tensor & w, torch::Tensor & dx) {
+    const int64_t out = w.size(0), in = w.size(1);
+    TORCH_CHECK(out % 2 == 0, "brgemm_backward: the reduction (out = ", out, ") must be even");
+    const uint16_t * wp = bf16_bits(w);
+    blocked_product(dyb, out, in, dx, [&](int64_t c0, int64_t n, int64_t k0, int64_t kc, uint32_t * dst) {
+        pack_columns(wp, in, c0, n, k0, kc, dst);
     });
 }
 
