@@ -18,19 +18,9 @@ std::optional<double> expiry_from_ttl(const std::optional<int64_t> & ttl_seconds
     return now + static_cast<double>(*ttl_seconds);
 }
 
-// SDK 0.38 save fields this server does not implement, refused by name: checkpoint user_metadata (not
-// stored) and kind "inflight" (sampling clients that follow later saves).
-Result<void> refuse_save_metadata(const json & body) {
-    auto it = body.find("user_metadata");
-    if (it != body.end() && !it->is_null() && !(it->is_object() && it->empty())) {
-        return unsupported(
-            "user_metadata on checkpoints is not supported by this server (set it on the "
-            "training run instead)");
-    }
-    return {};
-}
-
-Result<void> refuse_sampler_save_extras(const json & body) {
+// SDK 0.38's kind: "snapshot" (the default) is served; "inflight" (a sampling client that follows later
+// saves) is refused by name.
+Result<void> refuse_inflight_kind(const json & body) {
     auto kind = get_optional_string(body, "kind");
     if (!kind.ok()) {
         return kind.error();
@@ -40,25 +30,26 @@ Result<void> refuse_sampler_save_extras(const json & body) {
                            "' is not supported: sampling clients here are snapshots (kind "
                            "'snapshot')");
     }
-    return refuse_save_metadata(body);
+    return {};
 }
 
 }  // namespace
 
 // On the engine thread: writes the checkpoint files, records the row, completes the future with its path.
-void TinkerRoutes::store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
-                                    const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,
-                                    const std::string & request_id, const std::string & result_type) {
+void TinkerRoutes::store_checkpoint(const RunState & run, const CheckpointSave & save, const store::Tensors & tensors) {
+    const TinkerPath & path = save.path;
+    const std::string & request_id = save.request_id;
     store::CheckpointRow row;
     row.run_id = run.row.run_id;
     row.checkpoint_id = path.checkpoint_id();
     row.checkpoint_type = path.kind == "weights" ? "training" : "sampler";
-    row.tenant = tenant;
+    row.tenant = save.tenant;
     row.dir = store::checkpoint_dir(options_.data_dir, row.run_id, path.kind, path.name);
     row.created_at = now_seconds();
-    row.expires_at = expiry_from_ttl(ttl_seconds, row.created_at);
+    row.expires_at = expiry_from_ttl(save.ttl_seconds, row.created_at);
+    row.user_metadata_json = save.user_metadata.dump();  // an overwrite replaces the whole mapping, as documented
     auto existing = db_->get_checkpoint(row.run_id, row.checkpoint_id);
-    if (!overwrite && existing.ok() && existing->has_value()) {
+    if (!save.overwrite && existing.ok() && existing->has_value()) {
         fail_future(request_id,
                     invalid_argument("checkpoint " + path.str() + " already exists (save with overwrite=true)"));
         return;
@@ -82,7 +73,7 @@ void TinkerRoutes::store_checkpoint(const RunState & run, const std::string & te
     }
     LOG_INF("api", "checkpoint %s written (%.1f MiB, %.1f ms)", path.str().c_str(), *size / 1048576.0,
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
-    futures_->complete(request_id, json{{"path", path.str()}, {"type", result_type}}.dump());
+    futures_->complete(request_id, json{{"path", path.str()}, {"type", save.result_type}}.dump());
 }
 
 Result<json> TinkerRoutes::save_weights(Call & call) {
@@ -96,8 +87,8 @@ Result<json> TinkerRoutes::save_weights(Call & call) {
     auto ttl = get_optional_int(call.body, "ttl_seconds");
     auto overwrite = get_bool(call.body, "overwrite", false);
     Result<void> name_ok = name.ok() ? validate_checkpoint_name(*name) : Result<void>(name.error());
-    auto extras = refuse_save_metadata(call.body);
-    if (const Error * e = first_error(name_ok, ttl, overwrite, extras)) {
+    auto metadata = get_string_map(call.body, "user_metadata");
+    if (const Error * e = first_error(name_ok, ttl, overwrite, metadata)) {
         skip_seq(run, seq_id);
         return *e;
     }
@@ -105,22 +96,22 @@ Result<json> TinkerRoutes::save_weights(Call & call) {
         skip_seq(run, seq_id);
         return invalid_argument("ttl_seconds must be > 0");
     }
-    const std::string tenant = call.tenant;
-    return submit_ordered(
-        call, run, seq_id, "SaveWeights",
-        [this, run, name = *name, ttl = *ttl, overwrite = *overwrite, tenant](const std::string & id) {
-            scheduler::Op op;
-            op.run = [this, run, name, ttl, overwrite, tenant, id](engine::Engine & engine) {
-                auto tensors = engine.export_adapter(run->adapter.load(), true);
-                if (!tensors.ok()) {
-                    fail_future(id, tensors.error());
-                    return;
-                }
-                const TinkerPath path{run->row.run_id, "weights", name};
-                store_checkpoint(*run, tenant, path, *tensors, ttl, overwrite, id, "save_weights");
-            };
-            return op;
-        });
+    CheckpointSave save{
+        TinkerPath{run->row.run_id, "weights", *name}, *ttl, *overwrite, *metadata, call.tenant, "", "save_weights"};
+    return submit_ordered(call, run, seq_id, "SaveWeights", [this, run, save](const std::string & id) {
+        scheduler::Op op;
+        op.run = [this, run, save, id](engine::Engine & engine) {
+            auto tensors = engine.export_adapter(run->adapter.load(), true);
+            if (!tensors.ok()) {
+                fail_future(id, tensors.error());
+                return;
+            }
+            CheckpointSave with_id = save;
+            with_id.request_id = id;
+            store_checkpoint(*run, with_id, *tensors);
+        };
+        return op;
+    });
 }
 
 // Named: a PEFT adapter directory and a sampler checkpoint row. Unnamed: a frozen snapshot, registered as
@@ -135,23 +126,33 @@ Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
     auto name = get_optional_string(call.body, "path");
     auto sampler_seq = get_optional_int(call.body, "sampling_session_seq_id");
     auto ttl = get_optional_int(call.body, "ttl_seconds");
-    auto extras = refuse_sampler_save_extras(call.body);
+    auto kind = refuse_inflight_kind(call.body);
+    auto metadata = get_string_map(call.body, "user_metadata");
     Result<void> destination =
         Result<void>(invalid_argument("save_weights_for_sampler needs path (a name) or "
                                       "sampling_session_seq_id"));
     if (name.ok() && name->has_value()) {
         destination = validate_checkpoint_name(**name);
+    } else if (metadata.ok() && !metadata->empty()) {
+        destination = Result<void>(invalid_argument(
+            "user_metadata needs a named checkpoint (path): an unnamed sampler snapshot has nowhere to keep it"));
     } else if (sampler_seq.ok() && sampler_seq->has_value()) {
         destination = Result<void>();
     }
-    if (const Error * e = first_error(name, sampler_seq, ttl, extras, destination)) {
+    if (const Error * e = first_error(name, sampler_seq, ttl, kind, metadata, destination)) {
         skip_seq(run, seq_id);
         return *e;
     }
     const std::string tenant = call.tenant;
     const std::optional<std::string> checkpoint_name = *name;
     const std::string sampler_id = run->row.session_id + ":sample:" + std::to_string(sampler_seq->value_or(0));
-    const std::optional<int64_t> ttl_seconds = *ttl;
+    const CheckpointSave save{TinkerPath{run->row.run_id, "sampler_weights", checkpoint_name.value_or("")},
+                              *ttl,
+                              true,
+                              *metadata,
+                              tenant,
+                              "",
+                              "save_weights_for_sampler"};
     return submit_ordered(call, run, seq_id, "SaveWeightsForSampler", [=, this](const std::string & id) {
         scheduler::Op op;
         op.run = [=, this](engine::Engine & engine) {
@@ -182,8 +183,9 @@ Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
                 }
                 return;
             }
-            const TinkerPath path{run->row.run_id, "sampler_weights", *checkpoint_name};
-            store_checkpoint(*run, tenant, path, *tensors, ttl_seconds, true, id, "save_weights_for_sampler");
+            CheckpointSave with_id = save;
+            with_id.request_id = id;
+            store_checkpoint(*run, with_id, *tensors);
         };
         return op;
     });

@@ -169,6 +169,7 @@ const json & openapi_parameters() {
             {"access_scope", query("access_scope", {{"enum", {"owned", "accessible"}}},
                                    "accessible: also other tenants' published runs")},
             {"since_step", query("since_step", count, "Only points from this optimizer step on")},
+            {"project_id", query("project_id", {{"type", "string"}}, "Only checkpoints of this project's sessions")},
         };
     }();
     return parameters;

@@ -53,13 +53,15 @@ Result<TinkerPath> TinkerRoutes::owned_checkpoint_path(Call & call) {
     return path;
 }
 
-json TinkerRoutes::checkpoint_json(const store::CheckpointRow & row) const {
+json TinkerRoutes::checkpoint_json(const store::CheckpointRow & row, const std::string & tenant) {
+    json metadata = row.tenant == tenant ? json::parse(row.user_metadata_json, nullptr, false) : json(nullptr);
     return json{{"checkpoint_id", row.checkpoint_id},
                 {"checkpoint_type", row.checkpoint_type},
                 {"time", iso_time(row.created_at)},
                 {"tinker_path", "tinker://" + row.run_id + "/" + row.checkpoint_id},
                 {"size_bytes", row.size_bytes},
                 {"public", row.is_public},
+                {"user_metadata", metadata.is_discarded() ? json(nullptr) : metadata},
                 {"expires_at", row.expires_at ? json(iso_time(*row.expires_at)) : json(nullptr)}};
 }
 
@@ -83,11 +85,11 @@ json TinkerRoutes::training_run_json(const store::TrainingRunRow & row, const st
     }
     auto last = db_->last_checkpoint(row.run_id, "training");
     if (last.ok() && last->has_value()) {
-        out["last_checkpoint"] = checkpoint_json(**last);
+        out["last_checkpoint"] = checkpoint_json(**last, tenant);
     }
     auto last_sampler = db_->last_checkpoint(row.run_id, "sampler");
     if (last_sampler.ok() && last_sampler->has_value()) {
-        out["last_sampler_checkpoint"] = checkpoint_json(**last_sampler);
+        out["last_sampler_checkpoint"] = checkpoint_json(**last_sampler, tenant);
     }
     return out;
 }
@@ -128,7 +130,7 @@ Result<json> TinkerRoutes::list_run_checkpoints(Call & call) {
     json list = json::array();
     for (const auto & c : *checkpoints) {
         if (c.tenant == call.tenant || c.is_public) {
-            list.push_back(checkpoint_json(c));
+            list.push_back(checkpoint_json(c, call.tenant));
         }
     }
     return json{{"checkpoints", list}, {"cursor", nullptr}};
@@ -145,7 +147,7 @@ Result<json> TinkerRoutes::list_user_checkpoints(Call & call) {
     }
     json list = json::array();
     for (const auto & c : checkpoints->first) {
-        list.push_back(checkpoint_json(c));
+        list.push_back(checkpoint_json(c, call.tenant));
     }
     return json{{"checkpoints", list}, {"cursor", cursor_json(*page, checkpoints->second)}};
 }
@@ -289,7 +291,10 @@ Result<json> TinkerRoutes::get_session(Call & call) {
     for (const auto & s : *samplers) {
         sampler_ids.push_back(s.sampler_id);
     }
-    return json{{"training_run_ids", run_ids}, {"sampler_ids", sampler_ids}};
+    return json{{"training_run_ids", run_ids},
+                {"sampler_ids", sampler_ids},
+                {"user_metadata", json::parse(session->user_metadata_json, nullptr, false)},
+                {"display_name", session->display_name.empty() ? json(nullptr) : json(session->display_name)}};
 }
 
 Result<json> TinkerRoutes::set_session_project(Call & call) {

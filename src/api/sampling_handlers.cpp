@@ -126,13 +126,6 @@ Result<void> refuse_unsupported_sample_fields(const json & body) {
     if (alt->value_or(0) != 0) {
         return unsupported("prompt_alt_tokens_k is not supported by this server");
     }
-    auto stability = get_bool(body, "record_stability_info", false);
-    if (!stability.ok()) {
-        return stability.error();
-    }
-    if (*stability) {
-        return unsupported("record_stability_info is not supported by this server (no stable_reinforce loss)");
-    }
     return {};
 }
 
@@ -205,9 +198,10 @@ Result<json> TinkerRoutes::asample(Call & call) {
         return not_found("base model '" + (*sampler)->base_model + "' of the sampler is not served any more");
     }
     TRY_STATUS(refuse_unsupported_sample_fields(call.body));
+    auto record_stability = get_bool(call.body, "record_stability_info", false);
     auto request = parse_sample_request(call.body, *model);
-    if (!request.ok()) {
-        return request.error();
+    if (const Error * e = first_error(record_stability, request)) {
+        return *e;
     }
     wire::SampleEncoding encoding{request->prompt_logprobs, request->topk_prompt_logprobs};
     TRY_STATUS(parse_sample_extensions(call.body, *request, encoding));
@@ -220,15 +214,24 @@ Result<json> TinkerRoutes::asample(Call & call) {
     submission.tenant = call.tenant;
     submission.usage_name = (*sampler)->sampler_id;
     submission.request = std::move(request).value();
-    // On the output thread: the future gets the encoded result (protobuf and legacy JSON) or the error.
-    submission.sink = std::make_shared<FunctionSink>([this, request_id, encoding](Result<engine::SampleOutput> output) {
-        if (!output.ok()) {
-            fail_future(request_id, output.error());
-            return;
-        }
-        futures_->complete(request_id, wire::encode_sample_response_json(*output, encoding).dump(),
-                           wire::encode_sample_response_proto(*output, encoding));
-    });
+    // On the output thread: the future gets the encoded result (protobuf and legacy JSON) or the error;
+    // with record_stability_info, the sequences are recorded first (stable_reinforce reads them).
+    std::optional<std::pair<std::string, std::vector<int64_t>>> record;  // (session, prompt)
+    if (*record_stability) {
+        record.emplace((*sampler)->session_id, submission.request.prompt);
+    }
+    submission.sink =
+        std::make_shared<FunctionSink>([this, request_id, encoding, record](Result<engine::SampleOutput> output) {
+            if (!output.ok()) {
+                fail_future(request_id, output.error());
+                return;
+            }
+            if (record) {
+                sequence_records_.record(record->first, request_id, record->second, *output, now_seconds());
+            }
+            futures_->complete(request_id, wire::encode_sample_response_json(*output, encoding).dump(),
+                               wire::encode_sample_response_proto(*output, encoding));
+        });
     sampling_->submit(*model, std::move(submission));
     return json{{"request_id", request_id}, {"sample_sequence_ids", sample_sequence_ids(request_id, num_samples)}};
 }

@@ -40,6 +40,7 @@ Result<json> TinkerRoutes::finish_session(Call & call) {
         return invalid_argument("reason.type: expected success, errored or interrupted, got '" + status + "'");
     }
     if (!session->expired) {
+        TRY_STATUS(db_->set_session_finish_reason(session_id, status));
         end_session(session_id, "finished (" + status + ")");
     }
     return json::object();
@@ -101,8 +102,9 @@ Result<json> TinkerRoutes::create_session(Call & call) {
         return metadata.error();
     }
     auto project = get_optional_string(call.body, "project_id");
-    if (!project.ok()) {
-        return project.error();
+    auto display_name = get_optional_string(call.body, "display_name");
+    if (const Error * e = first_error(project, display_name)) {
+        return *e;
     }
     store::SessionRow row;
     row.session_id = "sess-" + random_hex(12);
@@ -111,6 +113,7 @@ Result<json> TinkerRoutes::create_session(Call & call) {
     row.user_metadata_json = metadata->dump();
     row.project_id = project->value_or("");
     row.sdk_version = call.body.value("sdk_version", "");
+    row.display_name = display_name->value_or("");
     row.created_at = now_seconds();
     row.last_heartbeat = row.created_at;
     TRY_STATUS(db_->insert_session(row));

@@ -32,6 +32,7 @@ void TinkerRoutes::sweeper_loop() {
         }
         disk_reserve_->restore_if_room();  // after a full disk was freed
         registry_->expire_archive_tokens(now);
+        sequence_records_.expire(now);
         lock.lock();
     }
 }
@@ -78,6 +79,7 @@ void TinkerRoutes::end_session(const std::string & session_id, const std::string
     (void)db_->mark_session_expired(session_id);
     (void)db_->schedule_snapshot_expiry(now_seconds() + options_.snapshot_ttl_seconds);
     registry_->forget_session(session_id);
+    sequence_records_.drop_session(session_id);
     const std::vector<RunPtr> runs =
         registry_->runs_where([&](const RunState & run) { return run.row.session_id == session_id; });
     for (const auto & run : runs) {

@@ -77,7 +77,14 @@ void TinkerRoutes::add_async(const std::string & method, const std::string & pat
 // The route table: each route with its documentation (route_doc.h; schemas in openapi_schemas_tinker.cpp).
 void TinkerRoutes::add_routes(Router<Route> & router) {
     router_ = &router;
-    register_unsupported_routes();  // first: "sessions/search" before "sessions/{session_id}"
+    register_unsupported_routes();
+    add_sync("POST", "sessions/search", &TinkerRoutes::search_sessions,  // before "sessions/{session_id}"
+             route_doc("sessions", "Search the caller's sessions (id, display name, user_metadata, status)",
+                       "SessionSearchRequest", "SessionSearchResponse"));
+    RouteDoc storage =
+        route_doc("rest", "The caller's checkpoint storage by project (no prices)", "", "CheckpointStorageUsage");
+    storage.query = {"project_id"};
+    add_sync("GET", "billing/usage/checkpoints/current", &TinkerRoutes::checkpoint_storage_usage, storage);
     add_session_routes();
     add_training_routes();
     add_rest_routes();
@@ -211,14 +218,14 @@ void TinkerRoutes::register_unsupported_routes() {
     const RouteDoc refused =
         route_doc("unsupported", "Not implemented by this server: a 400 naming the feature", "AnyObject", "");
     for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
-                              "cancel_future", "join_sampling_session", "sessions/search"}) {
+                              "cancel_future", "join_sampling_session"}) {
         add_sync("POST", path, &TinkerRoutes::unsupported_endpoint, refused);
     }
     RouteDoc refused_get = refused;
     refused_get.request.clear();
     add_sync("GET", "training_runs/{run_id}/checkpoints/{kind}/{name}/external_weights_urls",
              &TinkerRoutes::unsupported_endpoint, refused_get);
-    for (const char * path : {"billing/usage/checkpoints/current", "billing/usage/events", "audit"}) {
+    for (const char * path : {"billing/usage/events", "audit"}) {
         add_sync("GET", path, &TinkerRoutes::unsupported_endpoint, refused_get);
     }
 }

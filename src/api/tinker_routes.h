@@ -18,6 +18,7 @@
 #include "api/registry.h"
 #include "api/router.h"
 #include "api/sampling_service.h"
+#include "api/sequence_records.h"
 #include "api/telemetry.h"
 #include "scheduler/futures.h"
 #include "store/checkpoint_files.h"
@@ -30,6 +31,17 @@ namespace tinkerd::api {
 class PrometheusText;
 using scheduler::guarded_engine_call;
 using AdapterId = engine::AdapterId;
+
+// One checkpoint to write (save_weights / a named save_weights_for_sampler), as its request named it.
+struct CheckpointSave {
+    TinkerPath path;
+    std::optional<int64_t> ttl_seconds;
+    bool overwrite = false;
+    json user_metadata = json::object();  // strings only, checked by the handler
+    std::string tenant;
+    std::string request_id;   // the future to complete
+    std::string result_type;  // "save_weights" or "save_weights_for_sampler"
+};
 
 // What the Tinker routes use, owned by the App.
 struct TinkerDeps {
@@ -93,6 +105,7 @@ class TinkerRoutes {
     Result<json> unload_model(Call & call);
     Result<json> forward_backward(Call & call);
     Result<wire::ForwardBackwardRequest> decode_forward_backward(Call & call);
+    Result<void> attach_sampler_records(const std::string & session_id, wire::ForwardBackwardRequest & request);
     wire::DecodeLimits decode_limits(const std::string & tenant, const std::string & model_id);
     void release_refused_seq(const std::string & tenant, const std::string & model_id, const json & seq_id);
     Result<json> optim_step(Call & call);
@@ -106,9 +119,7 @@ class TinkerRoutes {
     static Result<void> check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint,
                                        bool with_optimizer);
     // On the engine thread: write a checkpoint's files and row, then complete the future.
-    void store_checkpoint(const RunState & run, const std::string & tenant, const TinkerPath & path,
-                          const store::Tensors & tensors, std::optional<int64_t> ttl_seconds, bool overwrite,
-                          const std::string & request_id, const std::string & result_type);
+    void store_checkpoint(const RunState & run, const CheckpointSave & save, const store::Tensors & tensors);
     Result<json> create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
                                               bool with_optimizer);
     Result<json> weights_info(Call & call);
@@ -169,7 +180,12 @@ class TinkerRoutes {
     // A new pending future, also recorded in the database (so a restart can answer it).
     std::string create_future(const std::string & tenant, const std::string & request_type,
                               const std::string & run_id = "");
-    json checkpoint_json(const store::CheckpointRow & row) const;
+    // session_search.cpp: sessions/search and checkpoint storage usage (SDK 0.38).
+    Result<json> search_sessions(Call & call);
+    Result<json> session_summary(const store::SessionRow & row);
+    Result<json> checkpoint_storage_usage(Call & call);
+    // A checkpoint as the SDK's Checkpoint; user_metadata only for its owner (`tenant`).
+    static json checkpoint_json(const store::CheckpointRow & row, const std::string & tenant);
     json training_run_json(const store::TrainingRunRow & row, const std::string & tenant);
     store::AdapterConfig adapter_config(const RunState & run) const;
 
@@ -209,6 +225,7 @@ class TinkerRoutes {
     scheduler::FutureTable * futures_;
     Registry * registry_;
     SamplingService * sampling_;
+    SequenceRecords sequence_records_;  // record_stability_info samples, for stable_reinforce
     Telemetry * telemetry_;
     std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
 

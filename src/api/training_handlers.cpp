@@ -263,6 +263,27 @@ void TinkerRoutes::release_refused_seq(const std::string & tenant, const std::st
     }
 }
 
+// stable_reinforce: each datum's provenance becomes its sampler_record loss input (the recorded sampler
+// logprob of each target) before the engine sees it. The key is the server's: a client cannot send it.
+Result<void> TinkerRoutes::attach_sampler_records(const std::string & session_id,
+                                                  wire::ForwardBackwardRequest & request) {
+    const double now = now_seconds();
+    for (size_t d = 0; d < request.data.size(); ++d) {
+        const std::string where = "data[" + std::to_string(d) + "]: ";
+        engine::Datum & datum = request.data[d];
+        if (datum.loss_inputs.count(engine::SAMPLER_RECORD_KEY)) {
+            return invalid_argument(where + "loss_fn_inputs key '" + engine::SAMPLER_RECORD_KEY +
+                                    "' is reserved for the server");
+        }
+        auto record = sequence_records_.resolve(session_id, datum, request.provenance[d], now);
+        if (!record.ok()) {
+            return invalid_argument(where + record.error().message);
+        }
+        datum.loss_inputs.emplace(engine::SAMPLER_RECORD_KEY, std::move(record).value());
+    }
+    return {};
+}
+
 Result<json> TinkerRoutes::forward_backward(Call & call) {
     auto decoded = decode_forward_backward(call);
     if (!decoded.ok()) {
@@ -271,6 +292,13 @@ Result<json> TinkerRoutes::forward_backward(Call & call) {
     auto run = find_live_run(call.tenant, decoded->model_id);
     if (!run.ok()) {
         return run.error();
+    }
+    if (decoded->loss_fn == "stable_reinforce") {
+        auto attached = attach_sampler_records((*run)->row.session_id, *decoded);
+        if (!attached.ok()) {
+            skip_seq(*run, decoded->seq_id);
+            return attached.error();
+        }
     }
     call.body = json{{"model_id", decoded->model_id}};
     auto request = std::make_shared<wire::ForwardBackwardRequest>(std::move(decoded).value());

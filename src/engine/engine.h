@@ -56,6 +56,11 @@ struct Datum {
     std::map<std::string, HostTensor> loss_inputs;  // target_tokens [N] or [N,K], weights, ...
 };
 
+// stable_reinforce's per-target sampler logprobs as the server recorded them at sampling time (F32 [N],
+// NaN where the target is not a sampled token). The API fills it from the datum's provenance; a client
+// cannot send this key.
+inline constexpr const char * SAMPLER_RECORD_KEY = "sampler_record";
+
 struct ForwardBackwardInput {
     AdapterId adapter = BASE_MODEL;
     std::vector<Datum> datums;

@@ -1,10 +1,11 @@
 // Finite-difference checks in float64 of the LoRA gradients the engine computes for every loss
 // (cross_entropy 1-D / 2-D, importance_sampling, ppo with clipped and unclipped tokens, cispo with its
-// stop-gradient weight, dro), on tiny random llama and qwen3 models with random nonzero A and B, and of
-// every expert LoRA tensor (shared-outer factors) of a tiny Qwen3-MoE, and of the Qwen3.5 hybrid's Gated
-// DeltaNet LoRAs (in_proj_q/k/v on the fused in_proj_qkv, in_proj_z, out_proj) and its gated q_proj, and of
-// Qwen3.5-MoE's shared expert LoRAs (beside its routed experts', through its sigmoid gate).
-// Central differences (eps 1e-6) of "loss:sum" must agree with export_gradients to 1e-6 relative.
+// stop-gradient weight, dro, gspo's shared sequence ratio and stable_reinforce's truncated weight and KL
+// term, each against the cross_entropy whose weights are its per-token gradient), on tiny random llama and qwen3 models
+// with random nonzero A and B, and of every expert LoRA tensor (shared-outer factors) of a tiny Qwen3-MoE, and of the
+// Qwen3.5 hybrid's Gated DeltaNet LoRAs (in_proj_q/k/v on the fused in_proj_qkv, in_proj_z, out_proj) and its gated
+// q_proj, and of Qwen3.5-MoE's shared expert LoRAs (beside its routed experts', through its sigmoid gate). Central
+// differences (eps 1e-6) of "loss:sum" must agree with export_gradients to 1e-6 relative.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -336,6 +337,92 @@ TEST(GradCheck, DroWithBeta) {
             rl_input(gc, "dro", uniform(gc.rng(), 12, 0.5, 2.0), uniform(gc.rng(), 12, -1.0, 1.0), {{"beta", 0.3}});
         gc.check(in, in);
     }
+}
+
+// The cross_entropy input whose weights are `weight(datum, lp)`: the gradient a loss with stop-gradient
+// factors must equal.
+template <typename WeightFn>
+ForwardBackwardInput weighted_ce(GradCheck & gc, const ForwardBackwardInput & in, WeightFn weight) {
+    ForwardBackwardInput ce = in;
+    ce.loss_fn = "cross_entropy";
+    ce.loss_fn_config.clear();
+    for (auto & d : ce.datums) {
+        const auto targets = engine::host_tensor_values(d.loss_inputs.at("target_tokens"));
+        const auto lp = gc.logprobs(d.tokens, std::vector<int64_t>(targets.begin(), targets.end()));
+        const std::vector<double> w = weight(d, lp);
+        const auto shape = d.loss_inputs.at("target_tokens").shape;
+        d.loss_inputs = {{"target_tokens", d.loss_inputs.at("target_tokens")}, {"weights", f64_tensor(shape, w)}};
+    }
+    return ce;
+}
+
+TEST(GradCheck, GspoCarriesTheSequenceRatioAndClipsPerAdvantageSign) {
+    GradCheck gc(TinyFamily::LLAMA);
+    // Datum ratios around 1.3 (above 1.2: positive advantages clipped) and 0.9 (inside).
+    auto in = rl_input(gc, "gspo", {1.3, 1.4, 1.25, 1.35, 1.3, 1.3, 1.3, 0.9, 0.85, 0.95, 0.9, 0.9},
+                       {1.0, -0.5, 0.7, -1.2, 0.0, 0.4, -0.3, 0.8, -0.6, 0.5, 1.1, -0.9});
+    for (auto & d : in.datums) {
+        const int64_t n = static_cast<int64_t>(d.tokens.size());
+        std::vector<double> mask(n, 1.0);
+        mask[0] = 0.0;  // a prompt-like position outside the ratio
+        d.loss_inputs["sequence_ratio_mask"] = f64_tensor({n}, mask);
+    }
+    const auto ce = weighted_ce(gc, in, [](const Datum & d, const std::vector<double> & lp) {
+        const auto q = engine::host_tensor_values(d.loss_inputs.at("logprobs"));
+        const auto a = engine::host_tensor_values(d.loss_inputs.at("advantages"));
+        const auto m = engine::host_tensor_values(d.loss_inputs.at("sequence_ratio_mask"));
+        double sum = 0, count = 0;
+        for (size_t i = 0; i < lp.size(); ++i) {
+            sum += m[i] != 0 ? lp[i] - q[i] : 0.0;
+            count += m[i] != 0 ? 1.0 : 0.0;
+        }
+        const double s = std::exp(sum / count);
+        std::vector<double> w(lp.size());
+        for (size_t i = 0; i < lp.size(); ++i) {
+            const bool clipped = (a[i] > 0 && s > 1.2) || (a[i] < 0 && s < 0.8);
+            w[i] = clipped ? 0.0 : s * a[i];
+        }
+        return w;
+    });
+    gc.check(in, ce);
+}
+
+TEST(GradCheck, StableReinforceTruncatesTheWeightAndAddsTheKlTerm) {
+    GradCheck gc(TinyFamily::LLAMA);
+    const double kl = 0.3, cap = 1.5;
+    auto in = rl_input(gc, "stable_reinforce", {0.5, 1.2, 3.0, 0.9, 2.5, 1.0}, {1.0, -0.7, 0.6, 0.0, -1.2, 0.9},
+                       {{"kl_coeff", kl}, {"clip_high_threshold", cap}});
+    for (auto & d : in.datums) {  // the server's record: the sampler logprobs, NaN on the first (prompt) target
+        auto q = engine::host_tensor_values(d.loss_inputs.at("logprobs"));
+        auto a = engine::host_tensor_values(d.loss_inputs.at("advantages"));
+        q[0] = std::nan("");
+        a[0] = 0.0;
+        const int64_t n = static_cast<int64_t>(q.size());
+        d.loss_inputs[engine::SAMPLER_RECORD_KEY] = f64_tensor({n}, q);
+        d.loss_inputs["advantages"] = f64_tensor({n}, a);
+        d.loss_inputs.erase("logprobs");
+    }
+    const auto ce = weighted_ce(gc, in, [&](const Datum & d, const std::vector<double> & lp) {
+        const auto q = engine::host_tensor_values(d.loss_inputs.at(engine::SAMPLER_RECORD_KEY));
+        const auto a = engine::host_tensor_values(d.loss_inputs.at("advantages"));
+        std::vector<double> w(lp.size(), 0.0);
+        for (size_t i = 0; i < lp.size(); ++i) {
+            if (!std::isnan(q[i])) {
+                const double ratio = std::exp(lp[i] - q[i]);
+                w[i] = std::min(ratio, cap) * a[i] - kl * (ratio - 1.0);
+            }
+        }
+        return w;
+    });
+    gc.check(in, ce);
+    // A nonzero advantage on a target without a record is a user error.
+    auto bad = in;
+    auto a = engine::host_tensor_values(bad.datums[0].loss_inputs.at("advantages"));
+    a[0] = 1.0;
+    bad.datums[0].loss_inputs["advantages"] = f64_tensor({static_cast<int64_t>(a.size())}, a);
+    auto results = gc.engine().forward_backward({bad}, false);
+    ASSERT_FALSE(results[0].ok());
+    EXPECT_NE(results[0].error().message.find("not a sampled token"), std::string::npos) << results[0].error().message;
 }
 
 TEST(GradCheck, MoeExpertLoraTensorsAndTheRoutingWeights) {

@@ -1,5 +1,6 @@
-// The five Tinker losses (cross_entropy, importance_sampling, ppo, cispo, dro) over target-token
-// logprobs, with the validation of their names, config keys and per-datum inputs. All are sums.
+// The Tinker losses (cross_entropy, importance_sampling, ppo, cispo, dro, and SDK 0.38's gspo and
+// stable_reinforce) over target-token logprobs, with the validation of their names, config keys and
+// per-datum inputs. All are sums. docs/sdk-0.38.md states the two new objectives and their defaults.
 #pragma once
 
 #include <map>
@@ -11,13 +12,14 @@
 
 namespace tinkerd::engine {
 
-enum class LossKind { CROSS_ENTROPY, IMPORTANCE_SAMPLING, PPO, CISPO, DRO };
+enum class LossKind { CROSS_ENTROPY, IMPORTANCE_SAMPLING, PPO, CISPO, DRO, GSPO, STABLE_REINFORCE };
 
 struct LossConfig {
     LossKind kind = LossKind::CROSS_ENTROPY;
-    double clip_low = 0.0;   // ppo 0.8, cispo 0.0
-    double clip_high = 0.0;  // ppo 1.2, cispo 4.0
+    double clip_low = 0.0;   // ppo and gspo 0.8, cispo 0.0
+    double clip_high = 0.0;  // ppo and gspo 1.2, cispo 4.0, stable_reinforce 2.0 (the truncation)
     double beta = 0.1;       // dro
+    double kl_coeff = 0.0;   // stable_reinforce
 };
 
 // Unknown loss name or config key -> INVALID_ARGUMENT naming it.

@@ -12,20 +12,6 @@ namespace {
 
 using Lock = std::lock_guard<std::mutex>;
 
-SessionRow read_session(const Statement & stmt) {
-    SessionRow row;
-    row.session_id = stmt.text(0);
-    row.tenant = stmt.text(1);
-    row.tags_json = stmt.text(2);
-    row.user_metadata_json = stmt.text(3);
-    row.project_id = stmt.text(4);
-    row.sdk_version = stmt.text(5);
-    row.created_at = stmt.real(6);
-    row.last_heartbeat = stmt.real(7);
-    row.expired = stmt.boolean(8);
-    return row;
-}
-
 TrainingRunRow read_run(const Statement & stmt) {
     TrainingRunRow row;
     row.run_id = stmt.text(0);
@@ -85,13 +71,14 @@ bool Database::sole_user_at_open() const {
 
 Result<void> Database::insert_session(const SessionRow & row) {
     Lock lock(impl_->mutex);
-    auto stmt =
-        impl_->prepare("INSERT INTO sessions (" TINKERD_SESSION_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                       "insert_session");
+    auto stmt = impl_->prepare("INSERT INTO sessions (" TINKERD_SESSION_COLUMNS
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                               "insert_session");
     TRY_STATUS(stmt);
     stmt->bind_text(1, row.session_id).bind_text(2, row.tenant).bind_text(3, row.tags_json);
     stmt->bind_text(4, row.user_metadata_json).bind_text(5, row.project_id).bind_text(6, row.sdk_version);
     stmt->bind_double(7, row.created_at).bind_double(8, row.last_heartbeat).bind_bool(9, row.expired);
+    stmt->bind_text(10, row.display_name).bind_text(11, row.finish_reason);
     TRY_STATUS(stmt->run());
     return {};
 }
@@ -101,7 +88,7 @@ Result<std::optional<SessionRow>> Database::get_session(const std::string & sess
     auto stmt = impl_->prepare("SELECT " TINKERD_SESSION_COLUMNS " FROM sessions WHERE session_id = ?1", "get_session");
     TRY_STATUS(stmt);
     stmt->bind_text(1, session_id);
-    return first_row<SessionRow>(stmt.value(), read_session);
+    return first_row<SessionRow>(stmt.value(), read_session_row);
 }
 
 Result<void> Database::touch_session(const std::string & session_id, double now) {
@@ -126,7 +113,7 @@ Result<std::pair<std::vector<SessionRow>, int64_t>> Database::list_sessions(cons
                                "list_sessions");
     TRY_STATUS(stmt);
     stmt->bind_text(1, tenant).bind_int(2, page.limit).bind_int(3, page.offset);
-    auto rows = collect<SessionRow>(stmt.value(), read_session);
+    auto rows = collect<SessionRow>(stmt.value(), read_session_row);
     TRY_STATUS(rows);
     auto count = impl_->prepare("SELECT COUNT(*) FROM sessions WHERE tenant = ?1", "count_sessions");
     TRY_STATUS(count);
@@ -142,7 +129,7 @@ Result<std::vector<SessionRow>> Database::stale_sessions(double before) {
                                "stale_sessions");
     TRY_STATUS(stmt);
     stmt->bind_double(1, before);
-    return collect<SessionRow>(stmt.value(), read_session);
+    return collect<SessionRow>(stmt.value(), read_session_row);
 }
 
 // ---- Training runs ----

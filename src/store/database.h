@@ -25,6 +25,8 @@ struct SessionRow {
     double created_at = 0;
     double last_heartbeat = 0;
     bool expired = false;
+    std::string display_name;   // "" = none
+    std::string finish_reason;  // how its client finished it: "success", "errored", "interrupted"; "" = not
 };
 
 struct TrainingRunRow {
@@ -53,6 +55,7 @@ struct CheckpointRow {
     int64_t size_bytes = 0;
     std::optional<double> expires_at;
     bool is_public = false;
+    std::string user_metadata_json = "{}";  // JSON object of strings
 };
 
 struct SamplerRow {
@@ -116,6 +119,19 @@ struct SamplerUsageDelta {
     std::optional<int> latency_bucket;
 };
 
+// Where a newest-first walk through sessions resumes: after (created_at, session_id).
+struct SessionCursor {
+    double created_at = 0;
+    std::string session_id;
+};
+
+// Checkpoints and their bytes, of one session or of one project.
+struct CheckpointUsage {
+    std::string project_id;
+    int64_t count = 0;
+    int64_t size_bytes = 0;
+};
+
 // What the telemetry writer (api/telemetry_writer.h) has queued: written in one transaction.
 struct TelemetryBatch {
     std::vector<MetricPoint> points;
@@ -165,6 +181,16 @@ class Database {
     Result<void> mark_session_expired(const std::string & session_id);
     // Sessions of a tenant, newest first, and their total count.
     Result<std::pair<std::vector<SessionRow>, int64_t>> list_sessions(const std::string & tenant, Page page);
+    // Up to `limit` of a tenant's sessions older than `after` (all when none), newest first, ties by id.
+    Result<std::vector<SessionRow>> sessions_after(const std::string & tenant,
+                                                   const std::optional<SessionCursor> & after, int64_t limit);
+    Result<void> set_session_finish_reason(const std::string & session_id, const std::string & reason);
+    // The checkpoints (named: training and sampler) of a session's runs.
+    Result<CheckpointUsage> session_checkpoint_usage(const std::string & session_id);
+    // A tenant's checkpoints per project of the session that made them (project "" = none); one project when
+    // `project` is given.
+    Result<std::vector<CheckpointUsage>> checkpoint_usage_by_project(const std::string & tenant,
+                                                                     const std::optional<std::string> & project);
     // Live sessions whose last heartbeat is older than `before`.
     Result<std::vector<SessionRow>> stale_sessions(double before);
 

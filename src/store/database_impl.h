@@ -35,13 +35,16 @@ struct Database::Impl {
 };
 
 // Column lists, in the order the read_* functions expect them.
-#define TINKERD_SESSION_COLUMNS \
-    "session_id, tenant, tags_json, user_metadata_json, project_id, sdk_version, created_at, last_heartbeat, expired"
+#define TINKERD_SESSION_COLUMNS                                                                                \
+    "session_id, tenant, tags_json, user_metadata_json, project_id, sdk_version, created_at, last_heartbeat, " \
+    "expired, "                                                                                                \
+    "display_name, finish_reason"
 #define TINKERD_RUN_COLUMNS                                                                           \
     "run_id, tenant, session_id, base_model, lora_rank, train_attn, train_mlp, train_unembed, seed, " \
     "user_metadata_json, created_at, last_request_time, unloaded"
-#define TINKERD_CHECKPOINT_COLUMNS \
-    "run_id, checkpoint_id, checkpoint_type, tenant, dir, created_at, size_bytes, expires_at, is_public"
+#define TINKERD_CHECKPOINT_COLUMNS                                                                         \
+    "run_id, checkpoint_id, checkpoint_type, tenant, dir, created_at, size_bytes, expires_at, is_public, " \
+    "user_metadata_json"
 #define TINKERD_SAMPLER_COLUMNS \
     "sampler_id, tenant, session_id, base_model, model_path, run_id, created_at, dir, size_bytes, expires_at"
 #define TINKERD_FUTURE_COLUMNS                                                                               \
@@ -62,6 +65,23 @@ inline Result<int64_t> count_of(Statement & stmt) {
     Result<bool> row = stmt.step();
     TRY_STATUS(row);
     return row.value() ? stmt.integer(0) : 0;
+}
+
+// A sessions row read in TINKERD_SESSION_COLUMNS' order.
+inline SessionRow read_session_row(const Statement & stmt) {
+    SessionRow row;
+    row.session_id = stmt.text(0);
+    row.tenant = stmt.text(1);
+    row.tags_json = stmt.text(2);
+    row.user_metadata_json = stmt.text(3);
+    row.project_id = stmt.text(4);
+    row.sdk_version = stmt.text(5);
+    row.created_at = stmt.real(6);
+    row.last_heartbeat = stmt.real(7);
+    row.expired = stmt.boolean(8);
+    row.display_name = stmt.text(9);
+    row.finish_reason = stmt.text(10);
+    return row;
 }
 
 // Steps through every row of a bound statement, converting each with `read`.

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "store/database.h"
+#include "store/migrations.h"
 #include "store/sql_dialect.h"
 #include "store/store_test_backends.h"
 
@@ -99,10 +100,11 @@ TEST_F(SharedPostgresTest, FrontEndsStartingAtOnceMigrateOnce) {
     }
     for (const auto & db : opened) {
         ASSERT_NE(db, nullptr);
-        EXPECT_EQ(db->schema_version(), 6);
+        EXPECT_EQ(db->schema_version(), latest_schema_version());
         EXPECT_TRUE(db->shared());
     }
-    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"), "6");
+    EXPECT_EQ(testing_backends::postgres_query(location_, "SELECT COUNT(*) FROM schema_version"),
+              std::to_string(latest_schema_version()));
 }
 
 TEST_F(SharedPostgresTest, EachFrontEndSeesTheOthersRows) {

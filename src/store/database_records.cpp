@@ -19,6 +19,7 @@ CheckpointRow read_checkpoint_row(const Statement & stmt) {
     row.size_bytes = stmt.integer(6);
     row.expires_at = stmt.optional_double(7);
     row.is_public = stmt.boolean(8);
+    row.user_metadata_json = stmt.text(9);
     return row;
 }
 
@@ -66,17 +67,18 @@ std::string checkpoint_key(const std::string & run_id, const std::string & check
 Result<void> Database::upsert_checkpoint(const CheckpointRow & row) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare("INSERT INTO checkpoints (" TINKERD_CHECKPOINT_COLUMNS
-                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
                                " ON CONFLICT (run_id, checkpoint_id) DO UPDATE SET"
                                " checkpoint_type = excluded.checkpoint_type, tenant = excluded.tenant,"
                                " dir = excluded.dir, created_at = excluded.created_at,"
                                " size_bytes = excluded.size_bytes, expires_at = excluded.expires_at,"
-                               " is_public = excluded.is_public",
+                               " is_public = excluded.is_public, user_metadata_json = excluded.user_metadata_json",
                                "upsert_checkpoint");
     TRY_STATUS(stmt);
     stmt->bind_text(1, row.run_id).bind_text(2, row.checkpoint_id).bind_text(3, row.checkpoint_type);
     stmt->bind_text(4, row.tenant).bind_text(5, row.dir).bind_double(6, row.created_at);
     stmt->bind_int(7, row.size_bytes).bind_optional_double(8, row.expires_at).bind_bool(9, row.is_public);
+    stmt->bind_text(10, row.user_metadata_json);
     TRY_STATUS(stmt->run());
     return {};
 }

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "store/migrations.h"
 #include "store/store_test_backends.h"
 
 namespace tinkerd::store {
@@ -101,18 +102,18 @@ INSTANTIATE_TEST_SUITE_P(Backends, DatabaseTest, testing::Values(Backend::SQLITE
                          [](const auto & info) { return testing_backends::backend_name(info.param); });
 
 TEST_P(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
-    EXPECT_EQ(db_->schema_version(), 6);
+    EXPECT_EQ(db_->schema_version(), latest_schema_version());
     add_session("s1", "t1", 1.0);
     db_.reset();
     db_ = open_db();  // second open: no migration re-runs (CREATE TABLE would fail if it did)
     ASSERT_NE(db_, nullptr);
-    EXPECT_EQ(db_->schema_version(), 6);
+    EXPECT_EQ(db_->schema_version(), latest_schema_version());
     auto session = db_->get_session("s1");
     ASSERT_TRUE(session.ok());
     EXPECT_TRUE(session->has_value());
 
-    EXPECT_EQ(raw_query("SELECT COUNT(*) FROM schema_version"), "6");
-    EXPECT_EQ(raw_query("SELECT MAX(version) FROM schema_version"), "6");
+    EXPECT_EQ(raw_query("SELECT COUNT(*) FROM schema_version"), std::to_string(latest_schema_version()));
+    EXPECT_EQ(raw_query("SELECT MAX(version) FROM schema_version"), std::to_string(latest_schema_version()));
     if (!postgres()) {
         EXPECT_EQ(raw_query("PRAGMA journal_mode"), "wal");
     }
@@ -121,7 +122,7 @@ TEST_P(DatabaseTest, MigrationsRunOnceAndReopenIsIdempotent) {
 TEST(SqliteDatabaseTest, InMemoryDatabaseWorks) {
     auto db = Database::open(":memory:");
     ASSERT_TRUE(db.ok()) << db.error().message;
-    EXPECT_EQ(db.value()->schema_version(), 6);
+    EXPECT_EQ(db.value()->schema_version(), latest_schema_version());
     auto n = db.value()->next_counter("x");
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(n.value(), 1);

@@ -160,8 +160,17 @@ CREATE TABLE front_ends (
 );
 )sql";
 
+// Version 7: SDK 0.38's metadata (issue 24). A session's display_name and how its client finished it
+// ("success" / "errored" / "interrupted"; "" = not finished by the client), and a checkpoint's user_metadata.
+constexpr const char * MIGRATION_7 = R"sql(
+ALTER TABLE sessions ADD COLUMN display_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE sessions ADD COLUMN finish_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE checkpoints ADD COLUMN user_metadata_json TEXT NOT NULL DEFAULT '{}';
+)sql";
+
 // Index i holds the script of version i + 1. Append new versions; never edit a released one.
-constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6};
+constexpr const char * MIGRATIONS[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
+                                       MIGRATION_5, MIGRATION_6, MIGRATION_7};
 
 Result<int> current_version(SqlConnection & conn) {
     auto stmt = conn.prepare("SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");

@@ -139,15 +139,34 @@ Result<engine::Datum> decode_datum_proto(const tinker_public::Datum & msg, const
     return datum;
 }
 
-// Loss names SDK 0.38 can send that no engine here implements: refused at submission, by name ("custom"
-// is the SDK's server-side custom loss; forward_backward_custom runs client-side through cross_entropy).
-Result<void> refuse_unserved_loss(const std::string & loss_fn) {
-    for (const char * name : {"gspo", "stable_reinforce", "custom"}) {
-        if (loss_fn == name) {
-            return unsupported("loss_fn '" + loss_fn +
-                               "' is not supported by this server (served: cross_entropy, importance_sampling, "
-                               "ppo, cispo, dro)");
+// Datum fields 3 / 4: each span one run, with an id and non-negative offset and length.
+Result<std::vector<ProvenanceRun>> decode_spans_proto(
+    const google::protobuf::RepeatedPtrField<tinker_public::ProvenanceSpan> & spans, const std::string & where) {
+    std::vector<ProvenanceRun> runs;
+    for (int i = 0; i < spans.size(); ++i) {
+        const auto & span = spans.Get(i);
+        const std::string at = indexed(where, static_cast<size_t>(i));
+        if (span.span_case() == tinker_public::ProvenanceSpan::SPAN_NOT_SET) {
+            return invalid_argument(at + ": neither prompt_tokens nor sampled_tokens is set");
         }
+        const bool sampled = span.span_case() == tinker_public::ProvenanceSpan::kSampledTokens;
+        const auto & run = sampled ? span.sampled_tokens() : span.prompt_tokens();
+        if (run.sequence_id().empty() || run.offset() < 0 || run.length() < 0) {
+            return invalid_argument(at + ": needs a sequence_id and a non-negative offset and length");
+        }
+        runs.push_back({sampled, run.sequence_id(), run.offset(), run.length()});
+    }
+    return runs;
+}
+
+// The loss name SDK 0.38 can send that no engine here implements, refused at submission by name: "custom"
+// is the SDK's server-side custom loss (forward_backward_custom runs client-side through cross_entropy).
+Result<void> refuse_unserved_loss(const std::string & loss_fn) {
+    if (loss_fn == "custom") {
+        return unsupported(
+            "loss_fn 'custom' (server-side custom losses) is not supported by this server: "
+            "forward_backward_custom runs the loss client-side (served: cross_entropy, importance_sampling, ppo, "
+            "cispo, dro, gspo, stable_reinforce)");
     }
     return {};
 }
@@ -223,6 +242,12 @@ Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view bo
             return datum.error();
         }
         request.data.push_back(std::move(*datum));
+        const std::string where = indexed("data", static_cast<size_t>(i));
+        auto inputs = decode_spans_proto(msg.data(i).model_input_spans(), where + ".model_input_spans");
+        auto targets = decode_spans_proto(msg.data(i).loss_fn_input_spans(), where + ".loss_fn_input_spans");
+        TRY_STATUS(inputs);
+        TRY_STATUS(targets);
+        request.provenance.push_back({std::move(inputs).value(), std::move(targets).value()});
     }
     TRY_STATUS(detail::check_token_ids(request.data, limits));
     return request;
@@ -372,6 +397,7 @@ Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json
             return datum.error();
         }
         request.data.push_back(std::move(*datum));
+        request.provenance.emplace_back();
     }
     TRY_STATUS(detail::check_token_ids(request.data, limits));
     return request;

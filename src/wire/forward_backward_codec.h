@@ -17,11 +17,27 @@
 
 namespace tinkerd::wire {
 
+// SDK 0.38 provenance: datum positions that are [offset, offset + length) of a sampled sequence's prompt
+// (sampled = false) or of its sampled tokens (sampled = true). Runs tile the datum in order.
+struct ProvenanceRun {
+    bool sampled = false;
+    std::string sequence_id;
+    int64_t offset = 0;
+    int64_t length = 0;
+};
+
+// One datum's runs: over model_input and over target_tokens (both empty when the datum has none).
+struct DatumProvenance {
+    std::vector<ProvenanceRun> model_input;
+    std::vector<ProvenanceRun> targets;
+};
+
 // A decoded forward_backward / forward request.
 struct ForwardBackwardRequest {
     std::string model_id;
     int64_t seq_id = 0;
-    std::vector<engine::Datum> data;  // tokens = the concatenated encoded_text chunks
+    std::vector<engine::Datum> data;          // tokens = the concatenated encoded_text chunks
+    std::vector<DatumProvenance> provenance;  // one per datum (protobuf fields 3 and 4; JSON has none)
     std::string loss_fn;
     std::map<std::string, double> loss_fn_config;
     bool forward_only = false;

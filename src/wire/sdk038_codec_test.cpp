@@ -39,7 +39,9 @@ tinker_public::ForwardBackwardRequest request_038() {
     auto * span = datum->add_model_input_spans()->mutable_sampled_tokens();
     span->set_sequence_id("req-1.0");
     span->set_length(3);
-    datum->add_loss_fn_input_spans()->mutable_prompt_tokens()->set_length(3);
+    auto * prompt = datum->add_loss_fn_input_spans()->mutable_prompt_tokens();
+    prompt->set_sequence_id("req-1.0");
+    prompt->set_length(3);
     return req;
 }
 
@@ -79,19 +81,47 @@ TEST(Sdk038Request, LossConfigTextIsRefusedByName) {
     EXPECT_EQ(out.error().kind, ErrorKind::INVALID_ARGUMENT);
 }
 
-TEST(Sdk038Request, NewLossNamesAreRefusedAtDecode) {
+TEST(Sdk038Request, CustomLossIsRefusedAndTheNewLossesDecode) {
     auto req = request_038();
-    req.set_loss_fn("stable_reinforce");
+    req.set_loss_fn("custom");
     auto out = decode(req);
     ASSERT_FALSE(out.ok());
     EXPECT_EQ(out.error().kind, ErrorKind::UNSUPPORTED);
-    EXPECT_EQ(out.error().message.rfind("loss_fn 'stable_reinforce' is not supported", 0), 0u) << out.error().message;
-    auto json_out = decode_forward_backward_json(
-        {{"model_id", "m"},
-         {"seq_id", 1},
-         {"forward_backward_input", {{"data", nlohmann::json::array()}, {"loss_fn", "gspo"}}}});
-    ASSERT_FALSE(json_out.ok());
-    EXPECT_EQ(json_out.error().kind, ErrorKind::UNSUPPORTED);
+    EXPECT_EQ(out.error().message.rfind("loss_fn 'custom' (server-side custom losses) is not supported", 0), 0u)
+        << out.error().message;
+    for (const char * name : {"gspo", "stable_reinforce"}) {
+        req.set_loss_fn(name);
+        EXPECT_TRUE(decode(req).ok()) << name;
+    }
+}
+
+TEST(Sdk038Request, ProvenanceSpansDecodeInOrder) {
+    auto req = request_038();
+    auto * datum = req.mutable_data(0);
+    datum->clear_model_input_spans();
+    datum->clear_loss_fn_input_spans();
+    auto * prompt = datum->add_loss_fn_input_spans()->mutable_prompt_tokens();
+    prompt->set_sequence_id("r1.0");
+    prompt->set_offset(1);
+    prompt->set_length(2);
+    auto * sampled = datum->add_loss_fn_input_spans()->mutable_sampled_tokens();
+    sampled->set_sequence_id("r1.0");
+    sampled->set_length(3);
+    auto out = decode(req);
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    ASSERT_EQ(out->provenance.size(), out->data.size());
+    const auto & runs = out->provenance[0].targets;
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_FALSE(runs[0].sampled);
+    EXPECT_EQ(runs[0].offset, 1);
+    EXPECT_EQ(runs[0].length, 2);
+    EXPECT_TRUE(runs[1].sampled);
+    EXPECT_EQ(runs[1].sequence_id, "r1.0");
+    EXPECT_TRUE(out->provenance[0].model_input.empty());
+    datum->add_model_input_spans();  // neither arm set
+    out = decode(req);
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.error().message, "data[0].model_input_spans[0]: neither prompt_tokens nor sampled_tokens is set");
 }
 
 TEST(Sdk038Request, ImageChunkWithDimensionsIsUnsupported) {

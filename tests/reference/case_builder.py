@@ -1,5 +1,5 @@
 # Deterministic construction of fixture inputs: tiny HF configs and random weights, LoRA adapter
-# specs, and the 8 calls of every case (datums, loss inputs, sampler logprobs with controlled
+# specs, and the 10 calls of every case (datums, loss inputs, sampler logprobs with controlled
 # clipping). Everything random comes from a numpy Generator passed in, so reruns are identical.
 import numpy as np
 import torch
@@ -130,7 +130,11 @@ def ce_datums(rng, vocab, lengths, mode: str):
 
 
 def _rl_ok(loss_fn, cfg, ratio, adv) -> bool:
-    """Clipping conditions that make the ppo/cispo fixtures meaningful and branch-stable."""
+    """Clipping conditions that make the ppo/cispo/stable_reinforce fixtures meaningful and branch-stable
+    (gspo's per-datum ratios are checked by _gspo_ok)."""
+    if loss_fn == "stable_reinforce":
+        hi = cfg["clip_high_threshold"]
+        return np.abs(ratio - hi).min() >= 1e-3 and (ratio > hi).any() and (ratio < hi).any()
     if loss_fn not in ("ppo", "cispo"):
         return True
     lo, hi = cfg["clip_low_threshold"], cfg["clip_high_threshold"]
@@ -142,6 +146,26 @@ def _rl_ok(loss_fn, cfg, ratio, adv) -> bool:
         return below.any() and above.any()
     pos, neg = adv > 0, adv < 0
     return all((m & s).any() for m in (below, above) for s in (pos, neg))
+
+
+def _gspo_ok(cfg, lps, qs, advs) -> bool:
+    """Some datum's sequence ratio clipped for its positive advantages, another's inside, none near a bound."""
+    lo, hi = cfg["clip_low_threshold"], cfg["clip_high_threshold"]
+    s = np.array([np.exp(np.mean(lp[1:] - q[1:].astype(np.float64))) for lp, q in zip(lps, qs)])  # mask from 1
+    margin = np.minimum(np.abs(s - lo), np.abs(s - hi)).min()
+    return margin >= 1e-3 and ((s > hi) | (s < lo)).any() and ((s > lo) & (s < hi)).any()
+
+
+def _rl_inputs(loss_fn, g, q, a):
+    """A datum's loss inputs; gspo marks every target but the first, stable_reinforce gets the record."""
+    inputs = {"target_tokens": losses.spec_from_array(g, "int64"), "advantages": losses.spec_from_array(a, "float32")}
+    if loss_fn == "stable_reinforce":
+        inputs["sampler_record"] = losses.spec_from_array(q, "float32")
+        return inputs
+    inputs["logprobs"] = losses.spec_from_array(q, "float32")
+    if loss_fn == "gspo":
+        inputs["sequence_ratio_mask"] = losses.spec_from_array((np.arange(len(g)) >= 1) * 1.0, "float32")
+    return inputs
 
 
 def rl_datums(rng, model, adapter, loss_fn, loss_cfg, lengths):
@@ -156,18 +180,16 @@ def rl_datums(rng, model, adapter, loss_fn, loss_cfg, lengths):
         qs = [_f32(np.minimum(lp + rng.normal(0, 0.3, lp.shape), -1e-3)) for lp in lps]
         advs = [_f32(rng.normal(0, 1.0, lp.shape)) for lp in lps]
         ratio = np.exp(np.concatenate(lps) - np.concatenate(qs).astype(np.float64))
-        if _rl_ok(loss_fn, cfg, ratio, np.concatenate(advs)):
+        ok = _gspo_ok(cfg, lps, qs, advs) if loss_fn == "gspo" else _rl_ok(loss_fn, cfg, ratio, np.concatenate(advs))
+        if ok:
             break
     else:
         raise AssertionError(f"could not draw sampler logprobs for {loss_fn}")
-    return [_datum(t, {"target_tokens": losses.spec_from_array(g, "int64"),
-                       "logprobs": losses.spec_from_array(q, "float32"),
-                       "advantages": losses.spec_from_array(a, "float32")})
-            for t, g, q, a in zip(toks, tgts, qs, advs)]
+    return [_datum(t, _rl_inputs(loss_fn, g, q, a)) for t, g, q, a in zip(toks, tgts, qs, advs)]
 
 
 def build_calls(rng, model, adapters):
-    """The 8 calls of a case, in the fixed order (without expected_loss)."""
+    """The 10 calls of a case, in the fixed order (without expected_loss)."""
     v = model.cfg.vocab
 
     def call(adapter, loss_fn, cfg, datums):
@@ -184,6 +206,8 @@ def build_calls(rng, model, adapters):
         rl("a", "ppo", {}, [13, 10, 12]),
         rl("c", "cispo", {"clip_low_threshold": 0.5, "clip_high_threshold": 1.5}, [12, 9, 13]),
         rl("a", "dro", {"beta": 0.3}, [6, 13, 5]),
+        rl("b", "gspo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}, [9, 12, 7, 10]),
+        rl("c", "stable_reinforce", {"clip_high_threshold": 1.5, "kl_coeff": 0.2}, [11, 8, 10]),
         call(None, "cross_entropy", {}, ce_datums(rng, v, [10, 3, 8], "mask")),
     ]
 

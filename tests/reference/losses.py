@@ -1,6 +1,7 @@
 # Reference Tinker losses (all SUMS over tokens and datums, no normalisation) in float64.
 # Owns: TensorData spec <-> torch conversion, target-token logprobs (1-D and 2-D targets),
-# cross_entropy / importance_sampling / ppo / cispo / dro, and the loss of a whole call.
+# cross_entropy / importance_sampling / ppo / cispo / dro / gspo / stable_reinforce (docs/sdk-0.38.md), and the
+# loss of a whole call. stable_reinforce reads the server's record of the sampler logprobs ("sampler_record").
 import numpy as np
 import torch
 
@@ -10,8 +11,10 @@ LOSS_DEFAULTS = {
     "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
     "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
     "dro": {"beta": 0.1},
+    "gspo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "stable_reinforce": {"clip_high_threshold": 2.0, "kl_coeff": 0.0},
 }
-RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro")
+RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
 
 
 def spec_from_array(arr: np.ndarray, dtype: str) -> dict:
@@ -59,7 +62,11 @@ def datum_loss(loss_fn: str, lp: torch.Tensor, inputs: dict, cfg: dict) -> torch
         w = inputs.get("weights")
         w = torch.ones_like(lp) if w is None else w
         return -(w * lp).sum()
+    if loss_fn == "stable_reinforce":
+        return stable_reinforce_loss(lp, inputs, cfg)
     q, adv = inputs["logprobs"], inputs["advantages"]  # sampler logprobs, advantages, both [N]
+    if loss_fn == "gspo":
+        return gspo_loss(lp, q, adv, inputs["sequence_ratio_mask"], cfg)
     ratio = torch.exp(lp - q)
     if loss_fn == "importance_sampling":
         return -(ratio * adv).sum()
@@ -75,12 +82,33 @@ def datum_loss(loss_fn: str, lp: torch.Tensor, inputs: dict, cfg: dict) -> torch
     raise ValueError(loss_fn)
 
 
+def gspo_loss(lp, q, adv, mask, cfg):
+    """GSPO-token: value s = exp(mean over the mask of lp - q) on every token, gradient of its own lp."""
+    marked = mask != 0
+    log_s = (lp.detach() - q)[marked].mean()
+    ratio = torch.exp(log_s + lp - lp.detach())
+    clipped = ratio.clamp(cfg["clip_low_threshold"], cfg["clip_high_threshold"])
+    return -torch.minimum(ratio * adv, clipped * adv).sum()
+
+
+def stable_reinforce_loss(lp, inputs, cfg):
+    """Truncated-IS REINFORCE against the recorded sampler logprobs, plus kl_coeff * k3(KL(q || p))."""
+    q, adv = inputs["sampler_record"], inputs["advantages"]
+    sampled = ~torch.isnan(q)
+    log_ratio = torch.where(sampled, lp - torch.nan_to_num(q), torch.zeros_like(lp))
+    weight = torch.exp(log_ratio).clamp(max=cfg["clip_high_threshold"]).detach()
+    k3 = torch.exp(log_ratio) - 1 - log_ratio
+    return -(weight * adv * lp).sum() + cfg["kl_coeff"] * k3.sum()
+
+
 def check_datum(loss_fn: str, tokens, inputs: dict):
     """Shape checks that the engine must also enforce (mis-shaped inputs are user errors)."""
     tgt = inputs["target_tokens"]
     if tgt.shape[0] != len(tokens) or tgt.dim() not in (1, 2):
         raise ValueError(f"target_tokens shape {tuple(tgt.shape)} vs {len(tokens)} tokens")
-    needed = ("logprobs", "advantages") if loss_fn in RL_LOSSES else ()
+    needed = {"gspo": ("logprobs", "advantages", "sequence_ratio_mask"),
+              "stable_reinforce": ("sampler_record", "advantages")}.get(
+                  loss_fn, ("logprobs", "advantages") if loss_fn in RL_LOSSES else ())
     for key in needed:
         if key not in inputs:
             raise ValueError(f"{loss_fn} needs {key}")

@@ -16,25 +16,45 @@ import reference_model as rm
 import safetensors_io
 
 
-def _objective(model, adapter, call, frozen_clip):
-    """Loss whose gradient autograd reports: for cispo the stop-gradient factor is frozen."""
-    if call["loss_fn"] != "cispo":
+STOP_GRADIENT_LOSSES = ("cispo", "gspo", "stable_reinforce")
+
+
+def _objective(model, adapter, call, frozen_weights):
+    """Loss whose gradient autograd reports. cispo, gspo and stable_reinforce hold stop-gradient factors:
+    their gradient is that of -sum(w * lp) with each token's weight w frozen at the current point."""
+    if call["loss_fn"] not in STOP_GRADIENT_LOSSES:
         return float(losses.call_loss(model, adapter, call)[0])
     total = 0.0
-    for datum, coef in zip(call["datums"], frozen_clip):
+    for datum, w in zip(call["datums"], frozen_weights):
         inputs = {k: losses.tensor_from_spec(s) for k, s in datum["loss_inputs"].items()}
         lp = losses.target_logprobs(model.forward(datum["tokens"], adapter), inputs["target_tokens"])
-        total += float(-(coef * lp * inputs["advantages"]).sum())
+        total += float(-(w * lp).sum())
     return total
 
 
-def _frozen_cispo_coefs(model, adapter, call):
-    cfg = losses.merged_config("cispo", call["loss_fn_config"])
+def _token_weights(loss_fn, cfg, lp, inputs):
+    """d(loss)/d(lp) negated, per token, for the stop-gradient losses (independent of losses.datum_loss)."""
+    adv = inputs["advantages"]
+    if loss_fn == "stable_reinforce":
+        ratio = torch.exp(lp - inputs["sampler_record"])
+        return ratio.clamp(max=cfg["clip_high_threshold"]) * adv - cfg["kl_coeff"] * (ratio - 1)
+    ratio = torch.exp(lp - inputs["logprobs"])
+    if loss_fn == "cispo":
+        return ratio.clamp(cfg["clip_low_threshold"], cfg["clip_high_threshold"]) * adv
+    mask = inputs["sequence_ratio_mask"] != 0  # gspo: the shared ratio s, zero where the min takes the clip
+    s = torch.exp((lp - inputs["logprobs"])[mask].mean())
+    lo, hi = cfg["clip_low_threshold"], cfg["clip_high_threshold"]
+    clipped = ((adv > 0) & (s > hi)) | ((adv < 0) & (s < lo))
+    return torch.where(clipped, torch.zeros_like(adv), s * adv)
+
+
+def _frozen_weights(model, adapter, call):
+    cfg = losses.merged_config(call["loss_fn"], call["loss_fn_config"])
     _, lps, _ = losses.call_loss(model, adapter, call)
     out = []
     for datum, lp in zip(call["datums"], lps):
-        q = losses.tensor_from_spec(datum["loss_inputs"]["logprobs"])
-        out.append(torch.exp(lp - q).clamp(cfg["clip_low_threshold"], cfg["clip_high_threshold"]))
+        inputs = {k: losses.tensor_from_spec(s) for k, s in datum["loss_inputs"].items()}
+        out.append(_token_weights(call["loss_fn"], cfg, lp, inputs))
     return out
 
 
@@ -42,7 +62,7 @@ def fd_check(model, adapter, call, grads, rng, n_entries=6, h=1e-5, tol=1e-6):
     """Central differences on random A and B entries vs the analytic grads; -> worst rel err."""
     ad = adapter.clone(requires_grad=False)
     with torch.no_grad():
-        frozen = _frozen_cispo_coefs(model, ad, call) if call["loss_fn"] == "cispo" else None
+        frozen = _frozen_weights(model, ad, call) if call["loss_fn"] in STOP_GRADIENT_LOSSES else None
         keys = sorted(ad.params)
         a_keys = [k for k in keys if k.endswith("lora_A.weight")]
         b_keys = [k for k in keys if k.endswith("lora_B.weight")]
@@ -85,6 +105,9 @@ def numpy_loss(call, lps) -> float:
     total = 0.0
     for datum, lp in zip(call["datums"], lps):
         li, lp = datum["loss_inputs"], np.asarray(lp, dtype=np.float64).ravel()
+        if call["loss_fn"] in ("gspo", "stable_reinforce"):
+            total += _numpy_new_loss(call["loss_fn"], cfg, li, lp)
+            continue
         w = li.get("weights", {"data": [1.0] * lp.size})["data"]
         q = li.get("logprobs", {"data": [0.0] * lp.size})["data"]
         a = li.get("advantages", {"data": [0.0] * lp.size})["data"]
@@ -98,6 +121,27 @@ def numpy_loss(call, lps) -> float:
                 "cispo": lambda: min(max(r, lo), hi) * lp[t] * a[t],
                 "dro": lambda: lp[t] * a[t] - 0.5 * cfg.get("beta", 0) * (lp[t] - q[t]) ** 2,
             }[call["loss_fn"]]()
+    return total
+
+
+def _numpy_new_loss(loss_fn, cfg, li, lp) -> float:
+    """gspo and stable_reinforce values, token by token (their gradients are checked by finite differences
+    against weighted cross_entropy in the engine's gradcheck test)."""
+    a = li["advantages"]["data"]
+    total = 0.0
+    if loss_fn == "gspo":
+        q, m = li["logprobs"]["data"], li["sequence_ratio_mask"]["data"]
+        marked = [t for t in range(lp.size) if m[t] != 0]
+        s = math.exp(sum(lp[t] - q[t] for t in marked) / len(marked))
+        lo, hi = cfg["clip_low_threshold"], cfg["clip_high_threshold"]
+        for t in range(lp.size):
+            total -= min(s * a[t], min(max(s, lo), hi) * a[t])
+        return total
+    q = li["sampler_record"]["data"]
+    for t in range(lp.size):
+        r = math.exp(lp[t] - q[t])
+        total -= min(r, cfg["clip_high_threshold"]) * a[t] * lp[t]
+        total += cfg["kl_coeff"] * (r - 1 - (lp[t] - q[t]))
     return total
 
 
