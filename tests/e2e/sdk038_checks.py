@@ -80,6 +80,19 @@ def expect_refused(fn, needle, status=400):
     raise CheckFailed("expected HTTP %d naming %r, but the call succeeded" % (status, needle))
 
 
+def expect_failed(fn, needle):
+    """fn() must fail as a user error naming `needle`: a 400 at submission, or a failed future (the engine's
+    per-datum checks run after the request was accepted, as on the official service)."""
+    try:
+        fn()
+    except Exception as e:
+        code = getattr(e, "status_code", None)
+        check(code in (None, 400) and needle in str(e), "expected a user error naming %r, got %s: %s"
+              % (needle, type(e).__name__, e))
+        return str(e)
+    raise CheckFailed("expected a user error naming %r, but the call succeeded" % needle)
+
+
 def check_sampling(tinker, tc):
     sampler = tc.save_weights_and_get_sampling_client("s038")
     prompt = tinker.ModelInput.from_ints([3, 9, 27, 81, 43, 17])
@@ -122,8 +135,8 @@ def check_training(tinker, sc, tc):
     check(a.metrics["loss:sum"] != b.metrics["loss:sum"], "loss_fn_config (v2 numbers) had no effect")
     expect_refused(lambda: tc.forward(ppo, "ppo", {"clip_low_threshold": "low"}).result(),
                    'loss_fn_config["clip_low_threshold"]: string values')
-    for loss in ("gspo", "stable_reinforce"):
-        expect_refused(lambda: tc.forward_backward(ppo, loss).result(), loss)
+    expect_failed(lambda: tc.forward_backward(ppo, "gspo").result(), "missing 'sequence_ratio_mask'")
+    expect_refused(lambda: tc.forward_backward(ppo, "stable_reinforce").result(), "provenance")
     dimuon = tinker.types.DimuonParams(learning_rate=1e-3)
     expect_refused(lambda: tc.optim_step(dimuon).result(), "optimizer_params (type 'dimuon')")
     expect_refused(lambda: sc.create_lora_training_client(
@@ -132,10 +145,9 @@ def check_training(tinker, sc, tc):
     custom = tc.forward_backward_custom(data, lambda d, lps: (sum((-lp).sum() for lp in lps), {})).result()
     check(custom.metrics["loss:sum"] > 0, "forward_backward_custom metrics %r" % custom.metrics)
     tc.optim_step(tinker.AdamParams(learning_rate=1e-3)).result()  # the refused seq_ids did not block it
-    expect_refused(lambda: tc.save_state("meta", user_metadata={"k": "v"}).result(), "user_metadata")
     expect_refused(lambda: tc.save_weights_and_get_sampling_client(kind="inflight").result(), "kind 'inflight'")
     expect_refused(lambda: tc.save_weights_external("ext").result(), "save_weights_external")
-    return "training: loss_fn_config v2, custom loss client-side; 8 refusals"
+    return "training: loss_fn_config v2, custom loss client-side; 8 refusals (gspo and stable_reinforce flows: sdk038_rl_checks.py)"
 
 
 def check_rest(tinker, sc, tc):
@@ -147,10 +159,10 @@ def check_rest(tinker, sc, tc):
     rest = sc.create_rest_client()
     path = tc.save_state("rest-ckpt").result().path
     expect_refused(lambda: rest.copy_weights(path, "proj-1").result(), "copy_weights")
-    request = tinker.types.SessionSearchRequest()
-    expect_refused(lambda: rest.search_sessions(request).result(), "sessions/search")
-    expect_refused(lambda: rest.get_current_checkpoint_storage_usage().result(), "checkpoint storage usage")
-    return "rest: capabilities, optimizer_config; 3 refusals"
+    owner = tinker.types.UserSearchOwner(owner_urns=["urn:user:1"])
+    expect_refused(lambda: rest.search_sessions(tinker.types.SessionSearchRequest(owner=owner)).result(),
+                   "owner.type 'user'")
+    return "rest: capabilities, optimizer_config; 2 refusals (search and storage usage: sdk038_rl_checks.py)"
 
 
 def post_json(base_url, path, body):

@@ -1,0 +1,189 @@
+# What the newest cookbook's RL recipes send, done with the real tinker SDK 0.38 alone against build/tinkerd on
+# the default model (SmolLM2-135M-Instruct, `make default-model`): sample with record_stability_info, build
+# provenance datums (Datum.with_provenance), train stable_reinforce and gspo steps whose losses are checked
+# against a recomputation from the returned logprobs, tampered and foreign provenance refused by name; and the
+# metadata a cookbook run keeps (renderer name on the run and the checkpoint, the session's display name,
+# sessions/search, checkpoint storage usage). Usage: .venv/bin/python tests/e2e/sdk038_rl_checks.py --build build
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from sdk038_checks import CheckFailed, check, expect_refused  # noqa: E402
+
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GGUF = os.path.join(os.environ.get("MODEL_CACHE", os.path.expanduser("~/.cache/tinkerd")),
+                    "SmolLM2-135M-Instruct.Q4_1.gguf")
+PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646]  # any in-vocabulary ids
+SAMPLES = 4
+
+
+def sample_recorded(tinker, tc):
+    """A sampling client that records stability info, and one group of samples from it."""
+    sampler = tc.save_weights_and_get_sampling_client(record_stability_info=True)
+    params = tinker.SamplingParams(max_tokens=8, temperature=1.0, seed=11)
+    res = sampler.sample(prompt=tinker.ModelInput.from_ints(PROMPT), num_samples=SAMPLES,
+                         sampling_params=params).result()
+    check(len({s.sequence_id for s in res.sequences}) == SAMPLES, "sequence ids %r" % res.sequences)
+    return res.sequences
+
+
+def provenance_datum(tinker, seq, advantage, extra=None):
+    """The single-turn datum the cookbook builds: prompt + sample, shifted by one, spans tiling both fields."""
+    p, s = len(PROMPT), len(seq.tokens)
+    full = PROMPT + list(seq.tokens)
+    adv = np.array([0.0] * (p - 1) + [advantage] * s, dtype=np.float32)
+    q = np.array([0.0] * (p - 1) + list(seq.logprobs), dtype=np.float32)
+    inputs = {"target_tokens": np.array(full[1:], dtype=np.int64), "advantages": adv, "logprobs": q}
+    inputs.update(extra or {})
+    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints(full[:-1]), loss_fn_inputs=inputs)
+    prompt_span, sampled_span = tinker.types.PromptProvenanceSpan, tinker.types.SampledProvenanceSpan
+    return datum.with_provenance(
+        model_input=[prompt_span(sequence_id=seq.sequence_id, length=p),
+                     sampled_span(sequence_id=seq.sequence_id, length=s - 1)],
+        loss_fn_inputs=[prompt_span(sequence_id=seq.sequence_id, offset=1, length=p - 1),
+                        sampled_span(sequence_id=seq.sequence_id, length=s)])
+
+
+def expected_stable_reinforce(datums, seqs, lps, cap, kl):
+    """docs/sdk-0.38.md's objective from the returned logprobs and the sampler's logprobs."""
+    total = 0.0
+    for datum, seq, lp in zip(datums, seqs, lps):
+        adv = datum.loss_fn_inputs["advantages"].to_numpy()
+        start = len(PROMPT) - 1
+        for t, q in enumerate(seq.logprobs):
+            x = lp[start + t] - q
+            total -= min(math.exp(x), cap) * adv[start + t] * lp[start + t]
+            total += kl * (math.exp(x) - 1 - x)
+    return total
+
+
+def expected_gspo(datums, lps, lo, hi):
+    total = 0.0
+    for datum, lp in zip(datums, lps):
+        q = datum.loss_fn_inputs["logprobs"].to_numpy()
+        adv = datum.loss_fn_inputs["advantages"].to_numpy()
+        mask = datum.loss_fn_inputs["sequence_ratio_mask"].to_numpy() != 0
+        s = math.exp(float(np.mean(np.asarray(lp)[mask] - q[mask])))
+        total -= sum(min(s * a, min(max(s, lo), hi) * a) for a in adv)
+    return total
+
+
+def close(a, b, what):
+    check(abs(a - b) <= 2e-3 * max(1.0, abs(b)), "%s: server %.6f vs recomputed %.6f" % (what, a, b))
+
+
+def check_rl(tinker, sc, tc):
+    seqs = sample_recorded(tinker, tc)
+    advs = [1.0, -1.0, 0.5, -0.5]
+    datums = [provenance_datum(tinker, s, a) for s, a in zip(seqs, advs)]
+    fb = tc.forward_backward(datums, "stable_reinforce", {"kl_coeff": 0.05}).result()
+    lps = [o["logprobs"].to_numpy() for o in fb.loss_fn_outputs]
+    close(fb.metrics["loss:sum"], expected_stable_reinforce(datums, seqs, lps, 2.0, 0.05), "stable_reinforce")
+    worst = max(abs(lp[len(PROMPT) - 1 + t] - q) for lp, s in zip(lps, seqs) for t, q in enumerate(s.logprobs))
+    print("trainer vs sampler logprobs before any step: worst |diff| %.4f" % worst, flush=True)
+    check(worst < 0.25, "trainer vs sampler logprobs differ by %.4f before any step" % worst)
+    tc.optim_step(tinker.AdamParams(learning_rate=5e-3)).result()
+    mask = {"sequence_ratio_mask": np.array([0.0] * (len(PROMPT) - 1) + [1.0] * len(seqs[0].tokens), np.float32)}
+    gspo = [provenance_datum(tinker, s, a, mask if len(s.tokens) == len(seqs[0].tokens) else None)
+            for s, a in zip(seqs, advs)]
+    gspo = [d for d in gspo if "sequence_ratio_mask" in d.loss_fn_inputs]
+    fb = tc.forward_backward(gspo, "gspo", {"clip_low_threshold": 0.95, "clip_high_threshold": 1.05}).result()
+    lps = [o["logprobs"].to_numpy() for o in fb.loss_fn_outputs]
+    close(fb.metrics["loss:sum"], expected_gspo(gspo, lps, 0.95, 1.05), "gspo")
+    tc.optim_step(tinker.AdamParams(learning_rate=5e-3)).result()
+    again = tc.forward(datums, "stable_reinforce").result()  # off-policy now: the truncated weights apply
+    lps = [o["logprobs"].to_numpy() for o in again.loss_fn_outputs]
+    close(again.metrics["loss:sum"], expected_stable_reinforce(datums, seqs, lps, 2.0, 0.0), "stable_reinforce 2")
+    return seqs, datums
+
+
+def check_refusals(tinker, sc, tc, seqs, datums):
+    tampered = provenance_datum(tinker, seqs[0], 1.0)
+    tokens = tampered.loss_fn_inputs["target_tokens"].to_numpy().copy()
+    tokens[-1] = (tokens[-1] + 1) % 1000
+    tampered = tinker.Datum(model_input=tampered.model_input,
+                            loss_fn_inputs={**tampered.loss_fn_inputs, "target_tokens": tokens}).with_provenance(
+        model_input=tampered.model_input_spans, loss_fn_inputs=tampered.loss_fn_input_spans)
+    expect_refused(lambda: tc.forward_backward([tampered], "stable_reinforce").result(), "is not the recorded token")
+    plain = tinker.Datum(model_input=datums[0].model_input, loss_fn_inputs=datums[0].loss_fn_inputs)
+    expect_refused(lambda: tc.forward_backward([plain], "stable_reinforce").result(), "provenance")
+    other = tinker.ServiceClient(api_key="tml-rl")  # another session of the same tenant (TINKER_BASE_URL)
+    foreign_tc = other.create_lora_training_client(base_model=MODEL, rank=4)
+    expect_refused(lambda: foreign_tc.forward_backward(datums[:1], "stable_reinforce").result(),
+                   "is not a recorded sequence of this session")
+    tc.optim_step(tinker.AdamParams(learning_rate=1e-4)).result()  # the refused seq_ids did not block the run
+    return "refused: a tampered token, a datum without provenance, another session's sequence"
+
+
+def check_metadata(tinker, sc, tc, display_name):
+    rest = sc.create_rest_client()
+    path = tc.save_state("rl-1", user_metadata={"renderer_name": "qwen3", "step": "1"}).result().path
+    run = rest.get_training_run_by_tinker_path(path).result()
+    check(run.user_metadata == {"renderer_name": "qwen3"}, "run user_metadata %r" % run.user_metadata)
+    ckpts = rest.list_checkpoints(run.training_run_id).result().checkpoints
+    mine = [c for c in ckpts if c.tinker_path == path]
+    check(mine and mine[0].user_metadata == {"renderer_name": "qwen3", "step": "1"}, "checkpoint %r" % mine)
+    tc.save_state("rl-1", overwrite=True).result()  # an overwrite replaces the whole mapping
+    ckpts = rest.list_checkpoints(run.training_run_id).result().checkpoints
+    check([c.user_metadata for c in ckpts if c.tinker_path == path] == [{}], "after overwrite %r" % ckpts)
+    session_id = run.training_run_id.split(":")[0]
+    session = rest.get_session(session_id).result()
+    check(session.display_name == display_name and session.user_metadata == {"recipe": "rl_loop"},
+          "session %r" % session)
+    found = rest.search_sessions(tinker.types.SessionSearchRequest(display_name=display_name.split()[0].upper(),
+                                                                    user_metadata={"recipe": "rl_loop"})).result()
+    check([s.session_id for s in found.sessions] == [session_id], "search %r" % found)
+    check(found.sessions[0].checkpoints_count >= 1 and found.sessions[0].status.type == "active",
+          "summary %r" % found.sessions[0])
+    usage = rest.get_current_checkpoint_storage_usage().result()
+    check(sum(d.checkpoint_count for d in usage.data) >= 1 and all(d.size_bytes > 0 for d in usage.data),
+          "storage usage %r" % usage)
+    return "metadata: run and checkpoint user_metadata, overwrite, display_name, search, storage usage"
+
+
+def run(base_url):
+    import tinker
+    check(tinker.__version__.startswith("0.38"), "this needs tinker 0.38, found %s" % tinker.__version__)
+    display_name = "Math RL sweep 3"
+    sc = tinker.ServiceClient(user_metadata={"recipe": "rl_loop"}, display_name=display_name, base_url=base_url,
+                              api_key="tml-rl")
+    tc = sc.create_lora_training_client(base_model=MODEL, rank=8, seed=2, user_metadata={"renderer_name": "qwen3"})
+    seqs, datums = check_rl(tinker, sc, tc)
+    print("ok: stable_reinforce and gspo steps match the recomputed losses", flush=True)
+    print("ok:", check_refusals(tinker, sc, tc, seqs, datums), flush=True)
+    print("ok:", check_metadata(tinker, sc, tc, display_name), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
+    args = ap.parse_args()
+    os.environ.setdefault("TINKER_TELEMETRY", "0")
+    if not os.path.exists(GGUF):
+        print("FAIL sdk038_rl_checks: the default model %s is missing (run `make default-model`)" % GGUF)
+        return 1
+    import harness
+    server = harness.Server(args.build, extra=["--model", "%s=%s" % (MODEL, GGUF)], name="sdk038-rl").start()
+    t0 = time.monotonic()
+    try:
+        os.environ["TINKER_BASE_URL"] = "http://127.0.0.1:%d" % server.port
+        run(os.environ["TINKER_BASE_URL"])
+        print("PASS sdk038_rl_checks (%.1f s)" % (time.monotonic() - t0))
+        return 0
+    except Exception as e:
+        print("FAIL sdk038_rl_checks: %s: %s" % (type(e).__name__, e))
+        print(server.tail())
+        return 1
+    finally:
+        server.stop()
+        server.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
