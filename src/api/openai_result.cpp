@@ -11,6 +11,10 @@ openai::TokenLogprob OpenAiGeneration::token_logprob(int64_t token, std::string 
     openai::TokenLogprob t;
     t.token = std::move(text);
     t.logprob = logprob;
+    if (tokenizer_.is_special(static_cast<int32_t>(token))) {  // written as in top_logprobs, as OpenAI does
+        t.token = tokenizer_.token_text(static_cast<int32_t>(token));
+        t.in_text = false;
+    }
     if (top != nullptr) {
         for (const auto & [id, value] : *top) {
             t.top.emplace_back(tokenizer_.token_text(static_cast<int32_t>(id)), value);

@@ -87,7 +87,7 @@ json completion_logprobs(const std::vector<TokenLogprob> & tokens, int64_t first
         logprobs.push_back(known ? json(finite_logprob(t.logprob)) : json(nullptr));
         tops.push_back(known ? top_object(t) : json(nullptr));
         offsets.push_back(offset);
-        offset += utf8_length(t.token);
+        offset += t.in_text ? utf8_length(t.token) : 0;
     }
     return {{"tokens", std::move(texts)},
             {"token_logprobs", std::move(logprobs)},

@@ -20,6 +20,7 @@ struct TokenLogprob {
     std::vector<uint8_t> bytes;  // its bytes; empty means the bytes of `token`
     double logprob = 0.0;        // -inf (and, in chat, NaN) is sent as -9999.0; NaN is null in completions
     std::vector<std::pair<std::string, double>> top;  // alternatives, best first
+    bool in_text = true;  // false: a special token (its text is not in the choice's text; offsets skip it)
 };
 
 // One finished choice. Its index is its position in the vector handed to the builders.

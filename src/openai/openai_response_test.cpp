@@ -117,6 +117,22 @@ TEST(OpenAICompletionResponse, LogprobsColumnsAndTextOffset) {
     EXPECT_EQ(lp["text_offset"], json({0, 3, 6}));  // " hé" is 3 code points, 4 bytes
 }
 
+TEST(OpenAICompletionResponse, SpecialTokensKeepTheirTextWithoutMovingOffsets) {
+    ChoiceResult c = choice("Hi.", "stop");
+    c.has_logprobs = true;
+    c.logprobs.push_back(tok("Hi", -0.1));
+    TokenLogprob end = tok("<|im_end|>", -0.2, {{"<|im_end|>", -0.2}});
+    end.in_text = false;  // a special token: not in the text
+    c.logprobs.push_back(end);
+    c.logprobs.push_back(tok(".", -0.3));
+    json lp = completion_response("id", 1, "m", {c}, Usage{})["choices"][0]["logprobs"];
+    EXPECT_EQ(lp["tokens"], json({"Hi", "<|im_end|>", "."}));
+    EXPECT_EQ(lp["text_offset"], json({0, 2, 2}));
+    json chat = chat_response("id", 1, "m", {c}, Usage{})["choices"][0]["logprobs"]["content"][1];
+    EXPECT_EQ(chat["token"], "<|im_end|>");
+    EXPECT_EQ(chat["bytes"], chat["top_logprobs"][0]["bytes"]);
+}
+
 TEST(OpenAIStreaming, ChatChunks) {
     json first = chat_chunk("c", 9, "m", 0, "assistant", std::string(), std::nullopt);
     EXPECT_EQ(first["object"], "chat.completion.chunk");

@@ -56,10 +56,16 @@ def answer(client, m, model):
     endpoint must agree with /v1/completions on the rendered prompt ids."""
     c, _ = greedy(client, model, m.train_prompt, 8)
     if m.messages is not None:
-        r = client.chat(model=model, messages=m.messages, max_tokens=8, temperature=0)
+        r = client.chat(model=model, messages=m.messages, max_tokens=8, temperature=0, logprobs=True,
+                        top_logprobs=2)
         got = r["choices"][0]
         check((got["message"]["content"], got["finish_reason"]) == (c["text"], c["finish_reason"]),
               "model %s: chat %r vs completions %r" % (model, got, c))
+        if got["finish_reason"] == "stop":  # the greedy end-of-turn token is written as its own top entry
+            last = got["logprobs"]["content"][-1]
+            best = last["top_logprobs"][0]
+            check(last["token"] and (last["token"], last["bytes"]) == (best["token"], best["bytes"]),
+                  "model %s: chosen end-of-turn token %r vs its top_logprobs entry %r" % (model, last, best))
     return c["text"], c["finish_reason"]
 
 
