@@ -9,6 +9,7 @@
 #include "api/tinker_routes.h"
 #include "common/log.h"
 #include "tokenizer/stop_strings.h"
+#include "wire/prompt_extras_codec.h"
 #include "wire/sample_codec.h"
 
 namespace tinkerd::api {
@@ -113,19 +114,39 @@ Result<engine::SamplingParams> parse_sampling_params(const json & body, std::vec
     return params;
 }
 
-// SDK 0.38 request fields with no engine support: refused by name rather than ignored (the SDK's own
-// checks would otherwise fail after the sample ran, or the caller would get silently different data).
-Result<void> refuse_unsupported_sample_fields(const json & body) {
-    if (body.contains("target_prompt_logprobs") && !body["target_prompt_logprobs"].is_null()) {
-        return unsupported("target_prompt_logprobs is not supported by this server (use topk_prompt_logprobs)");
-    }
+// SDK 0.38 prompt extras: target_prompt_logprobs (ids scored at each prompt position, dense or CSR; the
+// answer repeats the layout) and prompt_alt_tokens_k (draws from each position's distribution). Both are
+// bounded like a top-k width: K and k at most 1000.
+Result<void> parse_prompt_extras(const json & body, int64_t vocab_size, engine::SampleRequest & request,
+                                 wire::SampleEncoding & encoding) {
     auto alt = get_optional_int(body, "prompt_alt_tokens_k");
     if (!alt.ok()) {
         return alt.error();
     }
-    if (alt->value_or(0) != 0) {
-        return unsupported("prompt_alt_tokens_k is not supported by this server");
+    if (alt->value_or(0) < 0 || alt->value_or(0) > 1000) {
+        return invalid_argument("prompt_alt_tokens_k must be between 0 and 1000");
     }
+    request.prompt_alt_tokens_k = alt->value_or(0);
+    encoding.prompt_alt_tokens_k = request.prompt_alt_tokens_k;
+    auto it = body.find("target_prompt_logprobs");
+    if (it == body.end() || it->is_null()) {
+        return {};
+    }
+    auto targets = wire::decode_target_prompt_ids(*it, vocab_size, 1000);
+    if (!targets.ok()) {
+        return targets.error();
+    }
+    const auto rows = static_cast<int64_t>(request.prompt.size()) - 1;
+    if (targets->rows != rows) {
+        return invalid_argument("target_prompt_logprobs has " + std::to_string(targets->rows) +
+                                " rows; it needs len(prompt) - 1 = " + std::to_string(rows));
+    }
+    request.target_prompt_ids = std::move(targets->ids);
+    request.target_prompt_k = targets->k;
+    encoding.target_prompt_k = targets->k;
+    encoding.target_sparse = targets->sparse;
+    encoding.target_crow = std::move(targets->crow);
+    encoding.target_cols = std::move(targets->cols);
     return {};
 }
 
@@ -197,7 +218,6 @@ Result<json> TinkerRoutes::asample(Call & call) {
     if (model == nullptr) {
         return not_found("base model '" + (*sampler)->base_model + "' of the sampler is not served any more");
     }
-    TRY_STATUS(refuse_unsupported_sample_fields(call.body));
     auto record_stability = get_bool(call.body, "record_stability_info", false);
     auto request = parse_sample_request(call.body, *model);
     if (const Error * e = first_error(record_stability, request)) {
@@ -205,6 +225,7 @@ Result<json> TinkerRoutes::asample(Call & call) {
     }
     wire::SampleEncoding encoding{request->prompt_logprobs, request->topk_prompt_logprobs};
     TRY_STATUS(parse_sample_extensions(call.body, *request, encoding));
+    TRY_STATUS(parse_prompt_extras(call.body, model->engine->config().vocab_size, *request, encoding));
     request->top_logprobs = encoding.topk_sample_logprobs;
     TRY_STATUS(sampling_->check_capacity());
     const std::string request_id = create_future(call.tenant, "Sample");

@@ -86,6 +86,9 @@ void write_output(ByteWriter & w, const engine::SampleOutput & out) {
     }
     write_floats(w, out.prompt_logprobs);
     write_tops(w, out.topk_prompt_logprobs);
+    write_floats(w, out.target_prompt_logprobs);
+    write_ids(w, out.prompt_alt_tokens);
+    write_floats(w, out.prompt_alt_logprobs);
 }
 engine::SampleOutput read_output(ByteReader & r) {
     engine::SampleOutput out;
@@ -100,6 +103,9 @@ engine::SampleOutput read_output(ByteReader & r) {
     }
     out.prompt_logprobs = read_floats(r);
     out.topk_prompt_logprobs = read_tops(r);
+    out.target_prompt_logprobs = read_floats(r);
+    out.prompt_alt_tokens = read_ids(r);
+    out.prompt_alt_logprobs = read_floats(r);
     return out;
 }
 
@@ -120,6 +126,9 @@ void write_sample_request(ByteWriter & w, const engine::SampleRequest & q, bool 
     w.i64(q.prompt_logprobs ? 1 : 0);
     w.i64(q.topk_prompt_logprobs);
     w.i64(q.top_logprobs);
+    write_ids(w, q.target_prompt_ids);
+    w.i64(q.target_prompt_k);
+    w.i64(q.prompt_alt_tokens_k);
     w.i64(static_cast<int64_t>(q.stop_strings.size()));
     for (const auto & s : q.stop_strings) {
         w.str(s);
@@ -144,6 +153,9 @@ Result<std::pair<engine::SampleRequest, bool>> read_sample_request(ByteReader & 
     q.prompt_logprobs = r.i64() != 0;
     q.topk_prompt_logprobs = r.i64();
     q.top_logprobs = r.i64();
+    q.target_prompt_ids = read_ids(r);
+    q.target_prompt_k = r.i64();
+    q.prompt_alt_tokens_k = r.i64();
     const int64_t stops = r.i64();
     for (int64_t i = 0; i < stops && r.ok(); ++i) {
         q.stop_strings.push_back(r.str());

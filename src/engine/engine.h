@@ -110,6 +110,13 @@ struct SampleRequest {
     bool prompt_logprobs = false;      // logprob of each prompt token given the ones before (first: NaN)
     int64_t topk_prompt_logprobs = 0;  // K best (token, logprob) per prompt position (first: empty)
     int64_t top_logprobs = 0;          // K best (token, logprob) at each generated position (same temperature)
+    // SDK 0.38 target_prompt_logprobs: [prompt.size() - 1, target_prompt_k] ids, row i scored at prompt
+    // position i + 1 (-1: nothing asked); empty when not asked.
+    std::vector<int64_t> target_prompt_ids;
+    int64_t target_prompt_k = 0;
+    // SDK 0.38 prompt_alt_tokens_k: draws (with replacement, at the request temperature) from the next-token
+    // distribution at every prompt position after the first.
+    int64_t prompt_alt_tokens_k = 0;
     // Optional, called after each generated token with all tokens generated so far in that sequence;
     // true stops the sequence as "stop" (stop strings are checked this way by the caller's tokenizer).
     std::function<bool(const std::vector<int64_t> & generated)> stop_check;
@@ -130,6 +137,9 @@ struct SampleOutput {
     std::vector<SampledSequence> sequences;  // num_samples of them
     std::vector<float> prompt_logprobs;      // prompt length, [0] = NaN; empty unless requested
     std::vector<std::vector<std::pair<int64_t, float>>> topk_prompt_logprobs;  // per position, best first
+    std::vector<float> target_prompt_logprobs;  // [prompt - 1, target_prompt_k]: log-softmax at the id; 0 for -1
+    std::vector<int64_t> prompt_alt_tokens;     // [prompt - 1, prompt_alt_tokens_k], in draw order
+    std::vector<float> prompt_alt_logprobs;     // [prompt - 1, prompt_alt_tokens_k]: their log-softmax
 };
 
 using SampleHandle = int64_t;

@@ -45,6 +45,19 @@ Result<void> validate_sample_request(const SampleRequest & r, const model::Model
         return invalid_argument("topk_prompt_logprobs must be >= 0, got " + std::to_string(r.topk_prompt_logprobs));
     }
     const int64_t n = static_cast<int64_t>(r.prompt.size());
+    if (r.target_prompt_k < 0 || static_cast<int64_t>(r.target_prompt_ids.size()) != (n - 1) * r.target_prompt_k) {
+        return invalid_argument("target_prompt_logprobs must have len(prompt) - 1 = " + std::to_string(n - 1) +
+                                " rows");
+    }
+    for (int64_t id : r.target_prompt_ids) {
+        if (id < -1 || id >= config.vocab_size) {
+            return invalid_argument("target_prompt_logprobs holds token id " + std::to_string(id) + " outside [-1, " +
+                                    std::to_string(config.vocab_size) + ")");
+        }
+    }
+    if (r.prompt_alt_tokens_k < 0) {
+        return invalid_argument("prompt_alt_tokens_k must be >= 0, got " + std::to_string(r.prompt_alt_tokens_k));
+    }
     if (config.max_position_embeddings > 0 && n + p.max_tokens > config.max_position_embeddings) {
         return invalid_argument("prompt length (" + std::to_string(n) + ") + max_tokens (" +
                                 std::to_string(p.max_tokens) + ") exceeds max_position_embeddings (" +

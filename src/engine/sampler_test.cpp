@@ -121,6 +121,62 @@ TEST_P(SamplerTest, PromptLogprobsEqualFullForward) {
     }
 }
 
+// SDK 0.38 prompt extras: target ids scored at each prompt position equal the prompt / top-k logprobs; greedy
+// alternative draws are the argmax; seeded temperature-1 draws repeat and carry their log-softmax.
+TEST_P(SamplerTest, TargetPromptLogprobsAndAlternativeDraws) {
+    const AdapterId id = trained_adapter(6);
+    auto r = sample_request(id, random_tokens(9, 3), 1, 0.0, 1);
+    r.topk_prompt_logprobs = 2;
+    r.prompt_logprobs = true;
+    const int64_t rows = static_cast<int64_t>(r.prompt.size()) - 1;
+    r.target_prompt_k = 3;
+    r.target_prompt_ids.assign(static_cast<size_t>(rows * 3), -1);
+    for (int64_t i = 0; i < rows; ++i) {
+        r.target_prompt_ids[static_cast<size_t>(i * 3)] = r.prompt[static_cast<size_t>(i + 1)];
+        r.target_prompt_ids[static_cast<size_t>(i * 3 + 2)] = (i * 7) % vocab_;
+    }
+    r.prompt_alt_tokens_k = 4;
+    const SampleOutput out = sample_one(*engine_, r);
+    ASSERT_EQ(out.target_prompt_logprobs.size(), static_cast<size_t>(rows * 3));
+    ASSERT_EQ(out.prompt_alt_tokens.size(), static_cast<size_t>(rows * 4));
+    for (int64_t i = 0; i < rows; ++i) {
+        EXPECT_NEAR(out.target_prompt_logprobs[i * 3], out.prompt_logprobs[i + 1], 1e-6) << i;
+        EXPECT_EQ(out.target_prompt_logprobs[i * 3 + 1], 0.0F) << "an unasked cell";
+        EXPECT_LT(out.target_prompt_logprobs[i * 3 + 2], 0.0F);
+        const auto & best = out.topk_prompt_logprobs[i + 1][0];
+        for (int64_t j = 0; j < 4; ++j) {
+            EXPECT_EQ(out.prompt_alt_tokens[i * 4 + j], best.first) << "greedy draws are the argmax";
+            EXPECT_NEAR(out.prompt_alt_logprobs[i * 4 + j], best.second, 1e-6);
+        }
+    }
+    r.params.temperature = 1.0;
+    r.params.seed = 77;
+    r.target_prompt_k = 0;
+    r.target_prompt_ids.clear();
+    r.prompt_alt_tokens_k = 16;
+    const SampleOutput a = sample_one(*engine_, r), b = sample_one(*engine_, r);
+    EXPECT_EQ(a.prompt_alt_tokens, b.prompt_alt_tokens) << "a seed fixes the draws";
+    std::set<int64_t> distinct(a.prompt_alt_tokens.begin(), a.prompt_alt_tokens.end());
+    EXPECT_GT(distinct.size(), 4u) << "draws, not a top-k";
+    const SampleOutput full = [&] {
+        auto q = r;
+        q.topk_prompt_logprobs = vocab_;
+        return sample_one(*engine_, q);
+    }();
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < 16; ++j) {
+            const int64_t token = a.prompt_alt_tokens[i * 16 + j];
+            const auto & top = full.topk_prompt_logprobs[i + 1];
+            auto it = std::find_if(top.begin(), top.end(), [&](auto p) { return p.first == token; });
+            ASSERT_NE(it, top.end());
+            EXPECT_NEAR(a.prompt_alt_logprobs[i * 16 + j], it->second, 1e-6);
+        }
+    }
+    r.target_prompt_k = 2;  // ids for the wrong number of rows
+    r.target_prompt_ids.assign(4, 0);
+    EXPECT_FALSE(engine_->sample({r})[0].ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, SamplerTest,
                          ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3, TinyFamily::QWEN3_MOE,
                                            TinyFamily::QWEN3_5, TinyFamily::QWEN3_5_MOE));

@@ -170,7 +170,8 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
 }
 
 torch::Tensor Transformer::logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const {
-    // fp32 math on the stored lm_head (bf16 included): exact fp32 logits, as the sampler's greedy choices need.
+    // fp32 sums on the stored lm_head (bf16 included); under --matmul bf16 the input h is rounded to bf16 like
+    // every other product's (kernels/matmul.h), so the logits are exact only for that rounded input.
     torch::Tensor y = kernels::base_linear(h, lm_head_exact_.defined() ? lm_head_exact_ : weights_.lm_head);  // [n, V]
     return add_lora(y, h, segments, -1, LoraTarget::LM_HEAD);
 }

@@ -88,6 +88,47 @@ std::vector<float> masked_prompt_logprobs(const engine::SampleOutput & output, c
     return lps;
 }
 
+// Field 5: the target logprobs in the request's layout: dense [rows, k] (0 where nothing was asked) or CSR
+// with the request's indices and one value per listed cell.
+void encode_target_logprobs(const engine::SampleOutput & output, const SampleEncoding & e,
+                            tinker_public::Tensor * out) {
+    const auto & values = output.target_prompt_logprobs;  // [rows, k]
+    const int64_t rows = e.target_prompt_k > 0 ? static_cast<int64_t>(values.size()) / e.target_prompt_k : 0;
+    out->set_dtype(tinker_public::DTYPE_FLOAT32);
+    out->add_shape(rows);
+    out->add_shape(e.target_prompt_k);
+    if (!e.target_sparse) {
+        out->set_dense(le_bytes<float>(values));
+        return;
+    }
+    std::vector<float> listed;
+    for (int64_t r = 0; r + 1 < static_cast<int64_t>(e.target_crow.size()); ++r) {
+        for (int64_t i = e.target_crow[r]; i < e.target_crow[r + 1]; ++i) {
+            listed.push_back(
+                values[static_cast<size_t>(r * e.target_prompt_k + e.target_cols[static_cast<size_t>(i)])]);
+        }
+    }
+    auto * csr = out->mutable_sparse_csr();
+    csr->set_values(le_bytes<float>(listed));
+    csr->set_crow_indices(le_bytes<int64_t>(e.target_crow));
+    csr->set_col_indices(le_bytes<int64_t>(e.target_cols));
+}
+
+// Field 6: the draws and their logprobs, dense [rows, k].
+void encode_alt_tokens(const engine::SampleOutput & output, int64_t k, tinker_public::PromptAltTokens * out) {
+    const int64_t rows = static_cast<int64_t>(output.prompt_alt_tokens.size()) / k;
+    auto * tokens = out->mutable_tokens();
+    tokens->set_dtype(tinker_public::DTYPE_INT64);
+    tokens->add_shape(rows);
+    tokens->add_shape(k);
+    tokens->set_dense(le_bytes<int64_t>(output.prompt_alt_tokens));
+    auto * logprobs = out->mutable_logprobs();
+    logprobs->set_dtype(tinker_public::DTYPE_FLOAT32);
+    logprobs->add_shape(rows);
+    logprobs->add_shape(k);
+    logprobs->set_dense(le_bytes<float>(output.prompt_alt_logprobs));
+}
+
 }  // namespace
 
 std::string encode_sample_response_proto(const engine::SampleOutput & output, const SampleEncoding & encoding) {
@@ -108,6 +149,12 @@ std::string encode_sample_response_proto(const engine::SampleOutput & output, co
         const size_t first = first_scored(output.topk_prompt_logprobs.size(), encoding);
         encode_topk(output.topk_prompt_logprobs, encoding.topk_prompt_logprobs, first,
                     msg.mutable_topk_prompt_logprobs());
+    }
+    if (encoding.target_prompt_k > 0) {
+        encode_target_logprobs(output, encoding, msg.mutable_target_prompt_logprobs());
+    }
+    if (encoding.prompt_alt_tokens_k > 0) {
+        encode_alt_tokens(output, encoding.prompt_alt_tokens_k, msg.mutable_prompt_alt_tokens());
     }
     msg.set_prompt_cache_hit_tokens(0);
     return msg.SerializeAsString();

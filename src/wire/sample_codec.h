@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,11 @@ struct SampleEncoding {
     int64_t topk_prompt_logprobs = 0;
     int64_t topk_sample_logprobs = 0;    // SDK 0.38: K best per sampled token (SampledSequence field 4)
     int64_t prompt_logprobs_last_n = 0;  // SDK 0.38: > 0 scores only the last N prompt positions (NaN before)
+    // SDK 0.38 target_prompt_logprobs (field 5): [rows, k] in the request's layout (CSR: its crow / cols).
+    int64_t target_prompt_k = 0;
+    bool target_sparse = false;
+    std::vector<int64_t> target_crow, target_cols;
+    int64_t prompt_alt_tokens_k = 0;  // SDK 0.38 prompt_alt_tokens (field 6), dense [rows, k]
 };
 
 // Sequences (stop_reason STOP/LENGTH, int32 tokens, float32 logprobs); prompt_logprobs as float32 with NaN

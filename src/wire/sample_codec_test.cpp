@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "tinker_public.pb.h"
+#include "wire/prompt_extras_codec.h"
 
 namespace tinkerd::wire {
 namespace {
@@ -85,6 +86,78 @@ TEST(SampleCodec, EmptyAndShortByteFieldsDecodeToEmptyArrays) {
     ASSERT_TRUE(back.ok()) << back.error().message;
     EXPECT_TRUE(back->sequences[0].tokens.empty());
     EXPECT_TRUE(back->prompt_logprobs.empty());
+}
+
+TEST(SampleCodec, TargetPromptLogprobsRepeatTheRequestLayout) {
+    const nlohmann::json sparse = {{"data", {5, 6, 0}},
+                                   {"dtype", "int64"},
+                                   {"shape", {2, 8}},
+                                   {"sparse_crow_indices", {0, 2, 3}},
+                                   {"sparse_col_indices", {0, 7, 0}}};
+    auto ids = decode_target_prompt_ids(sparse, 100, 1000);
+    ASSERT_TRUE(ids.ok()) << ids.error().message;
+    EXPECT_TRUE(ids->sparse);
+    EXPECT_EQ(ids->ids[0], 5);
+    EXPECT_EQ(ids->ids[7], 6);
+    EXPECT_EQ(ids->ids[8], 0);
+    EXPECT_EQ(ids->ids[1], -1);
+    engine::SampleOutput out;
+    out.target_prompt_logprobs.assign(16, 0.0F);
+    out.target_prompt_logprobs[0] = -0.5F;
+    out.target_prompt_logprobs[7] = -1.5F;
+    out.target_prompt_logprobs[8] = -2.5F;
+    SampleEncoding e;
+    e.target_prompt_k = 8;
+    e.target_sparse = true;
+    e.target_crow = ids->crow;
+    e.target_cols = ids->cols;
+    tinker_public::SampleResponse msg;
+    ASSERT_TRUE(msg.ParseFromString(encode_sample_response_proto(out, e)));
+    const auto & t = msg.target_prompt_logprobs();
+    EXPECT_EQ(t.dtype(), tinker_public::DTYPE_FLOAT32);
+    ASSERT_EQ(t.shape_size(), 2);
+    EXPECT_EQ(t.shape(1), 8);
+    ASSERT_EQ(t.sparse_csr().values().size(), 12u);
+    float third = 0;
+    std::memcpy(&third, t.sparse_csr().values().data() + 8, 4);
+    EXPECT_EQ(third, -2.5F);
+    e.target_sparse = false;  // dense: every cell, 0 where nothing was asked
+    ASSERT_TRUE(msg.ParseFromString(encode_sample_response_proto(out, e)));
+    EXPECT_EQ(msg.target_prompt_logprobs().dense().size(), 64u);
+}
+
+TEST(SampleCodec, TargetPromptIdsAreChecked) {
+    const auto bad = [](nlohmann::json t) { return decode_target_prompt_ids(t, 100, 1000).error().message; };
+    nlohmann::json dense = {{"data", {-1, -1, 3, -1}}, {"dtype", "int64"}, {"shape", {2, 2}}};
+    EXPECT_TRUE(decode_target_prompt_ids(dense, 100, 1000).ok());
+    EXPECT_NE(bad({{"data", {-1, -1}}, {"dtype", "int64"}, {"shape", {1, 2}}}).find("names no token id"),
+              std::string::npos);
+    EXPECT_NE(bad({{"data", {1, 200}}, {"dtype", "int64"}, {"shape", {1, 2}}}).find("token id 200"), std::string::npos);
+    EXPECT_NE(bad({{"data", {1.5}}, {"dtype", "float32"}, {"shape", {1, 1}}}).find("int64"), std::string::npos);
+    EXPECT_NE(bad({{"data", {1, 2}},
+                   {"dtype", "int64"},
+                   {"shape", {1, 4}},
+                   {"sparse_crow_indices", {0, 2}},
+                   {"sparse_col_indices", {3, 1}}})
+                  .find("increase within a row"),
+              std::string::npos);
+    EXPECT_NE(bad({{"data", {1}}, {"dtype", "int64"}, {"shape", {1, 2000}}}).find("K <= 1000"), std::string::npos);
+}
+
+TEST(SampleCodec, AltTokensAreDenseInt64AndFloat32) {
+    engine::SampleOutput out;
+    out.prompt_alt_tokens = {4, 4, 9, 2};
+    out.prompt_alt_logprobs = {-0.1F, -0.1F, -2.0F, -0.7F};
+    SampleEncoding e;
+    e.prompt_alt_tokens_k = 2;
+    tinker_public::SampleResponse msg;
+    ASSERT_TRUE(msg.ParseFromString(encode_sample_response_proto(out, e)));
+    const auto & alt = msg.prompt_alt_tokens();
+    EXPECT_EQ(alt.tokens().dtype(), tinker_public::DTYPE_INT64);
+    EXPECT_EQ(alt.tokens().shape(0), 2);
+    EXPECT_EQ(alt.tokens().dense().size(), 32u);
+    EXPECT_EQ(alt.logprobs().dense().size(), 16u);
+    EXPECT_FALSE(msg.has_target_prompt_logprobs());
 }
 
 TEST(SampleCodec, LegacyJsonUsesNulls) {

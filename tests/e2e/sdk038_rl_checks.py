@@ -3,7 +3,8 @@
 # provenance datums (Datum.with_provenance), train stable_reinforce and gspo steps whose losses are checked
 # against a recomputation from the returned logprobs, tampered and foreign provenance refused by name; and the
 # metadata a cookbook run keeps (renderer name on the run and the checkpoint, the session's display name,
-# sessions/search, checkpoint storage usage). Usage: .venv/bin/python tests/e2e/sdk038_rl_checks.py --build build
+# sessions/search, checkpoint storage usage), and recipes/decisions' target_prompt_logprobs and prompt_alt_tokens_k.
+# Usage: .venv/bin/python tests/e2e/sdk038_rl_checks.py --build build
 import argparse
 import math
 import os
@@ -85,9 +86,13 @@ def check_rl(tinker, sc, tc):
     fb = tc.forward_backward(datums, "stable_reinforce", {"kl_coeff": 0.05}).result()
     lps = [o["logprobs"].to_numpy() for o in fb.loss_fn_outputs]
     close(fb.metrics["loss:sum"], expected_stable_reinforce(datums, seqs, lps, 2.0, 0.05), "stable_reinforce")
-    worst = max(abs(lp[len(PROMPT) - 1 + t] - q) for lp, s in zip(lps, seqs) for t, q in enumerate(s.logprobs))
-    print("trainer vs sampler logprobs before any step: worst |diff| %.4f" % worst, flush=True)
-    check(worst < 0.25, "trainer vs sampler logprobs differ by %.4f before any step" % worst)
+    # Under --matmul bf16 (auto on CPUs with fast bf16 dot products) the trainer's and the sampler's sums run in
+    # different orders on bf16-rounded inputs: measured worst 0.07, mean 0.02 nats here (a float64 simulation
+    # of 40 perturbed runs: worst up to 0.125, mean 0.023); exact mode agrees to 1e-5.
+    diffs = [abs(lp[len(PROMPT) - 1 + t] - q) for lp, s in zip(lps, seqs) for t, q in enumerate(s.logprobs)]
+    print("trainer vs sampler logprobs before any step: worst %.4f, mean %.4f nats" % (max(diffs), np.mean(diffs)),
+          flush=True)
+    check(max(diffs) < 0.25 and np.mean(diffs) < 0.05, "trainer vs sampler logprobs differ: %r" % diffs)
     tc.optim_step(tinker.AdamParams(learning_rate=5e-3)).result()
     mask = {"sequence_ratio_mask": np.array([0.0] * (len(PROMPT) - 1) + [1.0] * len(seqs[0].tokens), np.float32)}
     gspo = [provenance_datum(tinker, s, a, mask if len(s.tokens) == len(seqs[0].tokens) else None)
@@ -119,6 +124,50 @@ def check_refusals(tinker, sc, tc, seqs, datums):
                    "is not a recorded sequence of this session")
     tc.optim_step(tinker.AdamParams(learning_rate=1e-4)).result()  # the refused seq_ids did not block the run
     return "refused: a tampered token, a datum without provenance, another session's sequence"
+
+
+def check_decisions(tinker, tc):
+    """recipes/decisions: score candidate next tokens at prompt positions in the one prefill (dense and CSR
+    target_prompt_logprobs), and prompt_alt_tokens_k draws; each against prompt_logprobs / top-k of the same
+    prompt."""
+    import torch
+    sampler = tc.save_weights_and_get_sampling_client()
+    prompt = tinker.ModelInput.from_ints(PROMPT)
+    greedy = tinker.SamplingParams(max_tokens=1, temperature=0.0)
+    ref = sampler.sample(prompt=prompt, num_samples=1, sampling_params=greedy, include_prompt_logprobs=True,
+                         topk_prompt_logprobs=3).result()
+    rows = len(PROMPT) - 1
+    ids = torch.full((rows, 16), -1, dtype=torch.int64)  # wide enough that the SDK keeps CSR when asked
+    ids[:, 0] = torch.tensor(PROMPT[1:])  # the actual next tokens: their logprobs are the prompt logprobs
+    ids[rows - 1, :3] = torch.tensor([tok for tok, _ in ref.topk_prompt_logprobs[rows]])  # the last row: the top 3
+    for sparse in (False, True):
+        target = tinker.TensorData.from_torch_sparse(ids, pad_value=-1) if sparse else \
+            tinker.TensorData.from_torch(ids)
+        check((target.sparse_crow_indices is not None) == sparse, "CSR encoding expected: %r" % target)
+        res = sampler.sample(prompt=prompt, num_samples=1, sampling_params=greedy,
+                             target_prompt_logprobs=target).result()
+        got = res.target_prompt_logprobs.to_numpy()  # dense either way; 0.0 where nothing was asked
+        want = [lp for lp in ref.prompt_logprobs[1:]]
+        check(np.allclose(got[:rows - 1, 0], want[:rows - 1], atol=1e-5), "targets %r vs %r" % (got[:, 0], want))
+        check(np.allclose(got[rows - 1, :3], [lp for _, lp in ref.topk_prompt_logprobs[rows]], atol=1e-5),
+              "last row %r vs top-3 %r" % (got[rows - 1], ref.topk_prompt_logprobs[rows]))
+        check(np.all(got[:rows - 1, 1:] == 0.0), "unasked cells %r" % got)
+    alt = sampler.sample(prompt=prompt, num_samples=1, sampling_params=greedy, prompt_alt_tokens_k=2).result()
+    tokens, lps = alt.prompt_alt_tokens.tokens.to_numpy(), alt.prompt_alt_tokens.logprobs.to_numpy()
+    best = [top[0] for top in ref.topk_prompt_logprobs[1:]]  # temperature 0: the argmax, k times
+    check(tokens.shape == (rows, 2) and all(list(tokens[i]) == [best[i][0]] * 2 for i in range(rows)),
+          "greedy alt tokens %r vs argmax %r" % (tokens, best))
+    check(np.allclose(lps[:, 0], [b[1] for b in best], atol=1e-5), "alt logprobs %r" % lps)
+    hot = tinker.SamplingParams(max_tokens=1, temperature=1.0, seed=5)
+    a = sampler.sample(prompt=prompt, num_samples=1, sampling_params=hot, prompt_alt_tokens_k=8).result()
+    b = sampler.sample(prompt=prompt, num_samples=1, sampling_params=hot, prompt_alt_tokens_k=8).result()
+    drawn = a.prompt_alt_tokens.tokens.to_numpy()
+    check(np.array_equal(drawn, b.prompt_alt_tokens.tokens.to_numpy()), "seeded draws differ between calls")
+    check(len({int(t) for t in drawn.ravel()}) > rows, "temperature-1 draws look like a top-k: %r" % drawn)
+    bad = tinker.TensorData.from_torch(ids[:-1])
+    expect_refused(lambda: sampler.sample(prompt=prompt, num_samples=1, sampling_params=greedy,
+                                          target_prompt_logprobs=bad).result(), "len(prompt) - 1")
+    return "decisions: target_prompt_logprobs dense and CSR == prompt / top-k logprobs; prompt_alt_tokens_k"
 
 
 def check_metadata(tinker, sc, tc, display_name):
@@ -157,6 +206,7 @@ def run(base_url):
     seqs, datums = check_rl(tinker, sc, tc)
     print("ok: stable_reinforce and gspo steps match the recomputed losses", flush=True)
     print("ok:", check_refusals(tinker, sc, tc, seqs, datums), flush=True)
+    print("ok:", check_decisions(tinker, tc), flush=True)
     print("ok:", check_metadata(tinker, sc, tc, display_name), flush=True)
 
 
