@@ -18,19 +18,21 @@ std::optional<double> expiry_from_ttl(const std::optional<int64_t> & ttl_seconds
     return now + static_cast<double>(*ttl_seconds);
 }
 
-// SDK 0.38's kind: "snapshot" (the default) is served; "inflight" (a sampling client that follows later
-// saves) is refused by name.
-Result<void> refuse_inflight_kind(const json & body) {
+// SDK 0.38's kind: "snapshot" (the default: frozen weights) or "inflight" (a sampling client that follows the
+// run's latest weights: only unnamed, as the SDK sends it). Returns whether it is inflight.
+Result<bool> parse_sampler_kind(const json & body) {
     auto kind = get_optional_string(body, "kind");
     if (!kind.ok()) {
         return kind.error();
     }
-    if (kind->has_value() && **kind != "snapshot") {
-        return unsupported("kind '" + **kind +
-                           "' is not supported: sampling clients here are snapshots (kind "
-                           "'snapshot')");
+    const std::string value = kind->value_or("snapshot");
+    if (value != "snapshot" && value != "inflight") {
+        return invalid_argument("kind: expected 'snapshot' or 'inflight', got '" + value + "'");
     }
-    return {};
+    if (value == "inflight" && body.contains("path") && !body["path"].is_null()) {
+        return invalid_argument("kind 'inflight' is a live sampling client, not a checkpoint: send it without path");
+    }
+    return value == "inflight";
 }
 
 }  // namespace
@@ -126,7 +128,7 @@ Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
     auto name = get_optional_string(call.body, "path");
     auto sampler_seq = get_optional_int(call.body, "sampling_session_seq_id");
     auto ttl = get_optional_int(call.body, "ttl_seconds");
-    auto kind = refuse_inflight_kind(call.body);
+    auto inflight = parse_sampler_kind(call.body);
     auto metadata = get_string_map(call.body, "user_metadata");
     Result<void> destination =
         Result<void>(invalid_argument("save_weights_for_sampler needs path (a name) or "
@@ -139,9 +141,12 @@ Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
     } else if (sampler_seq.ok() && sampler_seq->has_value()) {
         destination = Result<void>();
     }
-    if (const Error * e = first_error(name, sampler_seq, ttl, kind, metadata, destination)) {
+    if (const Error * e = first_error(name, sampler_seq, ttl, inflight, metadata, destination)) {
         skip_seq(run, seq_id);
         return *e;
+    }
+    if (*inflight) {
+        return register_inflight_sampler(call, run, seq_id, sampler_seq->value_or(0));
     }
     const std::string tenant = call.tenant;
     const std::optional<std::string> checkpoint_name = *name;
@@ -186,6 +191,34 @@ Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
             CheckpointSave with_id = save;
             with_id.request_id = id;
             store_checkpoint(*run, with_id, *tensors);
+        };
+        return op;
+    });
+}
+
+// kind "inflight": sampler "<session>:sample:<n>" samples from the run's live adapter, so each sample sees the
+// weights of the last operation before it ran. Registered in seq_id order like any save; no files.
+Result<json> TinkerRoutes::register_inflight_sampler(Call & call, const RunPtr & run, int64_t seq_id,
+                                                     int64_t sampler_seq) {
+    store::SamplerRow row;
+    row.sampler_id = run->row.session_id + ":sample:" + std::to_string(sampler_seq);
+    row.tenant = call.tenant;
+    row.session_id = run->row.session_id;
+    row.base_model = run->row.base_model;
+    row.run_id = run->row.run_id;
+    row.kind = "inflight";
+    return submit_ordered(call, run, seq_id, "SaveWeightsForSampler", [this, row](const std::string & id) {
+        scheduler::Op op;
+        op.run = [this, row, id](engine::Engine &) {
+            store::SamplerRow created = row;
+            created.created_at = now_seconds();
+            auto stored = db_->insert_sampler(created);
+            if (!stored.ok()) {
+                fail_future(id, stored.error());
+                return;
+            }
+            futures_->complete(
+                id, json{{"sampling_session_id", row.sampler_id}, {"type", "save_weights_for_sampler"}}.dump());
         };
         return op;
     });

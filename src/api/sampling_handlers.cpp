@@ -227,11 +227,21 @@ Result<json> TinkerRoutes::asample(Call & call) {
     TRY_STATUS(parse_sample_extensions(call.body, *request, encoding));
     TRY_STATUS(parse_prompt_extras(call.body, model->engine->config().vocab_size, *request, encoding));
     request->top_logprobs = encoding.topk_sample_logprobs;
+    std::optional<engine::AdapterId> live_adapter;
+    if ((*sampler)->kind == "inflight") {  // the run's live weights (save_weights_for_sampler kind "inflight")
+        const RunPtr run = registry_->find_tenant_run(call.tenant, (*sampler)->run_id);
+        if (run == nullptr) {
+            return not_found("sampling session '" + *sampler_id + "' follows training run '" + (*sampler)->run_id +
+                             "', which is not loaded any more");
+        }
+        live_adapter = run->adapter.load();
+    }
     TRY_STATUS(sampling_->check_capacity());
     const std::string request_id = create_future(call.tenant, "Sample");
     const int64_t num_samples = request->num_samples;
     SampleSubmission submission;
     submission.sampler = **sampler;
+    submission.live_adapter = live_adapter;
     submission.tenant = call.tenant;
     submission.usage_name = (*sampler)->sampler_id;
     submission.request = std::move(request).value();

@@ -114,6 +114,7 @@ class TinkerRoutes {
     Result<json> save_weights(Call & call);
     Result<json> save_weights_for_sampler(Call & call);
     Result<json> load_weights(Call & call);
+    Result<json> register_inflight_sampler(Call & call, const RunPtr & run, int64_t seq_id, int64_t sampler_seq);
     Result<void> import_checkpoint(engine::Engine & engine, const RunState & run, const std::string & dir,
                                    bool with_optimizer);
     static Result<void> check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint,

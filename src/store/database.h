@@ -69,6 +69,7 @@ struct SamplerRow {
     std::string dir;                   // a snapshot's files (DATA_DIR/snapshots/<sampler_id>), else ""
     int64_t size_bytes = 0;            // of `dir`'s files
     std::optional<double> expires_at;  // a snapshot's deletion time, set once its session has ended
+    std::string kind;                  // "inflight": samples from run_id's live adapter; "" otherwise
 };
 
 // A finished (or, at a crash, pending) future. Results are kept so that a poll after a restart or a

@@ -46,7 +46,7 @@ struct Database::Impl {
     "run_id, checkpoint_id, checkpoint_type, tenant, dir, created_at, size_bytes, expires_at, is_public, " \
     "user_metadata_json"
 #define TINKERD_SAMPLER_COLUMNS \
-    "sampler_id, tenant, session_id, base_model, model_path, run_id, created_at, dir, size_bytes, expires_at"
+    "sampler_id, tenant, session_id, base_model, model_path, run_id, created_at, dir, size_bytes, expires_at, kind"
 #define TINKERD_FUTURE_COLUMNS                                                                               \
     "request_id, tenant, request_type, run_id, seq_id, body_hash, state, result_json, result_proto, error, " \
     "error_category, created_at, finished_at"

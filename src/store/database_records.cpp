@@ -35,6 +35,7 @@ SamplerRow read_sampler(const Statement & stmt) {
     row.dir = stmt.text(7);
     row.size_bytes = stmt.integer(8);
     row.expires_at = stmt.optional_double(9);
+    row.kind = stmt.text(10);
     return row;
 }
 
@@ -177,13 +178,13 @@ Result<std::vector<CheckpointRow>> Database::expired_checkpoints(double now) {
 Result<void> Database::insert_sampler(const SamplerRow & row) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare("INSERT INTO samplers (" TINKERD_SAMPLER_COLUMNS
-                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                                "insert_sampler");
     TRY_STATUS(stmt);
     stmt->bind_text(1, row.sampler_id).bind_text(2, row.tenant).bind_text(3, row.session_id);
     stmt->bind_text(4, row.base_model).bind_text(5, row.model_path).bind_text(6, row.run_id);
     stmt->bind_double(7, row.created_at).bind_text(8, row.dir).bind_int(9, row.size_bytes);
-    stmt->bind_optional_double(10, row.expires_at);
+    stmt->bind_optional_double(10, row.expires_at).bind_text(11, row.kind);
     TRY_STATUS(stmt->run());
     return {};
 }

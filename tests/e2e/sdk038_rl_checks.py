@@ -170,6 +170,33 @@ def check_decisions(tinker, tc):
     return "decisions: target_prompt_logprobs dense and CSR == prompt / top-k logprobs; prompt_alt_tokens_k"
 
 
+def check_inflight(tinker, tc):
+    """save_weights_and_get_sampling_client(kind="inflight") follows the run's later steps; a snapshot does not."""
+    prompt = tinker.ModelInput.from_ints(PROMPT)
+    params = tinker.SamplingParams(max_tokens=1, temperature=0.0)
+
+    def scored(sampler):
+        res = sampler.sample(prompt=prompt, num_samples=1, sampling_params=params, include_prompt_logprobs=True)
+        return np.array(res.result().prompt_logprobs[1:], dtype=np.float64)
+
+    live = tc.save_weights_and_get_sampling_client(kind="inflight")
+    frozen = tc.save_weights_and_get_sampling_client()
+    before_live, before_frozen = scored(live), scored(frozen)
+    check(np.allclose(before_live, before_frozen, atol=1e-6), "inflight and snapshot differ before a step")
+    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints(PROMPT[:-1]),
+                         loss_fn_inputs={"target_tokens": np.array(PROMPT[1:], dtype=np.int64),
+                                         "weights": np.ones(len(PROMPT) - 1, dtype=np.float32)})
+    tc.forward_backward([datum], "cross_entropy").result()
+    tc.optim_step(tinker.AdamParams(learning_rate=2e-2)).result()
+    after_live, after_frozen = scored(live), scored(frozen)
+    check(np.array_equal(after_frozen, before_frozen), "the snapshot moved with its run")
+    now = scored(tc.save_weights_and_get_sampling_client())
+    check(np.abs(after_live - before_live).max() > 1e-3 and np.allclose(after_live, now, atol=1e-6),
+          "the inflight client does not sample the stepped weights: %r vs a new snapshot %r" % (after_live, now))
+    return "inflight sampling client follows optim_step (prompt logprob sum %.3f -> %.3f), snapshot frozen" % (
+        before_live.sum(), after_live.sum())
+
+
 def check_metadata(tinker, sc, tc, display_name):
     rest = sc.create_rest_client()
     path = tc.save_state("rl-1", user_metadata={"renderer_name": "qwen3", "step": "1"}).result().path
@@ -207,6 +234,7 @@ def run(base_url):
     print("ok: stable_reinforce and gspo steps match the recomputed losses", flush=True)
     print("ok:", check_refusals(tinker, sc, tc, seqs, datums), flush=True)
     print("ok:", check_decisions(tinker, tc), flush=True)
+    print("ok:", check_inflight(tinker, tc), flush=True)
     print("ok:", check_metadata(tinker, sc, tc, display_name), flush=True)
 
 
