@@ -116,18 +116,22 @@ TEST(JsonUtil, DigestsAndTimes) {
     EXPECT_EQ(random_hex(12).size(), 12u);
 }
 
-TEST(Sdk038, OptimizerConfigAdamwOnly) {
-    EXPECT_TRUE(require_adamw_config(json::object()).ok());
-    EXPECT_TRUE(require_adamw_config(json{{"optimizer_config", nullptr}}).ok());
-    EXPECT_TRUE(require_adamw_config(json{{"optimizer_config", {{"type", "adamw"}}}}).ok());
-    auto dimuon = require_adamw_config(json{{"optimizer_config", {{"type", "dimuon"}, {"version", 1}}}});
-    ASSERT_FALSE(dimuon.ok());
-    EXPECT_EQ(http_status(dimuon.error().kind), 400);
-    EXPECT_EQ(dimuon.error().message,
-              "optimizer_config.type 'dimuon' is not supported: this server trains with AdamW only");
-    auto malformed = require_adamw_config(json{{"optimizer_config", "adamw"}});
+TEST(Sdk038, OptimizerConfigAdamwOrDimuonVersion1) {
+    EXPECT_EQ(parse_optimizer_config(json::object()).value(), std::nullopt);
+    EXPECT_EQ(parse_optimizer_config(json{{"optimizer_config", nullptr}}).value(), std::nullopt);
+    EXPECT_EQ(parse_optimizer_config(json{{"optimizer_config", {{"type", "adamw"}}}}).value(), "adamw");
+    EXPECT_EQ(parse_optimizer_config(json{{"optimizer_config", {{"type", "dimuon"}, {"version", 1}}}}).value(),
+              "dimuon");
+    auto v2 = parse_optimizer_config(json{{"optimizer_config", {{"type", "dimuon"}, {"version", 2}}}});
+    ASSERT_FALSE(v2.ok());
+    EXPECT_EQ(v2.error().message, "optimizer_config.version 2 of dimuon is not supported (version 1 is)");
+    auto sgd = parse_optimizer_config(json{{"optimizer_config", {{"type", "sgd"}}}});
+    ASSERT_FALSE(sgd.ok());
+    EXPECT_EQ(http_status(sgd.error().kind), 400);
+    auto malformed = parse_optimizer_config(json{{"optimizer_config", "adamw"}});
     ASSERT_FALSE(malformed.ok());
     EXPECT_EQ(malformed.error().kind, ErrorKind::INVALID_ARGUMENT);
+    EXPECT_EQ(optimizer_config_json("dimuon"), json({{"type", "dimuon"}, {"version", 1}}));
 }
 
 TEST(Sdk038, FixedRoutesRegisteredFirstWinOverCaptures) {

@@ -224,6 +224,28 @@ Result<json> TinkerRoutes::register_inflight_sampler(Call & call, const RunPtr &
     });
 }
 
+// load_weights into a live model: the checkpoint's optimizer state (with_optimizer) and a named optimizer_config
+// must be of the model's optimizer (AdamW moments cannot drive a Dimuon run, nor the reverse).
+Result<void> TinkerRoutes::check_same_optimizer(const RunState & run, const store::CheckpointRow & checkpoint,
+                                                bool with_optimizer, const std::optional<std::string> & optimizer) {
+    const std::string & mine = run.row.optimizer;
+    if (optimizer && *optimizer != mine) {
+        return invalid_argument("optimizer_config.type '" + *optimizer + "' does not match model " + run.row.run_id +
+                                ", which trains with " + mine);
+    }
+    if (!with_optimizer) {
+        return {};
+    }
+    auto source = db_->get_run(checkpoint.run_id);
+    const std::string theirs = source.ok() && source->has_value() ? (*source)->optimizer : "adamw";
+    if (theirs != mine) {
+        return invalid_argument("tinker://" + checkpoint.run_id + "/" + checkpoint.checkpoint_id + " holds " + theirs +
+                                " optimizer state; model " + run.row.run_id + " trains with " + mine +
+                                " (load the weights without the optimizer, or create the client from the state)");
+    }
+    return {};
+}
+
 // On the engine thread: reads the checkpoint's files and replaces the run's adapter weights (and Adam
 // state). A rank that differs from the model's is a user error naming both.
 Result<void> TinkerRoutes::import_checkpoint(engine::Engine & engine, const RunState & run, const std::string & dir,
@@ -269,7 +291,7 @@ Result<void> TinkerRoutes::check_loadable(int64_t seq_id, const Result<store::Ch
 Result<json> TinkerRoutes::load_weights(Call & call) {
     auto path_text = get_string(call.body, "path");
     auto optimizer = get_bool(call.body, "optimizer", false);
-    auto family = require_adamw_config(call.body);
+    auto family = parse_optimizer_config(call.body);
     if (const Error * e = first_error(path_text, optimizer, family)) {
         return *e;
     }
@@ -280,7 +302,7 @@ Result<json> TinkerRoutes::load_weights(Call & call) {
         if (!checkpoint.ok()) {
             return checkpoint.error();
         }
-        return create_model_from_checkpoint(call, *checkpoint, *optimizer);
+        return create_model_from_checkpoint(call, *checkpoint, *optimizer, *family);
     }
     auto target = ordered_target(call);
     if (!target.ok()) {
@@ -289,6 +311,9 @@ Result<json> TinkerRoutes::load_weights(Call & call) {
     const RunPtr run = target->run;
     const int64_t seq_id = target->seq_id;
     auto loadable = check_loadable(seq_id, checkpoint, *optimizer);
+    if (loadable.ok()) {
+        loadable = check_same_optimizer(*run, *checkpoint, *optimizer, *family);
+    }
     if (!loadable.ok()) {
         skip_seq(run, seq_id);
         return loadable.error();
@@ -314,7 +339,8 @@ Result<json> TinkerRoutes::load_weights(Call & call) {
 // {"session_id", "model_seq_id", "base_model"?, "user_metadata"?, "path", "optimizer"}: a new model with the
 // checkpoint's LoRA settings, created and loaded as its seq 0; the SDK assumes "<session>:train:<n>".
 Result<json> TinkerRoutes::create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
-                                                        bool with_optimizer) {
+                                                        bool with_optimizer,
+                                                        const std::optional<std::string> & optimizer) {
     auto source = db_->get_run(checkpoint.run_id);
     if (!source.ok() || !source->has_value()) {
         return not_found("training run '" + checkpoint.run_id + "' of the checkpoint not found");
@@ -323,6 +349,14 @@ Result<json> TinkerRoutes::create_model_from_checkpoint(Call & call, const store
         return invalid_argument("a sampler checkpoint has no optimizer state");
     }
     json create_body = call.body;
+    if (with_optimizer) {  // the restored state keeps its optimizer; a different optimizer_config cannot override it
+        if (optimizer && *optimizer != (*source)->optimizer) {
+            return invalid_argument("optimizer_config.type '" + *optimizer + "' cannot override the " +
+                                    (*source)->optimizer + " optimizer state of tinker://" + checkpoint.run_id + "/" +
+                                    checkpoint.checkpoint_id + " (load it without its optimizer to change optimizer)");
+        }
+        create_body["optimizer_config"] = optimizer_config_json((*source)->optimizer);
+    }
     create_body["base_model"] = call.body.value("base_model", (*source)->base_model);
     create_body["lora_config"] = {{"rank", (*source)->lora_rank},
                                   {"train_attn", (*source)->train_attn},
@@ -380,9 +414,13 @@ Result<json> TinkerRoutes::weights_info(Call & call) {
         return not_found("training run of '" + *path_text + "' not found");
     }
     const store::TrainingRunRow & row = **run;
-    return json{{"base_model", row.base_model}, {"is_lora", true},
-                {"lora_rank", row.lora_rank},   {"train_unembed", row.train_unembed},
-                {"train_mlp", row.train_mlp},   {"train_attn", row.train_attn}};
+    return json{{"base_model", row.base_model},
+                {"is_lora", true},
+                {"lora_rank", row.lora_rank},
+                {"train_unembed", row.train_unembed},
+                {"train_mlp", row.train_mlp},
+                {"train_attn", row.train_attn},
+                {"optimizer_config", optimizer_config_json(row.optimizer)}};
 }
 
 // Sampling sessions are recorded here; sampling itself arrives with the sampling engine.

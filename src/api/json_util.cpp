@@ -280,19 +280,27 @@ json finite_or_null(double value) {
     return std::isfinite(value) ? json(value) : json(nullptr);
 }
 
-Result<void> require_adamw_config(const json & body, const std::string & key) {
+Result<std::optional<std::string>> parse_optimizer_config(const json & body, const std::string & key) {
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) {
-        return {};
+        return std::optional<std::string>();
     }
     if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
-        return invalid_argument(key + ": expected {\"type\": \"adamw\"}");
+        return invalid_argument(key + ": expected {\"type\": \"adamw\"} or {\"type\": \"dimuon\", \"version\": 1}");
     }
     const std::string type = (*it)["type"].get<std::string>();
-    if (type != "adamw") {
-        return unsupported(key + ".type '" + type + "' is not supported: this server trains with AdamW only");
+    if (type != "adamw" && type != "dimuon") {
+        return unsupported(key + ".type '" + type + "' is not supported: this server trains with adamw or dimuon");
     }
-    return {};
+    const json version = it->value("version", json(1));
+    if (type == "dimuon" && version != json(1)) {
+        return unsupported(key + ".version " + version.dump() + " of dimuon is not supported (version 1 is)");
+    }
+    return std::optional<std::string>(type);
+}
+
+json optimizer_config_json(const std::string & optimizer) {
+    return optimizer == "dimuon" ? json{{"type", "dimuon"}, {"version", 1}} : json{{"type", "adamw"}};
 }
 
 }  // namespace tinkerd::api

@@ -74,8 +74,11 @@ std::string random_hex(size_t n_chars);
 // Finite doubles only: non-finite values become null (JSON has no NaN; the SDK's parser rejects it).
 json finite_or_null(double value);
 
-// SDK 0.38 optimizer selection (create_model / load_weights "optimizer_config"): absent, null or
-// {"type": "adamw"} is fine; any other family (e.g. "dimuon") is UNSUPPORTED, named.
-Result<void> require_adamw_config(const json & body, const std::string & key = "optimizer_config");
+// SDK 0.38 optimizer selection (create_model / load_weights "optimizer_config"): "adamw" or "dimuon" (version 1),
+// nullopt when absent or null; another family or version is UNSUPPORTED, named.
+Result<std::optional<std::string>> parse_optimizer_config(const json & body,
+                                                          const std::string & key = "optimizer_config");
+// A run's optimizer as the SDK's optimizer_config.
+json optimizer_config_json(const std::string & optimizer);
 
 }  // namespace tinkerd::api

@@ -121,8 +121,10 @@ class TinkerRoutes {
                                        bool with_optimizer);
     // On the engine thread: write a checkpoint's files and row, then complete the future.
     void store_checkpoint(const RunState & run, const CheckpointSave & save, const store::Tensors & tensors);
-    Result<json> create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint,
-                                              bool with_optimizer);
+    Result<json> create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint, bool with_optimizer,
+                                              const std::optional<std::string> & optimizer);
+    Result<void> check_same_optimizer(const RunState & run, const store::CheckpointRow & checkpoint,
+                                      bool with_optimizer, const std::optional<std::string> & optimizer);
     Result<json> weights_info(Call & call);
     Result<json> create_sampling_session(Call & call);
 

@@ -1,5 +1,6 @@
 // Handlers for training models: create_model (a new LoRA adapter on a served base model), get_info,
 // unload_model, forward_backward (protobuf, zstd or legacy JSON), forward (legacy) and optim_step.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -99,6 +100,67 @@ store::TrainingRunRow new_run_row(const std::string & tenant, const std::string 
     return row;
 }
 
+// Numbers of `object` (named `where` in errors) into the given fields; with `strict`, keys outside them are a
+// 400 (DimuonParams forbids extras; adam_params' extras are ignored, as they always were).
+Result<void> read_numbers(const json & object, const std::string & where, bool strict,
+                          std::initializer_list<std::pair<const char *, double *>> fields) {
+    if (!object.is_object()) {
+        return invalid_argument(where + ": expected an object");
+    }
+    for (const auto & [key, value] : object.items()) {
+        const bool known = !strict || key == "type" ||
+                           std::any_of(fields.begin(), fields.end(), [&](const auto & f) { return key == f.first; });
+        if (!known) {
+            return invalid_argument(where + "." + key + " is not a field of " + where);
+        }
+    }
+    for (const auto & [name, dst] : fields) {
+        auto value = get_number(object, name, *dst, where);
+        TRY_STATUS(value);
+        *dst = *value;
+    }
+    return {};
+}
+
+// An optim_step's hyper-parameters for a run of `optimizer`: adam_params for AdamW, optimizer_params
+// {"type": "dimuon", ...} (SDK 0.38's DimuonParams, with the older SDK's damping and exponent) for Dimuon; the
+// other family's is a 400 naming both, as are out-of-bounds values.
+Result<engine::AdamParams> parse_step_params(const json & body, const std::string & optimizer) {
+    engine::AdamParams p;
+    const bool dimuon = optimizer == "dimuon";
+    const json * other = body.contains("optimizer_params") ? &body["optimizer_params"] : nullptr;
+    const std::string other_type = other && other->is_object() ? other->value("type", "?") : "?";
+    if (!dimuon && other != nullptr && !body.contains("adam_params")) {
+        return unsupported("optimizer_params (type '" + other_type +
+                           "') does not fit this model, which trains with adamw: send adam_params");
+    }
+    if (dimuon && (other == nullptr || other_type != "dimuon")) {
+        return invalid_argument(
+            "this model trains with dimuon (its optimizer_config): send DimuonParams "
+            "(optimizer_params of type 'dimuon'), not adam_params");
+    }
+    if (dimuon) {
+        p.kind = engine::OptimizerKind::DIMUON;
+        p.beta1 = 0.9;
+        TRY_STATUS(read_numbers(*other, "optimizer_params", true,
+                                {{"learning_rate", &p.learning_rate},
+                                 {"beta1", &p.beta1},
+                                 {"grad_clip_norm", &p.grad_clip_norm},
+                                 {"damping", &p.damping},
+                                 {"rank_lr_correction_exponent", &p.rank_lr_correction_exponent}}));
+    } else {
+        TRY_STATUS(read_numbers(body.value("adam_params", json::object()), "adam_params", false,
+                                {{"learning_rate", &p.learning_rate},
+                                 {"beta1", &p.beta1},
+                                 {"beta2", &p.beta2},
+                                 {"eps", &p.eps},
+                                 {"weight_decay", &p.weight_decay},
+                                 {"grad_clip_norm", &p.grad_clip_norm}}));
+    }
+    TRY_STATUS(engine::validate_adam_params(p));  // 400 now, not a failed future
+    return p;
+}
+
 }  // namespace
 
 void TinkerRoutes::fail_future(const std::string & request_id, const Error & error) {
@@ -111,7 +173,7 @@ Result<json> TinkerRoutes::create_model(Call & call) {
     auto base_model = get_string(call.body, "base_model");
     auto metadata = get_string_map(call.body, "user_metadata");
     auto spec = parse_lora_config(call.body);
-    auto optimizer = require_adamw_config(call.body);
+    auto optimizer = parse_optimizer_config(call.body);
     if (const Error * e = first_error(session_id, model_seq, base_model, metadata, spec, optimizer)) {
         return *e;
     }
@@ -137,6 +199,7 @@ Result<json> TinkerRoutes::create_model(Call & call) {
                                 " was already used");
     }
     store::TrainingRunRow row = new_run_row(call.tenant, run_id, *session_id, *base_model, *spec, *metadata);
+    row.optimizer = optimizer->value_or("adamw");
     TRY_STATUS(db_->insert_run(row));
     RunPtr run =
         registry_->register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
@@ -187,8 +250,13 @@ Result<json> TinkerRoutes::get_info(Call & call) {
         arch = model->engine->config().architecture;
     }
     json model_data = {{"arch", arch}, {"model_name", row->base_model}, {"tokenizer_id", row->base_model}};
-    return json{{"model_id", row->run_id},     {"model_data", model_data},      {"is_lora", true},
-                {"lora_rank", row->lora_rank}, {"model_name", row->base_model}, {"type", "get_info"}};
+    return json{{"model_id", row->run_id},
+                {"model_data", model_data},
+                {"is_lora", true},
+                {"lora_rank", row->lora_rank},
+                {"model_name", row->base_model},
+                {"optimizer_config", optimizer_config_json(row->optimizer)},
+                {"type", "get_info"}};
 }
 
 Result<json> TinkerRoutes::unload_model(Call & call) {
@@ -337,34 +405,12 @@ Result<json> TinkerRoutes::optim_step(Call & call) {
     }
     const RunPtr run = target->run;
     const int64_t seq_id = target->seq_id;
-    if (call.body.contains("optimizer_params") && !call.body.contains("adam_params")) {  // SDK 0.38, non-Adam
+    auto params = parse_step_params(call.body, run->row.optimizer);
+    if (!params.ok()) {
         skip_seq(run, seq_id);
-        const json & other = call.body["optimizer_params"];
-        const std::string type = other.is_object() ? other.value("type", "?") : "?";
-        return unsupported("optimizer_params (type '" + type + "') is not supported: send adam_params (AdamW)");
+        return params.error();
     }
-    const json adam = call.body.value("adam_params", json::object());
-    engine::AdamParams params;
-    const std::pair<const char *, double *> fields[] = {{"learning_rate", &params.learning_rate},
-                                                        {"beta1", &params.beta1},
-                                                        {"beta2", &params.beta2},
-                                                        {"eps", &params.eps},
-                                                        {"weight_decay", &params.weight_decay},
-                                                        {"grad_clip_norm", &params.grad_clip_norm}};
-    for (const auto & [name, dst] : fields) {
-        auto value = adam.is_object() ? get_number(adam, name, *dst, "adam_params")
-                                      : Result<double>(invalid_argument("adam_params: expected an object"));
-        if (!value.ok()) {
-            skip_seq(run, seq_id);
-            return value.error();
-        }
-        *dst = *value;
-    }
-    if (auto bounds = engine::validate_adam_params(params); !bounds.ok()) {  // 400 now, not a failed future
-        skip_seq(run, seq_id);
-        return bounds.error();
-    }
-    return submit_ordered(call, run, seq_id, "OptimStep", [this, run, params](const std::string & id) {
+    return submit_ordered(call, run, seq_id, "OptimStep", [this, run, params = *params](const std::string & id) {
         scheduler::Op op;
         op.run = [this, run, params, id](engine::Engine & engine) {
             const auto t0 = std::chrono::steady_clock::now();

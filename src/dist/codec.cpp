@@ -219,16 +219,20 @@ engine::LoraSpec read_spec(ByteReader & r) {
 }
 
 void write_adam(ByteWriter & w, const engine::AdamParams & p) {
-    for (double v : {p.learning_rate, p.beta1, p.beta2, p.eps, p.weight_decay, p.grad_clip_norm}) {
+    for (double v : {p.learning_rate, p.beta1, p.beta2, p.eps, p.weight_decay, p.grad_clip_norm, p.damping,
+                     p.rank_lr_correction_exponent}) {
         w.f64(v);
     }
+    w.i64(p.kind == engine::OptimizerKind::DIMUON ? 1 : 0);
 }
 
 engine::AdamParams read_adam(ByteReader & r) {
     engine::AdamParams p;
-    for (double * v : {&p.learning_rate, &p.beta1, &p.beta2, &p.eps, &p.weight_decay, &p.grad_clip_norm}) {
+    for (double * v : {&p.learning_rate, &p.beta1, &p.beta2, &p.eps, &p.weight_decay, &p.grad_clip_norm, &p.damping,
+                       &p.rank_lr_correction_exponent}) {
         *v = r.f64();
     }
+    p.kind = r.i64() == 1 ? engine::OptimizerKind::DIMUON : engine::OptimizerKind::ADAMW;
     return p;
 }
 

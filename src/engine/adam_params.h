@@ -16,7 +16,34 @@ namespace tinkerd::engine {
 inline constexpr double MAX_LEARNING_RATE = 10.0;
 inline constexpr double MIN_ADAM_EPS = 1e-30;
 
+// DimuonParams: 0 <= learning_rate <= MAX_LEARNING_RATE, 0 <= beta1 < 1, damping > 0, the rest finite.
+inline Result<void> validate_dimuon_params(const AdamParams & p) {
+    const std::pair<const char *, double> fields[] = {{"learning_rate", p.learning_rate},
+                                                      {"beta1", p.beta1},
+                                                      {"grad_clip_norm", p.grad_clip_norm},
+                                                      {"damping", p.damping},
+                                                      {"rank_lr_correction_exponent", p.rank_lr_correction_exponent}};
+    for (const auto & [name, value] : fields) {
+        if (!std::isfinite(value)) {
+            return invalid_argument(std::string("optimizer_params.") + name + " must be a finite number");
+        }
+    }
+    if (p.learning_rate < 0 || p.learning_rate > MAX_LEARNING_RATE) {
+        return invalid_argument("optimizer_params.learning_rate must be in [0, 10]");
+    }
+    if (p.beta1 < 0 || p.beta1 >= 1) {
+        return invalid_argument("optimizer_params.beta1 must be in [0, 1)");
+    }
+    if (p.damping <= 0) {
+        return invalid_argument("optimizer_params.damping must be > 0");
+    }
+    return {};
+}
+
 inline Result<void> validate_adam_params(const AdamParams & p) {
+    if (p.kind == OptimizerKind::DIMUON) {
+        return validate_dimuon_params(p);
+    }
     const std::pair<const char *, double> fields[] = {{"learning_rate", p.learning_rate},
                                                       {"beta1", p.beta1},
                                                       {"beta2", p.beta2},

@@ -157,7 +157,8 @@ Result<OptimStepOutput> EngineImpl::optim_step(AdapterId id, const AdamParams & 
         return adapter.error();
     }
     TRY_STATUS(validate_adam_params(params));
-    auto norm = adamw_step(**adapter, params, optim_scratch_);
+    auto norm = params.kind == OptimizerKind::DIMUON ? dimuon_step(**adapter, params, optim_scratch_)
+                                                     : adamw_step(**adapter, params, optim_scratch_);
     if (!norm.ok()) {
         return norm.error();
     }

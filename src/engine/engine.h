@@ -73,7 +73,11 @@ struct ForwardBackwardOutput {
     std::map<std::string, double> metrics;  // "loss:sum", ...
 };
 
-// torch.optim.AdamW hyper-parameters, plus global grad-norm clipping (0 = off). Tinker defaults.
+enum class OptimizerKind { ADAMW, DIMUON };
+
+// One optimizer step's hyper-parameters: torch.optim.AdamW's plus global grad-norm clipping (0 = off), Tinker
+// defaults; or, with kind DIMUON (SDK 0.38's DimuonParams), learning_rate, beta1 (momentum EMA),
+// grad_clip_norm, damping and rank_lr_correction_exponent (beta2, eps and weight_decay unused).
 struct AdamParams {
     double learning_rate = 1e-4;
     double beta1 = 0.9;
@@ -81,6 +85,9 @@ struct AdamParams {
     double eps = 1e-12;
     double weight_decay = 0.0;
     double grad_clip_norm = 0.0;
+    OptimizerKind kind = OptimizerKind::ADAMW;
+    double damping = 1e-4;                       // Dimuon: the row / column preconditioner's damping
+    double rank_lr_correction_exponent = 0.175;  // Dimuon: lr · (rank / 32)^exponent; 0 = off
 };
 
 struct OptimStepOutput {

@@ -165,21 +165,31 @@ void restore(Adapter & a, const torch::Tensor & old) {
 
 }  // namespace
 
-Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scratch) {
-    torch::NoGradGuard no_grad;
-    // Global L2 norm, then the clip coefficient min(1, max_norm / (norm + 1e-6)) when clipping.
-    const double norm = a.flat_grads.numel() == 0 ? 0.0 : host_value<double>(a.flat_grads.norm(2), "adamw_step norm");
+Result<GradientNorm> gradient_norm(const Adapter & a, double grad_clip_norm) {
+    const double norm = a.flat_grads.numel() == 0 ? 0.0 : host_value<double>(a.flat_grads.norm(2), "optim_step norm");
     if (!std::isfinite(norm)) {
         return invalid_argument("optim_step refused: the accumulated gradient is not finite (norm " +
                                 std::to_string(norm) + "); the adapter is unchanged");
     }
-    const double clip = p.grad_clip_norm > 0 ? std::min(1.0, p.grad_clip_norm / (norm + 1e-6)) : 1.0;
+    return GradientNorm{norm, grad_clip_norm > 0 ? std::min(1.0, grad_clip_norm / (norm + 1e-6)) : 1.0};
+}
+
+torch::Tensor & step_scratch(torch::Tensor & scratch, const Adapter & a) {
     const int64_t n = a.flat_params.numel();
     if (scratch.numel() < 3 * n || scratch.scalar_type() != a.flat_params.scalar_type() ||
         scratch.device() != a.flat_params.device()) {
         scratch = torch::empty({3 * n}, a.flat_params.options());  // [3N] reused by later steps
     }
-    torch::Tensor old = scratch.narrow(0, 0, 3 * n);  // [3N] params, exp_avg, exp_avg_sq before the step
+    return scratch;
+}
+
+Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scratch) {
+    torch::NoGradGuard no_grad;
+    auto grad = gradient_norm(a, p.grad_clip_norm);
+    TRY_STATUS(grad);
+    const double norm = grad->norm, clip = grad->clip;
+    const int64_t n = a.flat_params.numel();
+    torch::Tensor old = step_scratch(scratch, a).narrow(0, 0, 3 * n);  // [3N] params, exp_avg, exp_avg_sq before
     bool finite = false;
     if (!a.flat_params.is_cpu()) {
         finite = adam_torch(a, p, make_coefs<double>(p, a.step + 1, clip), old);

@@ -15,4 +15,21 @@ namespace tinkerd::engine {
 // stay as they were. `scratch` ([3N], grown on demand, reusable across adapters) keeps the old values.
 Result<double> adamw_step(Adapter & a, const AdamParams & params, torch::Tensor & scratch);
 
+// Shared by both optimizers: the global L2 norm of a's gradient (a non-finite one is INVALID_ARGUMENT, nothing
+// changed) and clip_grad_norm_'s coefficient min(1, max_norm / (norm + 1e-6)) (1 when max_norm is 0).
+struct GradientNorm {
+    double norm = 0;
+    double clip = 1;
+};
+Result<GradientNorm> gradient_norm(const Adapter & a, double grad_clip_norm);
+// `scratch` grown to [3N] in a's dtype and device (reused across steps and adapters); returns it.
+torch::Tensor & step_scratch(torch::Tensor & scratch, const Adapter & a);
+
+// One Dimuon step (dimuon.cpp; docs/sdk-0.38.md states the algorithm and its constants): per LoRA matrix
+// (each expert's slice of a 3-D factor on its own), momentum M = beta1·M + (1 − beta1)·g in the exp_avg
+// buffer, a damped row / column equilibration of M, its matrix sign by Newton–Schulz, scaled to Frobenius
+// norm sqrt(rank), and W −= lr · (rank / 32)^exponent · that. Clipping, the finiteness refusal, the zeroed
+// gradient and the step count as adamw_step; exp_avg_sq is not used.
+Result<double> dimuon_step(Adapter & a, const AdamParams & params, torch::Tensor & scratch);
+
 }  // namespace tinkerd::engine

@@ -27,6 +27,7 @@ TrainingRunRow read_run(const Statement & stmt) {
     row.created_at = stmt.real(10);
     row.last_request_time = stmt.real(11);
     row.unloaded = stmt.boolean(12);
+    row.optimizer = stmt.text(13);
     return row;
 }
 
@@ -137,14 +138,14 @@ Result<std::vector<SessionRow>> Database::stale_sessions(double before) {
 Result<void> Database::insert_run(const TrainingRunRow & row) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare("INSERT INTO training_runs (" TINKERD_RUN_COLUMNS
-                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                                "insert_run");
     TRY_STATUS(stmt);
     stmt->bind_text(1, row.run_id).bind_text(2, row.tenant).bind_text(3, row.session_id);
     stmt->bind_text(4, row.base_model).bind_int(5, row.lora_rank).bind_bool(6, row.train_attn);
     stmt->bind_bool(7, row.train_mlp).bind_bool(8, row.train_unembed).bind_optional_int(9, row.seed);
     stmt->bind_text(10, row.user_metadata_json).bind_double(11, row.created_at);
-    stmt->bind_double(12, row.last_request_time).bind_bool(13, row.unloaded);
+    stmt->bind_double(12, row.last_request_time).bind_bool(13, row.unloaded).bind_text(14, row.optimizer);
     TRY_STATUS(stmt->run());
     return {};
 }

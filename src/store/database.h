@@ -42,7 +42,8 @@ struct TrainingRunRow {
     std::string user_metadata_json = "{}";
     double created_at = 0;
     double last_request_time = 0;
-    bool unloaded = false;  // adapter no longer in memory (unload_model, expired session, restart)
+    bool unloaded = false;            // adapter no longer in memory (unload_model, expired session, restart)
+    std::string optimizer = "adamw";  // "adamw" or "dimuon" (SDK 0.38 optimizer_config), for the run's life
 };
 
 struct CheckpointRow {

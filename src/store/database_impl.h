@@ -41,7 +41,7 @@ struct Database::Impl {
     "display_name, finish_reason"
 #define TINKERD_RUN_COLUMNS                                                                           \
     "run_id, tenant, session_id, base_model, lora_rank, train_attn, train_mlp, train_unembed, seed, " \
-    "user_metadata_json, created_at, last_request_time, unloaded"
+    "user_metadata_json, created_at, last_request_time, unloaded, optimizer"
 #define TINKERD_CHECKPOINT_COLUMNS                                                                         \
     "run_id, checkpoint_id, checkpoint_type, tenant, dir, created_at, size_bytes, expires_at, is_public, " \
     "user_metadata_json"

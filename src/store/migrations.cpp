@@ -162,12 +162,14 @@ CREATE TABLE front_ends (
 
 // Version 7: SDK 0.38's metadata (issue 24). A session's display_name and how its client finished it
 // ("success" / "errored" / "interrupted"; "" = not finished by the client), a checkpoint's user_metadata, and a
-// sampler's kind ("inflight": it follows its training run's live weights; "" = base, checkpoint or snapshot).
+// sampler's kind ("inflight": it follows its training run's live weights; "" = base, checkpoint or snapshot), and
+// a training run's optimizer ("adamw" or "dimuon", fixed for its life; its checkpoints' optimizer state is of it).
 constexpr const char * MIGRATION_7 = R"sql(
 ALTER TABLE sessions ADD COLUMN display_name TEXT NOT NULL DEFAULT '';
 ALTER TABLE sessions ADD COLUMN finish_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE checkpoints ADD COLUMN user_metadata_json TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE samplers ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+ALTER TABLE training_runs ADD COLUMN optimizer TEXT NOT NULL DEFAULT 'adamw';
 )sql";
 
 // Index i holds the script of version i + 1. Append new versions; never edit a released one.

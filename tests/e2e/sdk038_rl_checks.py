@@ -3,7 +3,8 @@
 # provenance datums (Datum.with_provenance), train stable_reinforce and gspo steps whose losses are checked
 # against a recomputation from the returned logprobs, tampered and foreign provenance refused by name; and the
 # metadata a cookbook run keeps (renderer name on the run and the checkpoint, the session's display name,
-# sessions/search, checkpoint storage usage), and recipes/decisions' target_prompt_logprobs and prompt_alt_tokens_k.
+# sessions/search, checkpoint storage usage), recipes/decisions' target_prompt_logprobs and prompt_alt_tokens_k, an
+# inflight sampling client, and the Dimuon optimizer with a bit-exact resume.
 # Usage: .venv/bin/python tests/e2e/sdk038_rl_checks.py --build build
 import argparse
 import math
@@ -197,6 +198,43 @@ def check_inflight(tinker, tc):
         before_live.sum(), after_live.sum())
 
 
+def check_dimuon(tinker, sc, adamw_tc):
+    """A Dimuon client (optimizer_config, DimuonParams) trains, resumes bit-exactly from save_state, keeps its
+    optimizer through the resume, and refuses AdamW state and the other family's step params."""
+    rng = np.random.default_rng(4)
+    data = []
+    for _ in range(3):
+        toks = rng.integers(1, 2000, size=13).tolist()
+        data.append(tinker.Datum(model_input=tinker.ModelInput.from_ints(toks[:-1]),
+                                 loss_fn_inputs={"target_tokens": np.array(toks[1:], dtype=np.int64),
+                                                 "weights": np.ones(12, dtype=np.float32)}))
+    tc = sc.create_lora_training_client(base_model=MODEL, rank=8, seed=6,
+                                        optimizer=tinker.types.DimuonOptimizerConfig())
+    check(tc.get_info().optimizer_config.type == "dimuon", "get_info %r" % tc.get_info().optimizer_config)
+    params = tinker.types.DimuonParams(learning_rate=2e-3)
+    losses = []
+    for _ in range(3):
+        losses.append(tc.forward_backward(data, "cross_entropy").result().metrics["loss:sum"])
+        tc.optim_step(params).result()
+    check(losses[-1] < losses[0], "Dimuon did not lower the loss: %r" % losses)
+    path = tc.save_state("dimuon-3").result().path
+    resumed = sc.create_training_client_from_state_with_optimizer(path)
+    check(resumed.get_info().optimizer_config.type == "dimuon", "the resumed client lost its optimizer")
+    for client in (tc, resumed):  # the same momentum: the same next step, bit for bit
+        client.forward_backward(data, "cross_entropy").result()
+        client.optim_step(params).result()
+    a = [o["logprobs"].to_numpy() for o in tc.forward(data, "cross_entropy").result().loss_fn_outputs]
+    b = [o["logprobs"].to_numpy() for o in resumed.forward(data, "cross_entropy").result().loss_fn_outputs]
+    check(all(np.array_equal(x, y) for x, y in zip(a, b)), "a resumed Dimuon step is not bit-exact")
+    expect_refused(lambda: tc.optim_step(tinker.AdamParams(learning_rate=1e-3)).result(), "trains with dimuon")
+    expect_refused(lambda: adamw_tc.optim_step(params).result(), "trains with adamw")
+    adam_path = adamw_tc.save_state("adamw-state").result().path
+    fresh = sc.create_lora_training_client(base_model=MODEL, rank=8, optimizer=tinker.types.DimuonOptimizerConfig())
+    expect_refused(lambda: fresh.load_state_with_optimizer(adam_path).result(), "holds adamw optimizer state")
+    return "dimuon: loss %.2f -> %.2f in 3 steps, save_state resume bit-exact, AdamW state and params refused" % (
+        losses[0], losses[-1])
+
+
 def check_metadata(tinker, sc, tc, display_name):
     rest = sc.create_rest_client()
     path = tc.save_state("rl-1", user_metadata={"renderer_name": "qwen3", "step": "1"}).result().path
@@ -235,6 +273,7 @@ def run(base_url):
     print("ok:", check_refusals(tinker, sc, tc, seqs, datums), flush=True)
     print("ok:", check_decisions(tinker, tc), flush=True)
     print("ok:", check_inflight(tinker, tc), flush=True)
+    print("ok:", check_dimuon(tinker, sc, tc), flush=True)
     print("ok:", check_metadata(tinker, sc, tc, display_name), flush=True)
 
 

@@ -219,4 +219,7 @@ ADAM_SPECS = [
     {"adapter": "b", "call": 2, "steps": 5,  # grad_clip_norm is filled in from the grad norm
      "params": {"learning_rate": 5e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12,
                 "weight_decay": 0.0, "grad_clip_norm": None}},
+    {"adapter": "a", "call": 0, "steps": 4,  # Dimuon (docs/sdk-0.38.md); beta2/eps/weight_decay unused
+     "params": {"optimizer": "dimuon", "learning_rate": 5e-3, "beta1": 0.9, "beta2": 0.0, "eps": 0.0,
+                "weight_decay": 0.0, "grad_clip_norm": 0.0, "damping": 1e-4, "rank_lr_correction_exponent": 0.175}},
 ]

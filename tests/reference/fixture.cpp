@@ -71,6 +71,11 @@ static FixtureAdam parse_adam(const json & j) {
     const json & p = j.at("params");
     adam.params = {p.at("learning_rate"), p.at("beta1"),        p.at("beta2"),
                    p.at("eps"),           p.at("weight_decay"), p.at("grad_clip_norm")};
+    if (p.value("optimizer", "adamw") == "dimuon") {
+        adam.params.kind = engine::OptimizerKind::DIMUON;
+        adam.params.damping = p.at("damping");
+        adam.params.rank_lr_correction_exponent = p.at("rank_lr_correction_exponent");
+    }
     adam.expected_losses = j.at("expected_losses").get<std::vector<double>>();
     return adam;
 }

@@ -81,13 +81,14 @@ def run_adams(model, adapters, calls, tensors):
         assert call["adapter"] == spec["adapter"] and call["loss_fn"] == "cross_entropy"
         if hp["grad_clip_norm"] is None:  # 0.3 x first-step norm, 3 significant digits
             hp["grad_clip_norm"] = float(f"{0.3 * optim_ref.grad_norm_at(model, adapter, call):.3g}")
-        loss_log, final, clip_log = optim_ref.run_adam_checked(model, adapter, call, hp, spec["steps"])
+        run = optim_ref.run_dimuon if hp.get("optimizer") == "dimuon" else optim_ref.run_adam_checked
+        loss_log, final, clip_log = run(model, adapter, call, hp, spec["steps"])
         for k, v in final.items():
             tensors[f"adam_final/{i}/{k}"] = v
         entries.append({"adapter": spec["adapter"], "call": spec["call"], "steps": spec["steps"],
                         "params": hp, "expected_losses": loss_log})
         clip_txt = ", ".join(f"{n:.4g}{'*' if t else ''}" for n, t in clip_log) or "off"
-        print(f"    adam {i} ({spec['adapter']}, call {spec['call']}): losses "
+        print(f"    {hp.get('optimizer', 'adam')} {i} ({spec['adapter']}, call {spec['call']}): losses "
               + " ".join(f"{x:.5f}" for x in loss_log) + f"; grad norms (*=clipped): {clip_txt}")
     return entries
 

@@ -90,3 +90,53 @@ def grad_norm_at(model, adapter, call) -> float:
     a = adapter.clone(requires_grad=True)
     losses.call_loss(model, a, call)[0].backward()
     return math.sqrt(sum(float((p.grad * p.grad).sum()) for p in a.params.values()))
+
+
+# ---- Dimuon (docs/sdk-0.38.md): per LoRA matrix, momentum EMA, damped row/column equilibration, the matrix
+# sign by quintic Newton-Schulz, a step of Frobenius norm lr * sqrt(rank) * (rank / 32)^exponent. Written from
+# the documented steps, independently of engine/dimuon.cpp, in float64.
+
+NS_COEFS = (3.4445, -4.7750, 2.0315)
+
+
+def _sign_by_newton_schulz(x):
+    """One matrix's approximate polar factor: 5 quintic iterations on the wide orientation."""
+    tall = x.shape[0] > x.shape[1]
+    y = x.T if tall else x
+    y = y / (torch.linalg.matrix_norm(y) + 1e-7)
+    a, b, c = NS_COEFS
+    for _ in range(5):
+        gram = y @ y.T
+        y = a * y + (b * gram + c * gram @ gram) @ y
+    return y.T if tall else y
+
+
+def dimuon_direction(m, rank, damping):
+    """The update direction of one momentum matrix m (2-D)."""
+    sq = m * m
+    rows, cols = sq.mean(dim=1, keepdim=True), sq.mean(dim=0, keepdim=True)
+    x = m / torch.sqrt(rows + damping * rows.mean() + 1e-30) / torch.sqrt(cols + damping * cols.mean() + 1e-30)
+    o = _sign_by_newton_schulz(x)
+    norm = float(torch.linalg.matrix_norm(o))
+    return o * (math.sqrt(rank) / norm) if norm > 0 else o
+
+
+def run_dimuon(model, init_adapter, call, hp, steps):
+    """-> (losses before each step, final params, clip log), float64."""
+    adapter = init_adapter.clone(requires_grad=True)
+    params = list(adapter.params.values())
+    moms = [torch.zeros_like(p) for p in params]
+    lr = hp["learning_rate"] * (adapter.rank / 32.0) ** hp["rank_lr_correction_exponent"]
+    loss_log, clip_log = [], []
+    for _ in range(steps):
+        loss_log.append(_loss_and_backward(model, adapter, call))
+        grads = [p.grad for p in params]
+        if hp["grad_clip_norm"] > 0:
+            clip_log.append(manual_clip(grads, hp["grad_clip_norm"]))
+        with torch.no_grad():
+            for p, g, m in zip(params, grads, moms):
+                m.mul_(hp["beta1"]).add_((1.0 - hp["beta1"]) * g)
+                p.sub_(lr * dimuon_direction(m, adapter.rank, hp["damping"]))
+        for p in params:
+            p.grad = None
+    return loss_log, {k: v.detach().clone() for k, v in adapter.params.items()}, clip_log
