@@ -25,7 +25,8 @@ const char * const SESSION_SCHEMAS = R"json({
       "sample_use_retrieve_futures": {"type": "boolean"}, "custom_loss_server_side": {"type": "boolean"},
       "sample_join_sampling_session": {"type": "boolean"}}},
   "DynamicConfig": {"type": "object", "required": ["refresh_interval_sec"],
-    "properties": {"refresh_interval_sec": {"type": "integer"}, "sample_cancel_enabled": {"type": "boolean"}}},
+    "properties": {"refresh_interval_sec": {"type": "integer"}, "sample_cancel_enabled": {"type": "boolean"},
+      "sample_cancel_max_batch_size": {"type": "integer"}}},
   "ServerCapabilities": {"type": "object", "required": ["supported_models"],
     "properties": {"supported_models": {"type": "array", "items": {"type": "object", "required": ["model_name"],
       "properties": {"model_name": {"type": "string"}, "max_context_length": {"type": "integer"},
@@ -52,7 +53,9 @@ const char * const SESSION_SCHEMAS = R"json({
   "FinishSessionRequest": {"type": "object",
     "properties": {"reason": {"type": "object",
       "properties": {"type": {"enum": ["success", "errored", "interrupted"]}}}}},
-  "ProjectRequest": {"type": "object", "properties": {"project_id": {"type": "string"}}}
+  "ProjectRequest": {"type": "object", "properties": {"project_id": {"type": "string"}}},
+  "CancelFutureRequest": {"type": "object", "required": ["request_id"],
+    "properties": {"request_id": {"type": "string"}}}
 })json";
 
 const char * const TRAINING_SCHEMAS = R"json({

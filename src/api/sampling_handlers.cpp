@@ -1,6 +1,7 @@
 // asample (and compute_logprobs, which is asample with max_tokens 1 and prompt_logprobs): parses the
 // request (prompt chunks, sampling params, stop strings checked through the tokenizer, SDK 0.38's
-// top-k sampled logprobs and prompt_logprobs_last_n; refuses the 0.38 fields the engine lacks), applies
+// top-k sampled logprobs, prompt_logprobs_last_n, target prompt logprobs, alternative tokens, stability
+// records and inflight samplers), and cancel_future for abandoned samples; applies
 // backpressure (429), and hands it to the SamplingService (sampling_service.h), so to the model's worker. The answer
 // carries one sample_sequence_id per sample.
 #include <cmath>
@@ -251,10 +252,20 @@ Result<json> TinkerRoutes::asample(Call & call) {
     if (*record_stability) {
         record.emplace((*sampler)->session_id, submission.request.prompt);
     }
-    submission.sink =
-        std::make_shared<FunctionSink>([this, request_id, encoding, record](Result<engine::SampleOutput> output) {
+    submission.cancelled = std::make_shared<std::atomic<bool>>(false);
+    {
+        std::lock_guard<std::mutex> lock(sample_cancel_mutex_);
+        running_samples_[request_id] = {call.tenant, submission.cancelled};
+    }
+    submission.sink = std::make_shared<FunctionSink>(
+        [this, request_id, encoding, record, cancelled = submission.cancelled](Result<engine::SampleOutput> output) {
+            {
+                std::lock_guard<std::mutex> lock(sample_cancel_mutex_);
+                running_samples_.erase(request_id);
+            }
             if (!output.ok()) {
-                fail_future(request_id, output.error());
+                fail_future(request_id,
+                            cancelled->load() ? invalid_argument("cancelled by cancel_future") : output.error());
                 return;
             }
             if (record) {
@@ -265,6 +276,29 @@ Result<json> TinkerRoutes::asample(Call & call) {
         });
     sampling_->submit(*model, std::move(submission));
     return json{{"request_id", request_id}, {"sample_sequence_ids", sample_sequence_ids(request_id, num_samples)}};
+}
+
+// POST cancel_future {"request_id"} (SDK 0.38, for abandoned samples): a running sample of the caller stops at
+// its next step and its future fails "cancelled by cancel_future" (user); idempotent: a finished request is
+// left as it is. A request id the caller never had is a 404.
+Result<json> TinkerRoutes::cancel_future(Call & call) {
+    auto request_id = get_string(call.body, "request_id");
+    if (!request_id.ok()) {
+        return request_id.error();
+    }
+    {
+        std::lock_guard<std::mutex> lock(sample_cancel_mutex_);
+        auto it = running_samples_.find(*request_id);
+        if (it != running_samples_.end() && it->second.first == call.tenant) {
+            it->second.second->store(true);
+            return json::object();
+        }
+    }
+    const scheduler::FutureOutcome known = futures_->peek(*request_id);
+    if (known.state == scheduler::FutureOutcome::State::UNKNOWN || known.tenant != call.tenant) {
+        return not_found("request '" + *request_id + "' not found");
+    }
+    return json::object();  // finished already, or not a sample: nothing to stop
 }
 
 Result<engine::SampleRequest> TinkerRoutes::parse_sample_request(const json & body, const ServedModel & model) {

@@ -22,8 +22,8 @@ Result<json> TinkerRoutes::client_config(Call & call) {
 }
 
 Result<json> TinkerRoutes::dynamic_config(Call & call) {
-    // SDK 0.38: no cancel_future requests (a hung-up sample is freed when its session expires).
-    return json{{"refresh_interval_sec", 300}, {"sample_cancel_enabled", false}};
+    // SDK 0.38: abandoned samples are cancelled (cancel_future), up to 64 per batch.
+    return json{{"refresh_interval_sec", 300}, {"sample_cancel_enabled", true}, {"sample_cancel_max_batch_size", 64}};
 }
 
 // POST /sessions/{id}/finish (SDK 0.38 ServiceClient.close / `with ServiceClient()`): the session ends
@@ -55,7 +55,6 @@ Result<json> TinkerRoutes::unsupported_endpoint(Call & call) {
         {"external_weights_urls", "external_weights_urls (external checkpoint downloads)"},
         {"create_custom_loss", "create_custom_loss (server-side custom losses; they run client-side here)"},
         {"retrieve_futures", "retrieve_futures (session completion queues; poll retrieve_future)"},
-        {"cancel_future", "cancel_future"},
         {"join_sampling_session", "join_sampling_session"},
         {"search", "sessions/search (session search)"},
         {"current", "billing/usage/checkpoints/current (checkpoint storage usage)"},

@@ -158,6 +158,9 @@ void TinkerRoutes::add_training_routes() {
     add_sync("POST", "create_sampling_session", &TinkerRoutes::create_sampling_session,
              route_doc("sampling", "Create a sampler on a base model or a sampler checkpoint",
                        "CreateSamplingSessionRequest", "CreateSamplingSessionResponse"));
+    add_sync("POST", "cancel_future", &TinkerRoutes::cancel_future,
+             route_doc("futures", "Stop an abandoned sample: its future fails 'cancelled by cancel_future'",
+                       "CancelFutureRequest", "Empty"));
     add_sync("POST", "asample", &TinkerRoutes::asample,
              route_doc("sampling", "Sample or compute logprobs (a future; 429 when the queue is full)", "SampleRequest",
                        "SampleSubmitted"));
@@ -217,8 +220,8 @@ void TinkerRoutes::add_rest_routes() {
 void TinkerRoutes::register_unsupported_routes() {
     const RouteDoc refused =
         route_doc("unsupported", "Not implemented by this server: a 400 naming the feature", "AnyObject", "");
-    for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures",
-                              "cancel_future", "join_sampling_session"}) {
+    for (const char * path :
+         {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures", "join_sampling_session"}) {
         add_sync("POST", path, &TinkerRoutes::unsupported_endpoint, refused);
     }
     RouteDoc refused_get = refused;

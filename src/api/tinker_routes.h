@@ -130,6 +130,7 @@ class TinkerRoutes {
 
     // sampling_handlers.cpp: asample / compute_logprobs.
     Result<json> asample(Call & call);
+    Result<json> cancel_future(Call & call);
     Result<engine::SampleRequest> parse_sample_request(const json & body, const ServedModel & model);
 
     // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.
@@ -229,6 +230,9 @@ class TinkerRoutes {
     Registry * registry_;
     SamplingService * sampling_;
     SequenceRecords sequence_records_;  // record_stability_info samples, for stable_reinforce
+    // asample requests still running: request id -> (tenant, the flag cancel_future sets).
+    std::mutex sample_cancel_mutex_;
+    std::map<std::string, std::pair<std::string, std::shared_ptr<std::atomic<bool>>>> running_samples_;
     Telemetry * telemetry_;
     std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
 

@@ -235,6 +235,44 @@ def check_dimuon(tinker, sc, adamw_tc):
         losses[0], losses[-1])
 
 
+def check_cancel(tinker, tc, base_url):
+    """cancel_future (dynamic_config sample_cancel_enabled): a long sample stops at once and its future fails
+    as cancelled; a second cancel is fine (idempotent); an unknown id is a 404."""
+    import json
+    import urllib.request
+
+    def post(path, body):
+        req = urllib.request.Request(base_url + "/api/v1/" + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "X-API-Key": "tml-rl"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    status, config = post("client/dynamic_config", {})
+    check(status == 200 and config.get("sample_cancel_enabled") is True, "dynamic_config %r" % config)
+    sampler_id = tc.save_weights_and_get_sampling_client().result()._sampling_session_id
+    t0 = time.monotonic()
+    status, sub = post("asample", {"sampling_session_id": sampler_id, "seq_id": 0, "num_samples": 4,
+                                   "prompt": {"chunks": [{"type": "encoded_text", "tokens": PROMPT}]},
+                                   "sampling_params": {"max_tokens": 1500, "temperature": 1.0, "stop": []}})
+    check(status == 200, "asample %d %r" % (status, sub))
+    time.sleep(0.5)
+    for _ in range(2):
+        status, body = post("cancel_future", {"request_id": sub["request_id"]})
+        check(status == 200, "cancel_future %d %r" % (status, body))
+    status, out = post("retrieve_future", {"request_id": sub["request_id"]})
+    while status == 200 and out.get("type") == "try_again":
+        status, out = post("retrieve_future", {"request_id": sub["request_id"]})
+    took = time.monotonic() - t0
+    check("cancelled by cancel_future" in json.dumps(out) and took < 20, "after cancel (%.1f s): %d %r"
+          % (took, status, out))
+    status, body = post("cancel_future", {"request_id": "req-nope"})
+    check(status == 404, "unknown id: %d %r" % (status, body))
+    return "cancel_future: a 4 x 1500-token sample stopped after %.1f s, idempotent, unknown id 404" % took
+
+
 def check_metadata(tinker, sc, tc, display_name):
     rest = sc.create_rest_client()
     path = tc.save_state("rl-1", user_metadata={"renderer_name": "qwen3", "step": "1"}).result().path
@@ -274,6 +312,7 @@ def run(base_url):
     print("ok:", check_decisions(tinker, tc), flush=True)
     print("ok:", check_inflight(tinker, tc), flush=True)
     print("ok:", check_dimuon(tinker, sc, tc), flush=True)
+    print("ok:", check_cancel(tinker, tc, base_url), flush=True)
     print("ok:", check_metadata(tinker, sc, tc, display_name), flush=True)
 
 
