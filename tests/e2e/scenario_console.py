@@ -109,6 +109,8 @@ def check_run_page(env):
     b.click_found("the run's link", lambda: run_row(env).find_element("tag name", "a"))
     b.wait("the loss chart with %d points" % STEPS, lambda: chart_points(env) == STEPS)
     check("console e2e" in b.wait_css("#user-metadata").text, "user_metadata not shown")
+    b.wait("the checkpoint's user_metadata in its row",
+           lambda: any("renderer_name=qwen3" in m.text for m in b.css(".checkpoint-metadata")))
     b.click(b.wait_css("#log-scale"))
     b.wait("a log-scale chart plotting every point", lambda: b.css("svg.chart")[0].get_attribute("data-plotted") == str(STEPS))
     b.run_js("const s = document.getElementById('smoothing'); s.value = '0.6'; s.dispatchEvent(new Event('input'));")
@@ -267,7 +269,7 @@ def run(ctx):
         env = Env(ctx, srv, tc, run_id, browser)
         losses = env.train(STEPS)
         tc.save_state("ckpt-a").result()
-        tc.save_weights_for_sampler("s1").result()
+        tc.save_weights_for_sampler("s1", user_metadata={"renderer_name": "qwen3"}).result()
         out = [ctx.case("page and assets over HTTP", check_assets, env),
                ctx.case("runs list shows the run", check_runs_list, env),
                ctx.case("run page: loss curve, log scale, smoothing, live refresh", check_run_page, env),

@@ -1,4 +1,4 @@
-// A run's checkpoints on its page: name, kind, time, size, TTL, public; and the actions the REST API
+// A run's checkpoints on its page: name (with its user_metadata), kind, time, size, TTL, public; and the actions the REST API
 // offers: publish / unpublish, set or clear the TTL, delete (asks to confirm in place), and a one-time
 // archive download link. Every action re-reads the list from the server afterwards.
 import {api} from "./api.js";
@@ -64,8 +64,11 @@ function rowOf(runId, checkpoint, act) {
   const publish = checkpoint.public
     ? button("Unpublish", () => run("Unpublished", (b) => api(b + "/publish", {method: "DELETE"})))
     : button("Publish", () => run("Published", (b) => api(b + "/publish", {method: "POST"})));
+  const meta = Object.entries(checkpoint.user_metadata || {}).map(([k, v]) => k + "=" + v).join(", ");
   return [
-    el("span", {class: "mono", "data-checkpoint": checkpoint.checkpoint_id}, checkpoint.checkpoint_id),
+    el("span", {},
+      el("span", {class: "mono", "data-checkpoint": checkpoint.checkpoint_id}, checkpoint.checkpoint_id),
+      meta ? el("span", {class: "muted checkpoint-metadata", title: "user_metadata"}, " " + meta) : ""),
     checkpoint.checkpoint_type,
     fmtAgo(checkpoint.time),
     fmtBytes(checkpoint.size_bytes),
