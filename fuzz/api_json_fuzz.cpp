@@ -1,6 +1,7 @@
 // api_json_fuzz: arbitrary bytes as a Tinker API request body -> api::parse_json_body, the typed field
 // getters the handlers use (on the keys they read), tinker:// paths and checkpoint names from string
-// fields, require_adamw_config, and the legacy JSON forward_backward decoder (wire).
+// fields, parse_optimizer_config, the legacy JSON forward_backward decoder and SDK 0.38's target_prompt_logprobs
+// TensorData decoder (wire).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -8,6 +9,7 @@
 #include "api/json_util.h"
 #include "fuzz_util.h"
 #include "wire/forward_backward_codec.h"
+#include "wire/prompt_extras_codec.h"
 
 namespace {
 
@@ -61,7 +63,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         getters((*body)["lora_config"], "lora_config");
     }
     paths(*body);
-    (void)tinkerd::api::require_adamw_config(*body);
+    (void)tinkerd::api::parse_optimizer_config(*body);
+    if (body->contains("target_prompt_logprobs")) {
+        (void)tinkerd::wire::decode_target_prompt_ids((*body)["target_prompt_logprobs"], 1000, 1000);
+    }
     (void)tinkerd::api::body_digest(body_text);
     (void)tinkerd::wire::decode_forward_backward_json(*body);
     return 0;

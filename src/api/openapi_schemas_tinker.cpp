@@ -55,7 +55,18 @@ const char * const SESSION_SCHEMAS = R"json({
       "properties": {"type": {"enum": ["success", "errored", "interrupted"]}}}}},
   "ProjectRequest": {"type": "object", "properties": {"project_id": {"type": "string"}}},
   "CancelFutureRequest": {"type": "object", "required": ["request_id"],
-    "properties": {"request_id": {"type": "string"}}}
+    "properties": {"request_id": {"type": "string"}}},
+  "FuturesRetrieveRequest": {"type": "object", "required": ["target"],
+    "properties": {"target": {"type": "object", "required": ["sampling_session_id"],
+        "properties": {"type": {"const": "sampling_session"}, "sampling_session_id": {"type": "string"},
+          "cloned_sampler_id": {"type": "integer", "description": "seq_id / 1e9 of the clone's samples"}}},
+      "prev_cursor": {"type": "integer"}, "timeout": {"type": ["number", "null"]},
+      "retrieved_request_ids": {"type": "array", "items": {"type": "string"}}}},
+  "FuturesRetrieveResponse": {"type": "object", "required": ["completions", "cursor"],
+    "properties": {"completions": {"type": "array", "items": {"type": "object", "required": ["state", "request_id"],
+        "properties": {"state": {"enum": ["finished", "failed"]}, "request_id": {"type": "string"},
+          "response_payload_uncompressed_size": {"type": "integer"}}}},
+      "cursor": {"type": "integer"}}}
 })json";
 
 const char * const TRAINING_SCHEMAS = R"json({

@@ -238,7 +238,10 @@ Result<json> TinkerRoutes::asample(Call & call) {
         live_adapter = run->adapter.load();
     }
     TRY_STATUS(sampling_->check_capacity());
-    const std::string request_id = create_future(call.tenant, "Sample");
+    auto seq_id = get_optional_int(call.body, "seq_id");  // a clone's samples carry seq_id / 1e9 = its clone id
+    const int64_t clone = seq_id.ok() ? std::max<int64_t>(0, seq_id->value_or(0)) / 1000000000 : 0;
+    const std::string queue = CompletionQueues::key((*sampler)->sampler_id, clone);
+    const std::string request_id = create_future(call.tenant, "Sample", queue);  // the row keeps its queue
     const int64_t num_samples = request->num_samples;
     SampleSubmission submission;
     submission.sampler = **sampler;
@@ -246,9 +249,7 @@ Result<json> TinkerRoutes::asample(Call & call) {
     submission.tenant = call.tenant;
     submission.usage_name = (*sampler)->sampler_id;
     submission.request = std::move(request).value();
-    // On the output thread: the future gets the encoded result (protobuf and legacy JSON) or the error;
-    // with record_stability_info, the sequences are recorded first (stable_reinforce reads them).
-    std::optional<std::pair<std::string, std::vector<int64_t>>> record;  // (session, prompt)
+    std::optional<SampleRecord> record;  // with record_stability_info: (session, prompt)
     if (*record_stability) {
         record.emplace((*sampler)->session_id, submission.request.prompt);
     }
@@ -257,25 +258,72 @@ Result<json> TinkerRoutes::asample(Call & call) {
         std::lock_guard<std::mutex> lock(sample_cancel_mutex_);
         running_samples_[request_id] = {call.tenant, submission.cancelled};
     }
-    submission.sink = std::make_shared<FunctionSink>(
-        [this, request_id, encoding, record, cancelled = submission.cancelled](Result<engine::SampleOutput> output) {
-            {
-                std::lock_guard<std::mutex> lock(sample_cancel_mutex_);
-                running_samples_.erase(request_id);
-            }
-            if (!output.ok()) {
-                fail_future(request_id,
-                            cancelled->load() ? invalid_argument("cancelled by cancel_future") : output.error());
-                return;
-            }
-            if (record) {
-                sequence_records_.record(record->first, request_id, record->second, *output, now_seconds());
-            }
-            futures_->complete(request_id, wire::encode_sample_response_json(*output, encoding).dump(),
-                               wire::encode_sample_response_proto(*output, encoding));
-        });
+    submission.sink = sample_sink(request_id, encoding, std::move(record), queue, submission.cancelled);
     sampling_->submit(*model, std::move(submission));
     return json{{"request_id", request_id}, {"sample_sequence_ids", sample_sequence_ids(request_id, num_samples)}};
+}
+
+// On the output thread: the future gets the encoded result (protobuf and legacy JSON) or the error (a
+// cancelled one's says so); with record_stability_info the sequences are recorded first (stable_reinforce reads
+// them); then the sampling session clone's retrieve_futures queue learns of it.
+std::shared_ptr<SampleSink> TinkerRoutes::sample_sink(const std::string & request_id,
+                                                      const wire::SampleEncoding & encoding,
+                                                      std::optional<SampleRecord> record, const std::string & queue,
+                                                      std::shared_ptr<std::atomic<bool>> cancelled) {
+    return std::make_shared<FunctionSink>([this, request_id, encoding, record, queue,
+                                           cancelled](Result<engine::SampleOutput> output) {
+        {
+            std::lock_guard<std::mutex> lock(sample_cancel_mutex_);
+            running_samples_.erase(request_id);
+        }
+        if (!output.ok()) {
+            fail_future(request_id,
+                        cancelled->load() ? invalid_argument("cancelled by cancel_future") : output.error());
+            completion_queues_.append(queue, request_id, true, 0);
+            return;
+        }
+        if (record) {
+            sequence_records_.record(record->first, request_id, record->second, *output, now_seconds());
+        }
+        std::string proto = wire::encode_sample_response_proto(*output, encoding);
+        const auto bytes = static_cast<int64_t>(proto.size());
+        futures_->complete(request_id, wire::encode_sample_response_json(*output, encoding).dump(), std::move(proto));
+        completion_queues_.append(queue, request_id, false, bytes);
+    });
+}
+
+// POST retrieve_futures (SDK 0.38, with client/config sample_use_retrieve_futures): the completed samples of
+// one sampling session clone after prev_cursor, held up to `timeout` seconds (absent: the poll timeout) when
+// there are none; acknowledged request ids are dropped. Payloads are still fetched with retrieve_future.
+void TinkerRoutes::retrieve_futures(Call & call, http::Respond respond) {
+    const json target = call.body.value("target", json::object());
+    auto sampler_id = target.is_object() ? get_string(target, "sampling_session_id", "target")
+                                         : Result<std::string>(invalid_argument("target: expected an object"));
+    auto clone = target.is_object() ? get_optional_int(target, "cloned_sampler_id")
+                                    : Result<std::optional<int64_t>>(std::optional<int64_t>());
+    auto prev = get_optional_int(call.body, "prev_cursor");
+    auto timeout = get_number(call.body, "timeout", -1.0);
+    const json acked = call.body.value("retrieved_request_ids", json::array());
+    if (const Error * e = first_error(sampler_id, clone, prev, timeout)) {
+        respond(error_response(*e));
+        return;
+    }
+    auto sampler = db_->get_sampler(*sampler_id);
+    if (!acked.is_array() || !sampler.ok() || !sampler->has_value() || (*sampler)->tenant != call.tenant) {
+        respond(error_response(acked.is_array() ? not_found("sampling session '" + *sampler_id + "' not found")
+                                                : invalid_argument("retrieved_request_ids: expected a list")));
+        return;
+    }
+    std::vector<std::string> ids;
+    for (const auto & id : acked) {
+        if (id.is_string()) {
+            ids.push_back(id.get<std::string>());
+        }
+    }
+    const auto asked = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, *timeout) * 1000.0));
+    const auto hold = *timeout < 0 ? options_.poll_timeout : std::min(options_.poll_timeout, asked);
+    completion_queues_.poll(CompletionQueues::key(*sampler_id, clone->value_or(0)), prev->value_or(0), ids, hold,
+                            [respond](json page) { respond(json_response(page)); });
 }
 
 // POST cancel_future {"request_id"} (SDK 0.38, for abandoned samples): a running sample of the caller stops at

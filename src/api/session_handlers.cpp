@@ -11,13 +11,19 @@ namespace tinkerd::api {
 Result<json> TinkerRoutes::client_config(Call & call) {
     // pyqwest cannot be installed from Debian; plain httpx works. JWT exchange off; chunks in parallel
     // (the scheduler orders them by seq_id); protobuf bodies uncompressed (zstd is still accepted).
-    // SDK 0.38 flags, all off: per-request retrieve_future polls (no retrieve_futures), custom losses run
-    // client-side through forward_backward (no create_custom_loss), random sampler clone ids (no
+    // SDK 0.38 flags: one retrieve_futures long poll per sampling session clone (completion_queues.h); custom
+    // losses run client-side through forward_backward (no create_custom_loss); random sampler clone ids (no
     // join_sampling_session).
-    return json{{"use_pyqwest_transport", false},         {"pjwt_auth_enabled", false},
-                {"proto_compress_fwdbwd", false},         {"parallel_fwdbwd_chunks", true},
-                {"create_model_via_load_weights", false}, {"sample_no_retries", false},
-                {"sample_use_retrieve_futures", false},   {"custom_loss_server_side", false},
+    // retrieve_futures queues live in this process: with several front ends on one database a poll could
+    // reach another one, so shared databases keep per-request polls.
+    return json{{"use_pyqwest_transport", false},
+                {"pjwt_auth_enabled", false},
+                {"proto_compress_fwdbwd", false},
+                {"parallel_fwdbwd_chunks", true},
+                {"create_model_via_load_weights", false},
+                {"sample_no_retries", false},
+                {"sample_use_retrieve_futures", !db_->shared()},
+                {"custom_loss_server_side", false},
                 {"sample_join_sampling_session", false}};
 }
 
@@ -54,7 +60,6 @@ Result<json> TinkerRoutes::unsupported_endpoint(Call & call) {
         {"save_weights_external", "save_weights_external (external / Hugging Face format checkpoints)"},
         {"external_weights_urls", "external_weights_urls (external checkpoint downloads)"},
         {"create_custom_loss", "create_custom_loss (server-side custom losses; they run client-side here)"},
-        {"retrieve_futures", "retrieve_futures (session completion queues; poll retrieve_future)"},
         {"join_sampling_session", "join_sampling_session"},
         {"search", "sessions/search (session search)"},
         {"current", "billing/usage/checkpoints/current (checkpoint storage usage)"},

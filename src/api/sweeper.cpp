@@ -33,6 +33,7 @@ void TinkerRoutes::sweeper_loop() {
         disk_reserve_->restore_if_room();  // after a full disk was freed
         registry_->expire_archive_tokens(now);
         sequence_records_.expire(now);
+        completion_queues_.forget_idle(std::chrono::hours(1));
         lock.lock();
     }
 }

@@ -34,6 +34,7 @@ void TinkerRoutes::start() {
 
 void TinkerRoutes::stop_sweeper() {
     shutting_down_ = true;
+    completion_queues_.stop();  // held retrieve_futures polls are answered (empty) now
     {
         std::lock_guard<std::mutex> lock(sweeper_mutex_);
         stopping_ = true;
@@ -158,6 +159,10 @@ void TinkerRoutes::add_training_routes() {
     add_sync("POST", "create_sampling_session", &TinkerRoutes::create_sampling_session,
              route_doc("sampling", "Create a sampler on a base model or a sampler checkpoint",
                        "CreateSamplingSessionRequest", "CreateSamplingSessionResponse"));
+    RouteDoc queue =
+        route_doc("futures", "Long-poll a sampling session's completed samples (SDK 0.38 retrieve_futures)",
+                  "FuturesRetrieveRequest", "FuturesRetrieveResponse");
+    add_async("POST", "retrieve_futures", &TinkerRoutes::retrieve_futures, queue, true);
     add_sync("POST", "cancel_future", &TinkerRoutes::cancel_future,
              route_doc("futures", "Stop an abandoned sample: its future fails 'cancelled by cancel_future'",
                        "CancelFutureRequest", "Empty"));
@@ -220,8 +225,7 @@ void TinkerRoutes::add_rest_routes() {
 void TinkerRoutes::register_unsupported_routes() {
     const RouteDoc refused =
         route_doc("unsupported", "Not implemented by this server: a 400 naming the feature", "AnyObject", "");
-    for (const char * path :
-         {"copy_weights", "save_weights_external", "create_custom_loss", "retrieve_futures", "join_sampling_session"}) {
+    for (const char * path : {"copy_weights", "save_weights_external", "create_custom_loss", "join_sampling_session"}) {
         add_sync("POST", path, &TinkerRoutes::unsupported_endpoint, refused);
     }
     RouteDoc refused_get = refused;
@@ -245,7 +249,15 @@ Result<void> TinkerRoutes::recover_from_last_process() {
                 "left as they are (a front end that starts alone recovers them)");
         return {};
     }
+    // Samples in flight at the crash: their retrieve_futures queues (kept in the row's run_id) learn they
+    // failed, so a client polling from before the restart stops waiting for them.
+    auto samples = db_->pending_futures("Sample");
     auto failed = db_->fail_pending_futures("server restarted before this request finished", now_seconds());
+    for (const auto & row : samples.ok() && failed.ok() ? *samples : std::vector<store::FutureRow>()) {
+        if (!row.run_id.empty()) {
+            completion_queues_.append(row.run_id, row.request_id, true, 0);
+        }
+    }
     Result<void> recovered = failed.ok() ? db_->mark_all_runs_unloaded() : Result<void>(failed.error());
     if (recovered.ok()) {
         recovered = recover_snapshots();

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "api/app_options.h"
+#include "api/completion_queues.h"
 #include "api/registry.h"
 #include "api/router.h"
 #include "api/sampling_service.h"
@@ -25,6 +26,7 @@
 #include "store/database.h"
 #include "store/disk_reserve.h"
 #include "wire/forward_backward_codec.h"
+#include "wire/sample_codec.h"
 
 namespace tinkerd::api {
 
@@ -131,6 +133,11 @@ class TinkerRoutes {
     // sampling_handlers.cpp: asample / compute_logprobs.
     Result<json> asample(Call & call);
     Result<json> cancel_future(Call & call);
+    void retrieve_futures(Call & call, http::Respond respond);
+    using SampleRecord = std::pair<std::string, std::vector<int64_t>>;  // (session id, prompt)
+    std::shared_ptr<SampleSink> sample_sink(const std::string & request_id, const wire::SampleEncoding & encoding,
+                                            std::optional<SampleRecord> record, const std::string & queue,
+                                            std::shared_ptr<std::atomic<bool>> cancelled);
     Result<engine::SampleRequest> parse_sample_request(const json & body, const ServedModel & model);
 
     // rest_handlers.cpp: training runs, checkpoints, sessions, samplers.
@@ -229,7 +236,8 @@ class TinkerRoutes {
     scheduler::FutureTable * futures_;
     Registry * registry_;
     SamplingService * sampling_;
-    SequenceRecords sequence_records_;  // record_stability_info samples, for stable_reinforce
+    SequenceRecords sequence_records_;    // record_stability_info samples, for stable_reinforce
+    CompletionQueues completion_queues_;  // retrieve_futures: finished samples per sampling session clone
     // asample requests still running: request id -> (tenant, the flag cancel_future sets).
     std::mutex sample_cancel_mutex_;
     std::map<std::string, std::pair<std::string, std::shared_ptr<std::atomic<bool>>>> running_samples_;

@@ -241,6 +241,8 @@ class Database {
     Result<std::optional<FutureRow>> get_future(const std::string & request_id);
     // The future submitted for (run_id, seq_id), if any (idempotent resends).
     Result<std::optional<FutureRow>> future_by_seq(const std::string & run_id, int64_t seq_id);
+    // Pending futures of one request type (at start-up, before they are failed).
+    Result<std::vector<FutureRow>> pending_futures(const std::string & request_type);
     // At start-up: every still-pending future becomes failed with this error (category "server").
     Result<int64_t> fail_pending_futures(const std::string & error, double now);
     // On a shared database: every pending future whose front end is gone (killed, stopped: its owner lock is

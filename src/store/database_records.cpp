@@ -302,6 +302,16 @@ Result<std::optional<FutureRow>> Database::future_by_seq(const std::string & run
     return first_row<FutureRow>(stmt.value(), read_future);
 }
 
+Result<std::vector<FutureRow>> Database::pending_futures(const std::string & request_type) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare("SELECT " TINKERD_FUTURE_COLUMNS
+                               " FROM futures WHERE state = 'pending' AND request_type = ?1 ORDER BY created_at",
+                               "pending_futures");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, request_type);
+    return collect<FutureRow>(stmt.value(), read_future);
+}
+
 Result<int64_t> Database::fail_pending_futures(const std::string & error, double now) {
     Lock lock(impl_->mutex);
     auto stmt = impl_->prepare(

@@ -299,6 +299,32 @@ def check_metadata(tinker, sc, tc, display_name):
     return "metadata: run and checkpoint user_metadata, overwrite, display_name, search, storage usage"
 
 
+def check_restart_while_sampling(server):
+    """A sample in flight when the server dies: SDK 0.38 waits for it on its retrieve_futures poller; after a
+    restart the poller learns that the request failed (the restart's recovery reports it), so the call ends
+    (retried by the SDK, or an error) instead of waiting for a completion that can never come."""
+    import concurrent.futures
+    import tinker
+    sc = tinker.ServiceClient(api_key="tml-rl")
+    tc = sc.create_lora_training_client(base_model=MODEL, rank=4)
+    sampler = tc.save_weights_and_get_sampling_client().result()
+    params = tinker.SamplingParams(max_tokens=1500, temperature=1.0, stop=[])
+    future = sampler.sample(prompt=tinker.ModelInput.from_ints(PROMPT), num_samples=4, sampling_params=params)
+    time.sleep(1.0)
+    server.kill9()
+    server.restart()
+    t0 = time.monotonic()
+    try:
+        future.result(timeout=120)
+        outcome = "retried and finished"
+    except concurrent.futures.TimeoutError:
+        raise CheckFailed("a sample in flight at a crash never ended after the restart (120 s)")
+    except Exception as e:  # the failure itself is fine: what matters is that it ends
+        outcome = "failed: %s" % str(e)[:80]
+    return "restart with a sample in flight: the call ended %.1f s after the restart (%s)" % (
+        time.monotonic() - t0, outcome)
+
+
 def run(base_url):
     import tinker
     check(tinker.__version__.startswith("0.38"), "this needs tinker 0.38, found %s" % tinker.__version__)
@@ -330,6 +356,7 @@ def main():
     try:
         os.environ["TINKER_BASE_URL"] = "http://127.0.0.1:%d" % server.port
         run(os.environ["TINKER_BASE_URL"])
+        print("ok:", check_restart_while_sampling(server), flush=True)
         print("PASS sdk038_rl_checks (%.1f s)" % (time.monotonic() - t0))
         return 0
     except Exception as e:
