@@ -24,7 +24,7 @@ class SequenceRecords {
 
     // At most `max_tokens_per_session` recorded tokens (a record counts its tokens and its prompt) per session; the
     // oldest records of a session make room for new ones.
-    explicit SequenceRecords(int64_t max_tokens_per_session = int64_t{1} << 24)
+    explicit SequenceRecords(int64_t max_tokens_per_session = int64_t{1} << 22)
         : max_tokens_per_session_(max_tokens_per_session) {}
 
     // Records every sequence of a finished sample, named "<request_id>.<i>" (the ids asample answered).
