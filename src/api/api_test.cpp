@@ -134,6 +134,21 @@ TEST(Sdk038, OptimizerConfigAdamwOrDimuonVersion1) {
     EXPECT_EQ(optimizer_config_json("dimuon"), json({{"type", "dimuon"}, {"version", 1}}));
 }
 
+TEST(Sdk038, UserMetadataIsBounded) {
+    EXPECT_TRUE(get_string_map(json{{"user_metadata", {{"renderer_name", "qwen3"}}}}, "user_metadata").ok());
+    json many = json::object();
+    for (size_t i = 0; i <= MAX_METADATA_KEYS; ++i) {
+        many["k" + std::to_string(i)] = "v";
+    }
+    auto too_many = get_string_map(json{{"user_metadata", many}}, "user_metadata");
+    ASSERT_FALSE(too_many.ok());
+    EXPECT_EQ(too_many.error().message, "user_metadata: at most 100 keys, got 101");
+    auto long_value = get_string_map(json{{"user_metadata", {{"k", std::string(5000, 'x')}}}}, "user_metadata");
+    ASSERT_FALSE(long_value.ok());
+    EXPECT_NE(long_value.error().message.find("values at most 4096 bytes (key 'k')"), std::string::npos);
+    EXPECT_FALSE(get_string_map(json{{"user_metadata", {{"", "v"}}}}, "user_metadata").ok());
+}
+
 TEST(Sdk038, FixedRoutesRegisteredFirstWinOverCaptures) {
     Router<int> router;
     router.add("POST", "/api/v1/sessions/search", 1);  // App registers the 0.38 refusals first

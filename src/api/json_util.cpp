@@ -122,9 +122,20 @@ Result<json> get_string_map(const json & obj, const std::string & key, const std
     if (!it->is_object()) {
         return type_error(where, key, "an object of strings");
     }
+    const std::string name = field_name(where, key);
+    if (it->size() > MAX_METADATA_KEYS) {
+        return invalid_argument(name + ": at most " + std::to_string(MAX_METADATA_KEYS) + " keys, got " +
+                                std::to_string(it->size()));
+    }
     for (const auto & [k, v] : it->items()) {
         if (!v.is_string()) {
-            return type_error(field_name(where, key), k, "a string");
+            return type_error(name, k, "a string");
+        }
+        if (k.empty() || k.size() > MAX_METADATA_KEY_BYTES ||
+            v.get_ref<const std::string &>().size() > MAX_METADATA_VALUE_BYTES) {
+            return invalid_argument(name + ": keys are 1-" + std::to_string(MAX_METADATA_KEY_BYTES) +
+                                    " bytes and values at most " + std::to_string(MAX_METADATA_VALUE_BYTES) +
+                                    " bytes (key '" + k.substr(0, 64) + "')");
         }
     }
     return *it;

@@ -28,7 +28,11 @@ Result<std::optional<int64_t>> get_optional_int(const json & obj, const std::str
                                                 const std::string & where = "");
 Result<double> get_number(const json & obj, const std::string & key, double fallback, const std::string & where = "");
 Result<bool> get_bool(const json & obj, const std::string & key, bool fallback, const std::string & where = "");
-// A JSON object of string values ({} when absent); other value types are refused.
+// A JSON object of string values ({} when absent): user_metadata. Other value types are refused, and so are
+// more than MAX_METADATA_KEYS keys, empty or longer keys, and longer values (the store keeps it whole).
+inline constexpr size_t MAX_METADATA_KEYS = 100;
+inline constexpr size_t MAX_METADATA_KEY_BYTES = 256;
+inline constexpr size_t MAX_METADATA_VALUE_BYTES = 4096;
 Result<json> get_string_map(const json & obj, const std::string & key, const std::string & where = "");
 
 // The first error among several results, or nullptr when all are ok. Handlers read every field first,
