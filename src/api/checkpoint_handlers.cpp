@@ -38,9 +38,9 @@ Result<bool> parse_sampler_kind(const json & body) {
 }  // namespace
 
 // On the engine thread: writes the checkpoint files, records the row, completes the future with its path.
-void TinkerRoutes::store_checkpoint(const RunState & run, const CheckpointSave & save, const store::Tensors & tensors) {
+void TinkerRoutes::store_checkpoint(const RunState & run, const CheckpointSave & save, const std::string & request_id,
+                                    const store::Tensors & tensors) {
     const TinkerPath & path = save.path;
-    const std::string & request_id = save.request_id;
     store::CheckpointRow row;
     row.run_id = run.row.run_id;
     row.checkpoint_id = path.checkpoint_id();
@@ -99,7 +99,7 @@ Result<json> TinkerRoutes::save_weights(Call & call) {
         return invalid_argument("ttl_seconds must be > 0");
     }
     CheckpointSave save{
-        TinkerPath{run->row.run_id, "weights", *name}, *ttl, *overwrite, *metadata, call.tenant, "", "save_weights"};
+        TinkerPath{run->row.run_id, "weights", *name}, *ttl, *overwrite, *metadata, call.tenant, "save_weights"};
     return submit_ordered(call, run, seq_id, "SaveWeights", [this, run, save](const std::string & id) {
         scheduler::Op op;
         op.run = [this, run, save, id](engine::Engine & engine) {
@@ -108,9 +108,7 @@ Result<json> TinkerRoutes::save_weights(Call & call) {
                 fail_future(id, tensors.error());
                 return;
             }
-            CheckpointSave with_id = save;
-            with_id.request_id = id;
-            store_checkpoint(*run, with_id, *tensors);
+            store_checkpoint(*run, save, id, *tensors);
         };
         return op;
     });
@@ -156,7 +154,6 @@ Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
                               true,
                               *metadata,
                               tenant,
-                              "",
                               "save_weights_for_sampler"};
     return submit_ordered(call, run, seq_id, "SaveWeightsForSampler", [=, this](const std::string & id) {
         scheduler::Op op;
@@ -188,9 +185,7 @@ Result<json> TinkerRoutes::save_weights_for_sampler(Call & call) {
                 }
                 return;
             }
-            CheckpointSave with_id = save;
-            with_id.request_id = id;
-            store_checkpoint(*run, with_id, *tensors);
+            store_checkpoint(*run, save, id, *tensors);
         };
         return op;
     });

@@ -41,7 +41,6 @@ struct CheckpointSave {
     bool overwrite = false;
     json user_metadata = json::object();  // strings only, checked by the handler
     std::string tenant;
-    std::string request_id;   // the future to complete
     std::string result_type;  // "save_weights" or "save_weights_for_sampler"
 };
 
@@ -121,8 +120,9 @@ class TinkerRoutes {
                                    bool with_optimizer);
     static Result<void> check_loadable(int64_t seq_id, const Result<store::CheckpointRow> & checkpoint,
                                        bool with_optimizer);
-    // On the engine thread: write a checkpoint's files and row, then complete the future.
-    void store_checkpoint(const RunState & run, const CheckpointSave & save, const store::Tensors & tensors);
+    // On the engine thread: write a checkpoint's files and row, then complete the future `request_id`.
+    void store_checkpoint(const RunState & run, const CheckpointSave & save, const std::string & request_id,
+                          const store::Tensors & tensors);
     Result<json> create_model_from_checkpoint(Call & call, const store::CheckpointRow & checkpoint, bool with_optimizer,
                                               const std::optional<std::string> & optimizer);
     Result<void> check_same_optimizer(const RunState & run, const store::CheckpointRow & checkpoint,
