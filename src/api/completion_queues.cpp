@@ -2,6 +2,7 @@
 #include "api/completion_queues.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace tinkerd::api {
 
@@ -73,10 +74,10 @@ void CompletionQueues::poll(const std::string & queue_key, int64_t prev_cursor,
         std::lock_guard<std::mutex> lock(mutex_);
         Queue & q = queue_locked(queue_key);
         q.last_used = Clock::now();
-        std::erase_if(q.events, [&](const Event & e) {
-            return e.cursor <= prev_cursor ||
-                   std::find(acknowledged.begin(), acknowledged.end(), e.request_id) != acknowledged.end();
-        });
+        const std::unordered_set<std::string> acked(acknowledged.begin(),
+                                                    acknowledged.end());  // a long list stays cheap
+        std::erase_if(q.events,
+                      [&](const Event & e) { return e.cursor <= prev_cursor || acked.count(e.request_id) > 0; });
         now = page(q, prev_cursor);
         if (now["completions"].empty() && timeout.count() > 0 && !stopping_) {
             q.waiters.push_back({prev_cursor, Clock::now() + timeout, std::move(answer)});
