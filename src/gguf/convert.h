@@ -17,6 +17,11 @@ namespace tinkerd::gguf {
 // config.json from the `<arch>.*` metadata (and tensor shapes where metadata is silent).
 Result<nlohmann::json> hf_config(const GgufFile & file);
 
+// The Hugging Face name of a GGUF tensor ("blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight"), or
+// "" when it has none. A qwen3moe expert tensor keeps its experts stacked: "blk.3.ffn_gate_exps.weight" ->
+// "model.layers.3.mlp.experts.gate_proj" ([E, out, in], no ".weight": the per-expert names are HF's).
+std::string hf_tensor_name(const std::string & gguf_name, int64_t n_layers);
+
 // The weights under Hugging Face names, shapes checked against config. Quantised tensors become F32
 // (exact); F32, F16 and BF16 tensors keep their type. Undoes llama.cpp's row permutation of the llama
 // q/k projections. `quantised` is set when any weight was quantised.

@@ -19,7 +19,7 @@ struct NameRow {
 };
 
 // Per-layer names, after "blk.N." / "model.layers.N.".
-constexpr std::array<NameRow, 18> LAYER_NAMES = {{
+constexpr std::array<NameRow, 22> LAYER_NAMES = {{
     {"attn_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
     {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -38,10 +38,16 @@ constexpr std::array<NameRow, 18> LAYER_NAMES = {{
     {"ffn_gate.bias", "mlp.gate_proj.bias"},
     {"ffn_up.bias", "mlp.up_proj.bias"},
     {"ffn_down.bias", "mlp.down_proj.bias"},
+    // Mixture of experts (qwen3moe): the router, and each projection of every expert stacked [E, out, in].
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"ffn_gate_exps.weight", "mlp.experts.gate_proj"},
+    {"ffn_up_exps.weight", "mlp.experts.up_proj"},
+    {"ffn_down_exps.weight", "mlp.experts.down_proj"},
 }};
 
-// The Hugging Face name of a GGUF tensor, or "" when it has none.
-std::string hf_name(const std::string & name, int64_t n_layers) {
+}  // namespace
+
+std::string hf_tensor_name(const std::string & name, int64_t n_layers) {
     if (name == "token_embd.weight")
         return "model.embed_tokens.weight";
     if (name == "output_norm.weight")
@@ -64,6 +70,8 @@ std::string hf_name(const std::string & name, int64_t n_layers) {
     }
     return "";
 }
+
+namespace {
 
 // llama.cpp's converter interleaves each head's two rotary halves for the llama architecture: GGUF
 // row (head h, 2i + j) holds Hugging Face row (h, j*D/2 + i). This puts the rows back.
@@ -134,7 +142,7 @@ Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & fi
     quantised = false;
     size_t done = 0;
     for (const TensorInfo & t : file.tensors()) {
-        const std::string name = hf_name(t.name, n_layers);
+        const std::string name = hf_tensor_name(t.name, n_layers);
         if (name.empty()) {
             return unsupported(file.name() + ": tensor '" + t.name + "' has no counterpart in " +
                                config["architectures"][0].get<std::string>());
