@@ -59,13 +59,15 @@ std::optional<Quantised> resolve_model_dirs(Flags & flags) {
     }
     for (auto & [name, dir] : flags.models) {
         if (!dir.empty() && tinkerd::gguf::looks_like_gguf(dir)) {
-            auto converted = tinkerd::gguf::ensure_converted(dir, flags.data_dir + "/models");
+            tinkerd::gguf::BaseQuant mode = tinkerd::gguf::BaseQuant::AUTO;
+            tinkerd::gguf::parse_base_quant(flags.base_quant, mode);  // the command line admitted only its words
+            auto converted = tinkerd::gguf::ensure_converted(dir, flags.data_dir + "/models", mode);
             if (!converted.ok()) {
                 LOG_ERR("main", "cannot load %s from %s: %s", name.c_str(), dir.c_str(),
                         converted.error().message.c_str());
                 return std::nullopt;
             }
-            if (converted->quantised) {
+            if (converted->quantised && !converted->kept_quantised) {
                 quantised.insert(name);
             }
             dir = converted->dir;

@@ -21,6 +21,8 @@ torch::ScalarType to_torch_dtype(model::DType dtype) {
             return torch::kInt64;
         case model::DType::I32:
             return torch::kInt32;
+        case model::DType::U8:
+            return torch::kUInt8;
     }
     return torch::kFloat32;
 }

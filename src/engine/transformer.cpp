@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_matmul.h"
 
 namespace tinkerd::engine {
 namespace {
@@ -117,6 +118,13 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
     return {};
 }
 
+torch::Tensor Transformer::embed_tokens(const torch::Tensor & tokens) const {
+    if (kernels::is_quantised(weights_.embed)) {
+        return kernels::quantised_rows(weights_.embed, tokens).to(act_);  // [T, C]
+    }
+    return weights_.embed.index_select(0, tokens).to(act_);  // [T, C]
+}
+
 torch::Tensor Transformer::layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & mixed,
                                         const std::vector<RowSegment> & seg) const {
     const LayerWeights & w = weights_.layers[layer];
@@ -133,8 +141,8 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
 }
 
 torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
-    torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);  // [T, C]
-    const auto & lengths = batch.layout.lengths;                              // positions restart at 0 in each sequence
+    torch::Tensor x = embed_tokens(batch.tokens);  // [T, C]
+    const auto & lengths = batch.layout.lengths;   // positions restart at 0 in each sequence
     const int64_t max_position = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end()) - 1;
     auto [cos, sin] = rope_.lookup(batch.positions, max_position);  // [T, 1, D]
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
@@ -154,7 +162,7 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
         }
     }
     const CachedAttention attention(batch.lengths, batch.caches, device_);
-    torch::Tensor x = weights_.embed.index_select(0, batch.tokens).to(act_);  // [T, C]
+    torch::Tensor x = embed_tokens(batch.tokens);  // [T, C]
     const int64_t max_position = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
     auto [cos, sin] = rope_.lookup(torch::tensor(positions, torch::kInt64).to(device_), max_position);  // [T, 1, D]
     const CachedMixerContext ctx{batch.segments, batch.lengths, batch.caches, attention, cos, sin};

@@ -70,6 +70,8 @@ class Transformer {
     Result<void> load_weights(const std::shared_ptr<model::SafetensorsFile> & file);
     torch::Tensor layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
                                 const torch::Tensor & cos, const torch::Tensor & sin) const;
+    // The embedding rows of tokens [T] in the activation dtype: [T, C] (dequantised when the table is quantised).
+    torch::Tensor embed_tokens(const torch::Tensor & tokens) const;
     // The residual stream after adding the token mixer's output mixed [T, C], then the MLP.
     torch::Tensor layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & mixed,
                                const std::vector<RowSegment> & segments) const;

@@ -1,7 +1,11 @@
 // WeightLoader: named, shape-checked access to checkpoint tensors with dtype conversion.
 #include "engine/weights.h"
 
+#include <algorithm>
+
 #include "engine/host_access.h"
+#include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_matmul.h"
 #include "engine/torch_convert.h"
 
 namespace tinkerd::engine {
@@ -34,6 +38,9 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std
         return not_found("missing tensor '" + name + "' in the checkpoint");
     }
     const model::DType stored = view->dtype;
+    if (stored == model::DType::U8) {
+        return quantised(*view, shape, dtype);
+    }
     if (stored != model::DType::F32 && stored != model::DType::BF16 && stored != model::DType::F16 &&
         stored != model::DType::F64) {
         return unsupported("tensor '" + name + "' has unsupported dtype " + model::dtype_name(stored) +
@@ -50,6 +57,23 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std
     torch::Tensor converted = mapped.to(device_, dtype).contiguous();
     file_->release_pages(view->data, view->n_bytes);  // the mapped original is no longer needed
     return converted;
+}
+
+Result<torch::Tensor> WeightLoader::quantised(const model::TensorView & view, const std::vector<int64_t> & shape,
+                                              torch::ScalarType dtype) const {
+    torch::Tensor blocks = view_as_tensor(view);  // [..., out, in/blk, bb] uint8
+    if (!kernels::is_quantised(blocks) || kernels::logical_shape(blocks) != shape) {
+        return invalid_argument("tensor '" + view.name + "' holds quantised blocks " + shape_string(view.shape) +
+                                " that are not a known type of shape " + shape_string(shape));
+    }
+    if (!device_.is_cpu()) {
+        return unsupported("tensor '" + view.name + "' is quantised: quantised base weights (--base-quant gguf) " +
+                           "run on the CPU only; use --base-quant dequant on " + device_.str());
+    }
+    if (dtype == compute_ && shape.size() >= 2) {
+        return blocks;  // used where it lies: the products dequantise block by block
+    }
+    return kernels::dequantise(blocks).to(dtype);  // a router or vector: small, in its own dtype
 }
 
 Result<torch::Tensor> WeightLoader::matrix(const std::string & name, std::vector<int64_t> shape) const {
@@ -70,23 +94,60 @@ void release_mapped(const model::SafetensorsFile & file, const torch::Tensor & t
     }
 }
 
+namespace {
+
+// Whether parts can be stacked into one weight: the same dtype and, for quantised blocks, the same block type.
+bool can_stack(std::initializer_list<torch::Tensor *> parts) {
+    const torch::Tensor & first = **parts.begin();
+    return std::all_of(parts.begin(), parts.end(), [&](const torch::Tensor * t) {
+        return t->scalar_type() == first.scalar_type() && t->dim() == first.dim() &&
+               (t->dim() < 3 || t->size(-1) == first.size(-1));
+    });
+}
+
+// fused = cat(parts) along the rows, the parts released and dropped; or, when they cannot be stacked (quantised
+// blocks of different types), the parts kept and fused left undefined (fused_linear multiplies them one by one).
+void stack_parts(torch::Tensor & fused, std::initializer_list<torch::Tensor *> parts,
+                 const model::SafetensorsFile & file) {
+    if (!can_stack(parts)) {
+        return;
+    }
+    std::vector<torch::Tensor> tensors;
+    for (torch::Tensor * part : parts) {
+        tensors.push_back(*part);
+    }
+    fused = torch::cat(tensors, 0);
+    for (torch::Tensor * part : parts) {
+        release_mapped(file, *part);
+        *part = torch::Tensor();
+    }
+}
+
+}  // namespace
+
 void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file) {
     if (w.wq.defined()) {  // a linear-attention layer has its own (already fused) projections
-        w.w_qkv = torch::cat({w.wq, w.wk, w.wv}, 0);
+        stack_parts(w.w_qkv, {&w.wq, &w.wk, &w.wv}, file);
     }
     if (w.bq.defined()) {
         w.b_qkv = torch::cat({w.bq, w.bk, w.bv}, 0);
+        w.bq = w.bk = w.bv = torch::Tensor();
     }
     if (w.w_gate.defined()) {  // a sparse layer has experts instead
-        w.w_gate_up = torch::cat({w.w_gate, w.w_up}, 0);
+        stack_parts(w.w_gate_up, {&w.w_gate, &w.w_up}, file);
     }
-    for (const torch::Tensor * part : {&w.wq, &w.wk, &w.wv, &w.w_gate, &w.w_up}) {
-        if (!part->defined()) {
-            continue;
-        }
-        release_mapped(file, *part);
+}
+
+torch::Tensor fused_linear(const torch::Tensor & x, const torch::Tensor & fused,
+                           std::initializer_list<torch::Tensor> parts) {
+    if (fused.defined()) {
+        return kernels::base_linear(x, fused);  // [T, Σ out]
     }
-    w.wq = w.wk = w.wv = w.bq = w.bk = w.bv = w.w_gate = w.w_up = torch::Tensor();
+    std::vector<torch::Tensor> outs;
+    for (const torch::Tensor & part : parts) {
+        outs.push_back(kernels::base_linear(x, part));  // [T, out]
+    }
+    return torch::cat(outs, -1);
 }
 
 }  // namespace tinkerd::engine

@@ -35,6 +35,8 @@ struct LayerWeights {
     torch::Tensor router;           // [E, C] act dtype (routing is computed in fp32)
     torch::Tensor experts_gate_up;  // [E, 2F, C] compute dtype: each expert's cat(gate, up)
     torch::Tensor experts_down;     // [E, C, F] compute dtype
+    torch::Tensor experts_gate;     // [E, F, C] and
+    torch::Tensor experts_up;       // [E, F, C]: a GGUF's quantised experts instead of experts_gate_up
     // ... and Qwen3.5-MoE's shared expert: w_gate / w_up / w_down above (its SwiGLU, S wide) and its gate
     torch::Tensor shared_expert_gate;  // [1, C] act dtype; undefined without a shared expert
     // A Gated DeltaNet (linear-attention) layer instead of the attention tensors (arch/qwen3_5.cpp); Cc =
@@ -55,8 +57,14 @@ struct LayerWeights {
 void release_mapped(const model::SafetensorsFile & file, const torch::Tensor & t);
 
 // Builds w_qkv / b_qkv / w_gate_up from the separate projections, drops the separate tensors and
-// releases their mapped pages, so the checkpoint is not resident twice.
+// releases their mapped pages, so the checkpoint is not resident twice. Quantised parts of different block
+// types cannot be stacked: they stay separate and the fused tensor undefined.
 void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file);
+
+// x [T, in] · cat(parts)ᵀ -> [T, Σ out]: one product on the fused weight when fuse_projections made it, else
+// one per part.
+torch::Tensor fused_linear(const torch::Tensor & x, const torch::Tensor & fused,
+                           std::initializer_list<torch::Tensor> parts);
 
 struct BaseWeights {
     torch::Tensor embed;  // [V, C], compute dtype
@@ -79,7 +87,8 @@ class WeightLoader {
     // The name in the checkpoint of a text-model tensor named as above.
     std::string resolve(const std::string & name) const;
 
-    // A matrix used in matmuls, in the compute dtype (aliasing the mapping when dtypes match on CPU).
+    // A matrix used in matmuls, in the compute dtype (aliasing the mapping when dtypes match on CPU), or its
+    // quantised blocks [..., out, in/blk, bb] uint8 as the file holds them (kernels/quant_matmul.h).
     Result<torch::Tensor> matrix(const std::string & name, std::vector<int64_t> shape) const;
     // A matrix kept in the activation dtype (the MoE router: routing decisions in fp32).
     Result<torch::Tensor> act_matrix(const std::string & name, std::vector<int64_t> shape) const;
@@ -90,6 +99,10 @@ class WeightLoader {
     void release(const torch::Tensor & t) const { release_mapped(*file_, t); }
 
   private:
+    // A tensor of quantised blocks (U8, gguf::blocks_shape) standing for `shape`: kept as it is for a matrix
+    // in the compute dtype, dequantised otherwise. CPU only.
+    Result<torch::Tensor> quantised(const model::TensorView & view, const std::vector<int64_t> & shape,
+                                    torch::ScalarType dtype) const;
     Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape,
                                 torch::ScalarType dtype) const;
 
@@ -101,5 +114,14 @@ class WeightLoader {
 };
 
 std::string shape_string(const std::vector<int64_t> & shape);
+
+// Stores a loaded tensor into dst, or returns the loader's error.
+inline Result<void> assign(torch::Tensor & dst, Result<torch::Tensor> src) {
+    if (!src.ok()) {
+        return src.error();
+    }
+    dst = std::move(src).value();
+    return {};
+}
 
 }  // namespace tinkerd::engine

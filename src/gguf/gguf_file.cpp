@@ -292,6 +292,8 @@ class Parser {
 Result<std::shared_ptr<GgufFile>> GgufFile::parse(const uint8_t * bytes, size_t size, const std::string & name) {
     std::shared_ptr<GgufFile> file(new GgufFile());
     file->name_ = name;
+    file->base_ = bytes;
+    file->byte_size_ = size;
     Parser parser(bytes, size, *file);
     TRY_STATUS(parser.run());
     return file;

@@ -77,6 +77,10 @@ class GgufFile {
     const std::map<std::string, Value> & metadata() const { return metadata_; }
     const std::vector<TensorInfo> & tensors() const { return tensors_; }
 
+    // Where a tensor's bytes start, counted from the first byte of the file (or of the parsed buffer).
+    uint64_t file_offset(const TensorInfo & t) const { return static_cast<uint64_t>(t.data - base_); }
+    uint64_t byte_size() const { return byte_size_; }  // of the file (or the parsed buffer)
+
     const Value * find(const std::string & key) const;
     const TensorInfo * find_tensor(const std::string & name) const;
     // Typed lookups: NOT_FOUND naming the key when absent, INVALID_ARGUMENT when of the wrong type.
@@ -89,6 +93,8 @@ class GgufFile {
     friend class Parser;
     std::string name_;
     uint32_t version_ = 0;
+    const uint8_t * base_ = nullptr;  // the first byte parsed
+    uint64_t byte_size_ = 0;
     void * mapping_ = nullptr;
     size_t mapping_size_ = 0;
     std::map<std::string, Value> metadata_;

@@ -96,8 +96,9 @@ Result<void> unpermute_rows(std::vector<uint8_t> & bytes, int64_t heads, int64_t
     return {};
 }
 
-// One tensor's data in a safetensors dtype: plain types copied, quantised ones dequantised to F32.
-Result<model::OwnedTensor> tensor_data(const TensorInfo & t, bool & quantised) {
+// One tensor's data in a safetensors dtype: plain types copied, quantised ones dequantised to F32, or with
+// keep their raw blocks as U8 (blocks_shape) where the type is kept.
+Result<model::OwnedTensor> tensor_data(const TensorInfo & t, bool keep, bool & quantised) {
     model::OwnedTensor out;
     out.shape = t.shape;
     if (t.type == GgmlType::F16 || t.type == GgmlType::BF16) {
@@ -106,6 +107,12 @@ Result<model::OwnedTensor> tensor_data(const TensorInfo & t, bool & quantised) {
         return out;
     }
     quantised = quantised || t.type != GgmlType::F32;
+    if (keep && can_keep_quantised(t.type) && t.shape.size() >= 2) {
+        out.dtype = model::DType::U8;
+        out.shape = blocks_shape(t);
+        out.bytes.assign(t.data, t.data + t.n_bytes);
+        return out;
+    }
     out.dtype = model::DType::F32;
     out.bytes.resize(static_cast<size_t>(t.numel()) * sizeof(float));
     auto status = dequantize(t.type, t.data, t.n_bytes, t.numel(), reinterpret_cast<float *>(out.bytes.data()));
@@ -115,9 +122,18 @@ Result<model::OwnedTensor> tensor_data(const TensorInfo & t, bool & quantised) {
     return out;
 }
 
+bool is_llama_qk(const std::string & arch, const std::string & name) {
+    const auto ends_with = [&](const char * s) {
+        const std::string suffix(s);
+        return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    return arch == "llama" && (ends_with(".attn_q.weight") || ends_with(".attn_q.bias") ||
+                               ends_with(".attn_k.weight") || ends_with(".attn_k.bias"));
+}
+
 // Heads of a llama q/k tensor (to undo the permutation), 0 for every other tensor.
 int64_t permuted_heads(const std::string & arch, const std::string & name, const json & config) {
-    if (arch != "llama")
+    if (!is_llama_qk(arch, name))
         return 0;
     const auto ends_with = [&](const char * s) {
         const std::string suffix(s);
@@ -132,8 +148,13 @@ int64_t permuted_heads(const std::string & arch, const std::string & name, const
 
 }  // namespace
 
+bool kept_in_place(const GgufFile & file, const TensorInfo & t) {
+    auto arch = file.get_string("general.architecture");
+    return arch.ok() && can_keep_quantised(t.type) && t.shape.size() >= 2 && !is_llama_qk(*arch, t.name);
+}
+
 Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & file, const json & config,
-                                                             bool & quantised) {
+                                                             bool & quantised, bool keep_quantised) {
     auto arch = file.get_string("general.architecture");
     TRY_STATUS(arch);
     const int64_t n_layers = config["num_hidden_layers"].get<int64_t>();
@@ -147,7 +168,11 @@ Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & fi
             return unsupported(file.name() + ": tensor '" + t.name + "' has no counterpart in " +
                                config["architectures"][0].get<std::string>());
         }
-        auto data = tensor_data(t, quantised);
+        if (keep_quantised && kept_in_place(file, t)) {
+            quantised = true;
+            continue;  // used where it lies (external_manifest)
+        }
+        auto data = tensor_data(t, keep_quantised, quantised);
         TRY_STATUS(data);
         if (const int64_t heads = permuted_heads(*arch, t.name, config); heads > 0) {
             TRY_STATUS(unpermute_rows(data->bytes, heads, head_dim, t.name));

@@ -73,7 +73,8 @@ bool looks_like_gguf(const std::string & path) {
     return in.gcount() == 4 && std::string(magic, 4) == "GGUF";
 }
 
-Result<void> convert_gguf(const GgufFile & file, const std::string & out_dir, bool & quantised) {
+Result<void> convert_gguf(const GgufFile & file, const std::string & out_dir, bool & quantised,
+                          const std::string & keep_source) {
     auto config = hf_config(file);
     TRY_STATUS(config);
     const bool has_tokenizer = file.find("tokenizer.ggml.model") != nullptr;
@@ -86,8 +87,13 @@ Result<void> convert_gguf(const GgufFile & file, const std::string & out_dir, bo
     } else {
         LOG_WRN("gguf", "%s has no tokenizer (tokenizer.ggml.model): token ids only", file.name().c_str());
     }
-    auto tensors = hf_tensors(file, *config, quantised);
+    auto tensors = hf_tensors(file, *config, quantised, !keep_source.empty());
     TRY_STATUS(tensors);
+    Result<json> manifest = json();
+    if (!keep_source.empty()) {
+        manifest = external_manifest(file, *config, keep_source);
+        TRY_STATUS(manifest);
+    }
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec) {
@@ -100,37 +106,63 @@ Result<void> convert_gguf(const GgufFile & file, const std::string & out_dir, bo
         TRY_STATUS(write_json(dir / "tokenizer_config.json", *tokenizer_config));
     }
     TRY_STATUS(write_json(dir / "generation_config.json", generation_config(*config)));
+    if (!keep_source.empty()) {
+        TRY_STATUS(write_json(dir / model::EXTERNAL_WEIGHTS, *manifest));
+    }
     return model::write_safetensors((dir / "model.safetensors").string(), *tensors, {{"format", "pt"}});
 }
 
-Result<ConvertedModel> ensure_converted(const std::string & gguf_path, const std::string & cache_root) {
-    auto identity = source_identity(gguf_path);
-    TRY_STATUS(identity);
-    const std::string stem = fs::path(gguf_path).stem().string();
-    const fs::path dir = fs::path(cache_root) / (stem + "-" + std::to_string((*identity)["size"].get<int64_t>()));
-    ConvertedModel result{dir.string(), false};
-    if (marker_matches(dir, *identity, result.quantised)) {
-        LOG_INF("gguf", "using the converted %s in %s", gguf_path.c_str(), dir.c_str());
-        return result;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    LOG_INF("gguf", "converting %s into %s (once; dequantising every tensor) ...", gguf_path.c_str(), dir.c_str());
-    auto file = GgufFile::open(gguf_path);
-    TRY_STATUS(file);
+namespace {
+
+// The machine's physical memory in bytes (0 when unknown: AUTO then dequantises).
+uint64_t physical_memory() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// Writes the converted directory of `file` into dir (through a temporary sibling).
+Result<void> write_converted(const GgufFile & file, const std::string & gguf_path, const fs::path & dir,
+                             const json & identity, ConvertedModel & result) {
     const fs::path tmp = dir.string() + ".tmp-" + std::to_string(::getpid());
     std::error_code ec;
     fs::remove_all(tmp, ec);
-    if (auto converted = convert_gguf(**file, tmp.string(), result.quantised); !converted.ok()) {
+    const std::string keep_source = result.kept_quantised ? fs::absolute(gguf_path).string() : "";
+    if (auto converted = convert_gguf(file, tmp.string(), result.quantised, keep_source); !converted.ok()) {
         fs::remove_all(tmp, ec);
         return converted.error();
     }
     TRY_STATUS(
-        write_json(tmp / MARKER, {{"identity", *identity}, {"source", gguf_path}, {"quantised", result.quantised}}));
+        write_json(tmp / MARKER, {{"identity", identity}, {"source", gguf_path}, {"quantised", result.quantised}}));
     fs::remove_all(dir, ec);
     fs::rename(tmp, dir, ec);
     if (ec) {
         return internal_error("cannot move " + tmp.string() + " to " + dir.string() + ": " + ec.message());
     }
+    return {};
+}
+
+}  // namespace
+
+Result<ConvertedModel> ensure_converted(const std::string & gguf_path, const std::string & cache_root, BaseQuant mode) {
+    auto identity = source_identity(gguf_path);
+    TRY_STATUS(identity);
+    auto file = GgufFile::open(gguf_path);
+    TRY_STATUS(file);
+    ConvertedModel result;
+    result.kept_quantised = choose_base_quant(**file, mode, physical_memory()) == BaseQuant::GGUF;
+    (*identity)["keep_quantised"] = result.kept_quantised;
+    const std::string stem = fs::path(gguf_path).stem().string();
+    const fs::path dir = fs::path(cache_root) / (stem + "-" + std::to_string((*identity)["size"].get<int64_t>()) +
+                                                 (result.kept_quantised ? "-q" : ""));
+    result.dir = dir.string();
+    if (marker_matches(dir, *identity, result.quantised)) {
+        LOG_INF("gguf", "using the converted %s in %s", gguf_path.c_str(), dir.c_str());
+        return result;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    LOG_INF("gguf", "converting %s into %s (once; %s) ...", gguf_path.c_str(), dir.c_str(),
+            result.kept_quantised ? "quantised weights stay in the GGUF" : "dequantising every tensor");
+    TRY_STATUS(write_converted(**file, gguf_path, dir, *identity, result));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     LOG_INF("gguf", "converted %s in %.1f s", gguf_path.c_str(), secs);
     return result;

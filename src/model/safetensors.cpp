@@ -32,7 +32,7 @@ using nlohmann::json;
 constexpr size_t HEADER_LENGTH_BYTES = 8;
 constexpr size_t DATA_ALIGNMENT = 8;
 constexpr const char * METADATA_KEY = "__metadata__";
-constexpr DType ALL_DTYPES[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32};
+constexpr DType ALL_DTYPES[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32, DType::U8};
 
 std::optional<DType> parse_dtype(const std::string & name) {
     for (DType dtype : ALL_DTYPES) {
@@ -138,7 +138,7 @@ Result<TensorView> parse_tensor_entry(const std::string & path, const std::strin
     std::optional<DType> dtype = parse_dtype(dtype_it->get<std::string>());
     if (!dtype) {
         return unsupported(where + " has unsupported dtype '" + dtype_it->get<std::string>() +
-                           "' (supported: F32, F16, BF16, F64, I64, I32)");
+                           "' (supported: F32, F16, BF16, F64, I64, I32, U8)");
     }
     auto shape = parse_shape(where, entry);
     TRY_STATUS(shape);
@@ -255,6 +255,8 @@ const char * dtype_name(DType dtype) {
             return "I64";
         case DType::I32:
             return "I32";
+        case DType::U8:
+            return "U8";
     }
     return "?";
 }
@@ -270,6 +272,8 @@ size_t dtype_size(DType dtype) {
         case DType::F16:
         case DType::BF16:
             return 2;
+        case DType::U8:
+            return 1;
     }
     return 0;
 }
@@ -328,12 +332,17 @@ Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open_model_dir(const s
     namespace fs = std::filesystem;
     const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
     const std::string single_path = (fs::path(dir) / "model.safetensors").string();
+    const std::string external_path = (fs::path(dir) / EXTERNAL_WEIGHTS).string();
     std::error_code ec;
     if (!fs::exists(index_path, ec)) {
-        if (fs::exists(single_path, ec)) {
-            return open(single_path);
+        if (!fs::exists(single_path, ec)) {
+            return not_found("no model.safetensors or model.safetensors.index.json in " + dir);
         }
-        return not_found("no model.safetensors or model.safetensors.index.json in " + dir);
+        auto file = open(single_path);
+        if (file.ok() && fs::exists(external_path, ec)) {
+            TRY_STATUS((*file)->attach_external(external_path));
+        }
+        return file;
     }
 
     auto weight_map = read_weight_map(index_path);

@@ -14,7 +14,7 @@
 
 namespace tinkerd::model {
 
-enum class DType { F32, F16, BF16, F64, I64, I32 };
+enum class DType { F32, F16, BF16, F64, I64, I32, U8 };
 
 const char * dtype_name(DType dtype);  // "F32", "BF16", ... as written in safetensors headers
 size_t dtype_size(DType dtype);        // bytes per element
@@ -36,7 +36,8 @@ class SafetensorsFile {
     // Opens and validates one .safetensors file: header JSON, offsets inside the file, dtype sizes.
     // Errors name the file and, where relevant, the tensor.
     static Result<std::shared_ptr<SafetensorsFile>> open(const std::string & path);
-    // Opens model.safetensors.index.json's shards, or model.safetensors, inside a model directory.
+    // Opens model.safetensors.index.json's shards, or model.safetensors, inside a model directory, and the
+    // tensors EXTERNAL_WEIGHTS names in another file, if the directory has that manifest.
     static Result<std::shared_ptr<SafetensorsFile>> open_model_dir(const std::string & dir);
 
     ~SafetensorsFile();
@@ -55,6 +56,8 @@ class SafetensorsFile {
 
   private:
     SafetensorsFile() = default;
+    // Maps the file a manifest names and adds its tensors (external_weights.cpp).
+    Result<void> attach_external(const std::string & manifest_path);
     struct Mapping {
         void * addr = nullptr;
         size_t size = 0;
@@ -63,6 +66,11 @@ class SafetensorsFile {
     std::map<std::string, TensorView> tensors_;
     std::map<std::string, std::string> metadata_;
 };
+
+// A model directory's manifest of tensors kept in another file, as raw byte ranges (a GGUF's quantised blocks,
+// used in place): {"file": path, "size": the file's size in bytes, "tensors": {name: {"dtype": "U8",
+// "shape": [...], "offset": first byte, "n_bytes": length}}}. Every range is checked against the file.
+constexpr const char * EXTERNAL_WEIGHTS = "external_weights.json";
 
 // A tensor to write: dtype, shape and raw little-endian bytes.
 struct OwnedTensor {

@@ -62,6 +62,9 @@ std::vector<float> f32_values(const engine::HostTensor & t) {
             case model::DType::I32:
                 out[i] = static_cast<float>(read_le<int32_t>(p + 4 * i));
                 break;
+            case model::DType::U8:
+                out[i] = static_cast<float>(p[i]);
+                break;
         }
     }
     return out;

@@ -99,12 +99,11 @@ std::unique_ptr<DecoderFamily> make_family(model::ArchFamily family);
 Result<void> load_swiglu_weights(const WeightLoader & loader, const std::string & prefix, int64_t hidden,
                                  int64_t intermediate, LayerWeights & w);
 
-// down(silu(gate(x)) * up(x)) with the LoRA of targets {gate, up, down}: x [T, C], w_gate_up [2F, C] (gate
-// rows first), w_down [C, F] -> [T, C]. The dense MLP (GATE, UP, DOWN) and Qwen3.5-MoE's shared expert
-// (SHARED_GATE, SHARED_UP, SHARED_DOWN).
-torch::Tensor swiglu_mlp(const torch::Tensor & x, const torch::Tensor & w_gate_up, const torch::Tensor & w_down,
-                         const std::vector<RowSegment> & segments, int64_t layer,
-                         const std::array<LoraTarget, 3> & targets);
+// down(silu(gate(x)) * up(x)) with the LoRA of targets {gate, up, down}: x [T, C], w's w_gate_up [2F, C] (gate
+// rows first; or w_gate and w_up when they could not be fused), w_down [C, F] -> [T, C]. The dense MLP (GATE,
+// UP, DOWN) and Qwen3.5-MoE's shared expert (SHARED_GATE, SHARED_UP, SHARED_DOWN).
+torch::Tensor swiglu_mlp(const torch::Tensor & x, const LayerWeights & w, const std::vector<RowSegment> & segments,
+                         int64_t layer, const std::array<LoraTarget, 3> & targets);
 
 // x * rsqrt(mean(x², last dim) + eps) * weight, computed in x's dtype.
 torch::Tensor rms_norm(const torch::Tensor & x, const torch::Tensor & weight, double eps);

@@ -17,13 +17,6 @@ Result<void> DecoderFamily::load_attention(const WeightLoader & loader, const mo
     const int64_t q_dim = c.n_heads * c.head_dim;
     const int64_t q_rows = model::projection_shape(c, LoraTarget::Q).out;  // 2·q_dim with an output gate
     const int64_t kv_dim = c.n_kv_heads * c.head_dim;
-    auto assign = [](torch::Tensor & dst, Result<torch::Tensor> src) -> Result<void> {
-        if (!src.ok()) {
-            return src.error();
-        }
-        dst = std::move(src).value();
-        return {};
-    };
     TRY_STATUS(assign(out.wq, loader.matrix(p + "self_attn.q_proj.weight", {q_rows, c.hidden_size})));
     TRY_STATUS(assign(out.wk, loader.matrix(p + "self_attn.k_proj.weight", {kv_dim, c.hidden_size})));
     TRY_STATUS(assign(out.wv, loader.matrix(p + "self_attn.v_proj.weight", {kv_dim, c.hidden_size})));
@@ -86,14 +79,13 @@ Result<void> DecoderFamily::load_mlp(const WeightLoader & loader, const model::M
                                c.intermediate_size, w);
 }
 
-torch::Tensor swiglu_mlp(const torch::Tensor & x, const torch::Tensor & w_gate_up, const torch::Tensor & w_down,
-                         const std::vector<RowSegment> & segments, int64_t layer,
-                         const std::array<LoraTarget, 3> & targets) {
-    const int64_t F = w_gate_up.size(0) / 2;
-    torch::Tensor gate_up = kernels::base_linear(x, w_gate_up);  // [T, 2F]
+torch::Tensor swiglu_mlp(const torch::Tensor & x, const LayerWeights & w, const std::vector<RowSegment> & segments,
+                         int64_t layer, const std::array<LoraTarget, 3> & targets) {
+    torch::Tensor gate_up = fused_linear(x, w.w_gate_up, {w.w_gate, w.w_up});  // [T, 2F]
+    const int64_t F = gate_up.size(1) / 2;
     auto parts = gate_up.split(F, 1);  // split: one cat in the backward, no zero-filled slices
     auto adapted = add_lora_shared_input({parts[0], parts[1]}, x, segments, layer, {targets[0], targets[1]});
-    return lora_linear(fused_swiglu(adapted[0], adapted[1]), w_down, {}, segments, layer, targets[2]);  // [T, C]
+    return lora_linear(fused_swiglu(adapted[0], adapted[1]), w.w_down, {}, segments, layer, targets[2]);  // [T, C]
 }
 
 torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & x,
@@ -101,13 +93,13 @@ torch::Tensor DecoderFamily::mlp(const LayerWeights & w, const model::ModelConfi
     if (c.is_sparse_layer(layer)) {
         return moe_forward(w, c, x, segments, layer);
     }
-    return swiglu_mlp(x, w.w_gate_up, w.w_down, segments, layer, {LoraTarget::GATE, LoraTarget::UP, LoraTarget::DOWN});
+    return swiglu_mlp(x, w, segments, layer, {LoraTarget::GATE, LoraTarget::UP, LoraTarget::DOWN});
 }
 
 std::array<torch::Tensor, 3> project_qkv(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & h,
                                          const std::vector<RowSegment> & seg, int64_t layer) {
     const int64_t q_rows = model::projection_shape(c, LoraTarget::Q).out, kv_dim = c.n_kv_heads * c.head_dim;
-    torch::Tensor qkv = kernels::base_linear(h, w.w_qkv);  // [T, q_rows + 2 kv_dim]
+    torch::Tensor qkv = fused_linear(h, w.w_qkv, {w.wq, w.wk, w.wv});  // [T, q_rows + 2 kv_dim]
     if (w.b_qkv.defined()) {
         qkv = qkv + w.b_qkv;
     }

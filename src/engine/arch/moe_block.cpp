@@ -27,6 +27,17 @@ Result<void> load_shared_expert(const WeightLoader & loader, const model::ModelC
     return {};
 }
 
+// A GGUF's experts (gguf::hf_tensor_name: "experts.gate_proj" [E, F, C] ...), used as they lie: gate and up
+// stay two tensors (stacking them would copy most of the model).
+Result<void> load_stacked_experts(const WeightLoader & loader, const model::ModelConfig & c, const std::string & p,
+                                  LayerWeights & w) {
+    const int64_t E = c.n_experts, F = c.moe_intermediate_size, C = c.hidden_size;
+    TRY_STATUS(assign(w.experts_gate, loader.matrix(p + "experts.gate_proj", {E, F, C})));
+    TRY_STATUS(assign(w.experts_up, loader.matrix(p + "experts.up_proj", {E, F, C})));
+    TRY_STATUS(assign(w.experts_down, loader.matrix(p + "experts.down_proj", {E, C, F})));
+    return load_shared_expert(loader, c, p, w);
+}
+
 }  // namespace
 
 Result<void> load_moe_weights(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
@@ -36,6 +47,9 @@ Result<void> load_moe_weights(const WeightLoader & loader, const model::ModelCon
     auto router = loader.act_matrix(p + "gate.weight", {E, C});
     TRY_STATUS(router);
     w.router = std::move(router).value();
+    if (loader.contains(p + "experts.gate_proj")) {  // a GGUF's stacked experts, kept where they lie
+        return load_stacked_experts(loader, c, p, w);
+    }
     if (loader.contains(p + "experts.gate_up_proj")) {  // transformers 5's in-memory layout
         auto gate_up = loader.matrix(p + "experts.gate_up_proj", {E, 2 * F, C});
         TRY_STATUS(gate_up);
@@ -240,8 +254,8 @@ torch::Tensor add_shared_expert(const torch::Tensor & y, const LayerWeights & w,
     if (!w.shared_expert_gate.defined()) {
         return y;
     }
-    const torch::Tensor shared = swiglu_mlp(x, w.w_gate_up, w.w_down, segments, layer,
-                                            {LoraTarget::SHARED_GATE, LoraTarget::SHARED_UP, LoraTarget::SHARED_DOWN});
+    const torch::Tensor shared =
+        swiglu_mlp(x, w, segments, layer, {LoraTarget::SHARED_GATE, LoraTarget::SHARED_UP, LoraTarget::SHARED_DOWN});
     const torch::Tensor gate = torch::sigmoid(torch::linear(x, w.shared_expert_gate));  // [T, 1]
     return y + gate * shared;
 }
@@ -276,7 +290,10 @@ torch::Tensor moe_forward(const LayerWeights & w, const model::ModelConfig & c, 
         const Pieces p = split_by_segment(d, d.groups[i], loras);
         const bool lora = any_lora(p);
         const torch::Tensor & h = x_groups[i];
-        auto gate_up = kernels::base_linear(h, w.experts_gate_up[e]).split(F, 1);  // [n_e, F] each
+        auto gate_up = w.experts_gate_up.defined()
+                           ? kernels::base_linear(h, w.experts_gate_up[e]).split(F, 1)  // [n_e, F] each
+                           : std::vector<torch::Tensor>{kernels::base_linear(h, w.experts_gate[e]),
+                                                        kernels::base_linear(h, w.experts_up[e])};
         torch::Tensor gate = gate_up[0], up = gate_up[1];
         std::vector<torch::Tensor> h_parts, act_parts, w_parts, token_parts;
         if (lora) {

@@ -21,15 +21,6 @@ DeltaNetDims deltanet_dims(const model::ModelConfig & c) {
     return d;
 }
 
-// Stores a loaded tensor into dst, or returns the loader's error.
-Result<void> assign(torch::Tensor & dst, Result<torch::Tensor> src) {
-    if (!src.ok()) {
-        return src.error();
-    }
-    dst = std::move(src).value();
-    return {};
-}
-
 // The linear_attn.* tensors of one layer: the four input projections fused into w_lin_in (one GEMM).
 Result<void> load_linear_attention(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
                                    LayerWeights & w) {

@@ -14,6 +14,7 @@
 #include "engine/host_access.h"
 #include "engine/kernels/matmul_brgemm.h"
 #include "engine/kernels/matmul_kernels.h"
+#include "engine/kernels/quant_matmul.h"
 
 namespace tinkerd::engine::kernels {
 
@@ -275,11 +276,11 @@ torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const tor
 }
 
 torch::Tensor matmul_weight(const torch::Tensor & x, const torch::Tensor & w) {
-    return product(x, w, FORWARD);  // [..., out]
+    return is_quantised(w) ? quantised_forward(x, w) : product(x, w, FORWARD);  // [..., out]
 }
 
 torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tensor & w) {
-    return product(dy, w, BACKWARD);  // [..., in]
+    return is_quantised(w) ? quantised_backward(dy, w) : product(dy, w, BACKWARD);  // [..., in]
 }
 
 namespace {
