@@ -59,6 +59,33 @@ class MonitoringTest : public testing_support::AppTest {
     }
 };
 
+// What the console's run page and playground read beyond the SDK's fields: a run's lora_config (its owner
+// only) and, per /v1/models entry, the base model behind it (root) and whether it can chat.
+TEST_F(MonitoringTest, ARunNamesItsLoraConfigAndModelsSayWhetherTheyChat) {
+    const std::string model = new_run();
+    const json run = get_json("/api/v1/training_runs/" + model);
+    ASSERT_TRUE(run.contains("lora_config")) << run.dump();
+    const json & lora = run["lora_config"];
+    EXPECT_EQ(lora["rank"], 8);
+    EXPECT_EQ(lora["train_attn"], true);
+    EXPECT_EQ(lora["train_mlp"], true);
+    EXPECT_EQ(lora["train_unembed"], true);
+    EXPECT_TRUE(lora["seed"].is_null());
+    EXPECT_EQ(lora["optimizer_config"]["type"], "adamw");
+    EXPECT_EQ(get_json("/api/v1/training_runs")["training_runs"][0]["lora_config"], lora);
+
+    const json models = get_json("/v1/models")["data"];
+    std::map<std::string, json> by_id;
+    for (const json & m : models) {
+        by_id[m["id"]] = m;
+    }
+    ASSERT_TRUE(by_id.count("fake") && by_id.count(model)) << models.dump();
+    EXPECT_EQ(by_id["fake"]["root"], "fake");
+    ASSERT_TRUE(by_id["fake"]["chat_template"].is_boolean()) << models.dump();
+    EXPECT_EQ(by_id[model]["root"], "fake");
+    EXPECT_EQ(by_id[model]["chat_template"], by_id["fake"]["chat_template"]);
+}
+
 TEST_F(MonitoringTest, ARunsPointsHoldEveryMetricInOrder) {
     const std::string model = train_a_step();
     const json got = get_json("/api/v1/training_runs/" + model + "/metrics");

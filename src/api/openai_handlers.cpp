@@ -2,6 +2,8 @@
 // field (base model name, training run id = live weights, tinker:// checkpoint, sampling session id),
 // prompts (chat template or completions text / ids), and the hand-off of one engine request per prompt
 // to the SamplingService. OpenAiGeneration (openai_generation.cpp) assembles the answer.
+#include <map>
+
 #include "api/json_util.h"
 #include "api/openai_generation.h"
 #include "api/openai_routes.h"
@@ -55,21 +57,35 @@ void OpenAiRoutes::models(Call & call, http::Respond respond) {
     if (!tenant) {
         return;
     }
+    // Each entry names its base model (root) and whether it can chat (the base model has a chat template),
+    // so a client such as the console can default to a model that chat completions will not refuse.
+    const auto can_chat = [&](const std::string & base_model) -> std::optional<bool> {
+        const ServedModel * model = registry_.find_model(base_model);
+        return model == nullptr ? std::nullopt : std::optional<bool>(model->chat.chat_template != nullptr);
+    };
     std::vector<openai::ModelEntry> entries;
     for (const auto & model : registry_.models()) {
-        entries.push_back({model->name, started_at_, "tinkerd"});
+        entries.push_back({model->name, started_at_, "tinkerd", model->name, model->chat.chat_template != nullptr});
     }
     for (const RunPtr & run :
          registry_.runs_where([&](const RunState & r) { return r.row.tenant == *tenant && r.loaded && r.ready; })) {
-        entries.push_back({run->row.run_id, static_cast<int64_t>(run->row.created_at), *tenant});
+        entries.push_back({run->row.run_id, static_cast<int64_t>(run->row.created_at), *tenant, run->row.base_model,
+                           can_chat(run->row.base_model)});
     }
     auto checkpoints = db_.list_tenant_checkpoints(*tenant, store::Page{1000, 0});
     if (checkpoints.ok()) {
+        std::map<std::string, std::string> base_of_run;  // one store read per run, not per checkpoint
         for (const auto & row : checkpoints->first) {
-            if (row.checkpoint_type == "sampler") {
-                entries.push_back({"tinker://" + row.run_id + "/" + row.checkpoint_id,
-                                   static_cast<int64_t>(row.created_at), *tenant});
+            if (row.checkpoint_type != "sampler") {
+                continue;
             }
+            auto known = base_of_run.find(row.run_id);
+            if (known == base_of_run.end()) {
+                auto run = db_.get_run(row.run_id);
+                known = base_of_run.emplace(row.run_id, run.ok() && run->has_value() ? (**run).base_model : "").first;
+            }
+            entries.push_back({"tinker://" + row.run_id + "/" + row.checkpoint_id, static_cast<int64_t>(row.created_at),
+                               *tenant, known->second, known->second.empty() ? std::nullopt : can_chat(known->second)});
         }
     }
     respond(http::Response::json(200, openai::dump_json(openai::models_list(entries))));

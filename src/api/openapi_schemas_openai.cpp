@@ -91,7 +91,10 @@ const char * const OPENAI_RESPONSE_SCHEMAS = R"json({
     "properties": {"object": {"const": "list"},
       "data": {"type": "array", "items": {"type": "object", "required": ["id", "object", "created", "owned_by"],
         "properties": {"id": {"type": "string"}, "object": {"const": "model"}, "created": {"type": "integer"},
-          "owned_by": {"type": "string"}}}}}}
+          "owned_by": {"type": "string"},
+          "root": {"type": "string", "description": "tinkerd: the served base model behind this id"},
+          "chat_template": {"type": "boolean",
+            "description": "tinkerd: whether chat completions can render for it (the base model has a chat template)"}}}}}}
 })json";
 
 }  // namespace

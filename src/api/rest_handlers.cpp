@@ -83,6 +83,13 @@ json TinkerRoutes::training_run_json(const store::TrainingRunRow & row, const st
     if (!owner) {
         return out;
     }
+    // the run's LoRA configuration (create_model's), for its owner: targets, rank, seed, optimizer
+    out["lora_config"] = {{"rank", row.lora_rank},
+                          {"train_attn", row.train_attn},
+                          {"train_mlp", row.train_mlp},
+                          {"train_unembed", row.train_unembed},
+                          {"seed", row.seed ? json(*row.seed) : json(nullptr)},
+                          {"optimizer_config", optimizer_config_json(row.optimizer)}};
     auto last = db_->last_checkpoint(row.run_id, "training");
     if (last.ok() && last->has_value()) {
         out["last_checkpoint"] = checkpoint_json(**last, tenant);

@@ -80,7 +80,14 @@ json completion_response(const std::string & id, int64_t created, const std::str
 json models_list(const std::vector<ModelEntry> & models) {
     json data = json::array();
     for (const ModelEntry & m : models) {
-        data.push_back({{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}});
+        json entry = {{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}};
+        if (!m.root.empty()) {
+            entry["root"] = m.root;
+        }
+        if (m.chat_template) {
+            entry["chat_template"] = *m.chat_template;
+        }
+        data.push_back(std::move(entry));
     }
     return {{"object", "list"}, {"data", std::move(data)}};
 }

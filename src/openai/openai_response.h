@@ -41,6 +41,8 @@ struct ModelEntry {
     std::string id;
     int64_t created = 0;
     std::string owned_by = "tinkerd";
+    std::string root;                   // the served base model behind a run or checkpoint ("" = not sent)
+    std::optional<bool> chat_template;  // whether chat completions can render for it (absent = not sent)
 };
 
 // prefix + 24 random characters of [A-Za-z0-9] ("chatcmpl-", "cmpl-").

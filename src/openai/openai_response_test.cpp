@@ -217,6 +217,12 @@ TEST(OpenAIModels, ListShape) {
     EXPECT_EQ(list["data"][0], json({{"id", "llama"}, {"object", "model"}, {"created", 100}, {"owned_by", "tinkerd"}}));
     EXPECT_EQ(list["data"][1]["owned_by"], "me");
     EXPECT_EQ(models_list({}), json({{"object", "list"}, {"data", json::array()}}));
+    // tinkerd's additions are sent only when known: the base model (root) and whether it can chat
+    json extended = models_list({ModelEntry{"tinker://r/sampler_weights/s", 300, "me", "llama", false}});
+    EXPECT_EQ(extended["data"][0]["root"], "llama");
+    EXPECT_EQ(extended["data"][0]["chat_template"], false);
+    EXPECT_FALSE(list["data"][0].contains("root"));
+    EXPECT_FALSE(list["data"][0].contains("chat_template"));
 }
 
 TEST(OpenAIUtf8Length, CountsCodePoints) {

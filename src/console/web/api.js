@@ -1,5 +1,5 @@
 // The console's only way to the server: JSON calls with the signed-in key (X-API-Key), errors as ApiError
-// with the server's message, the dev-mode probe, and the OpenAI chat stream read as Server-Sent Events.
+// with the server's message, the dev-mode probe, and the OpenAI streams read as Server-Sent Events.
 const KEY_STORAGE = "tinkerd.apiKey";
 // In dev mode (no --api-keys) the server accepts any tml- key: if this one works, nobody needs to sign in.
 const DEV_KEY = "tml-console-dev";
@@ -61,10 +61,11 @@ export async function probeDevMode() {
   }
 }
 
-// Streams POST /v1/chat/completions (stream: true): calls onChunk(parsed chunk) per SSE event until
-// [DONE]. Throws ApiError when the request is refused before the stream starts.
-export async function streamChat(body, onChunk, signal) {
-  const response = await fetch("/v1/chat/completions", {
+// Streams POST /v1/chat/completions or /v1/completions (`path`, stream: true): calls onChunk(parsed
+// chunk) per SSE event until [DONE]. Throws ApiError when the request is refused before the stream
+// starts, or when an error event arrives in the stream.
+export async function streamOpenAI(path, body, onChunk, signal) {
+  const response = await fetch(path, {
     method: "POST", signal, headers: headers(true), body: JSON.stringify({...body, stream: true}),
   });
   if (!response.ok) {
@@ -88,7 +89,9 @@ export async function streamChat(body, onChunk, signal) {
         if (!line.startsWith("data:")) continue;
         const data = line.slice(5).trim();
         if (data === "[DONE]") return;
-        onChunk(JSON.parse(data));
+        const chunk = JSON.parse(data);
+        if (chunk && chunk.error) throw new ApiError(500, errorText(chunk, "the stream failed"));
+        onChunk(chunk);
       }
     }
   }

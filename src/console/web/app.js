@@ -1,12 +1,13 @@
 // The console's entry point: signs in (a key from sessionStorage, dev mode's probe, else the sign-in
-// form), then routes the URL's #fragment to a view — #/runs, #/run/<id>, #/sessions, #/server,
-// #/playground[/<model>] — stopping the previous view's refresh timers on every change.
+// form), then routes the URL's #fragment to a view — #/runs, #/run/<id>, #/compare/<id>,<id>,...,
+// #/sessions, #/server, #/playground[/<model>] — stopping the previous view's refresh timers on every change.
 import {auth, setKey, keyWorks, probeDevMode} from "./api.js";
 import {clear} from "./dom.js";
 import {showRuns} from "./runs.js";
 import {showRun} from "./run.js";
 import {showSessions, showServer} from "./status.js";
 import {showPlayground} from "./playground.js";
+import {showCompare} from "./compare.js";
 
 const view = document.getElementById("view");
 let stopView = null;
@@ -17,13 +18,14 @@ function route() {
   const views = {
     runs: () => showRuns(view),
     run: () => showRun(view, param),
+    compare: () => showCompare(view, rest.join("/")),
     sessions: () => showSessions(view),
     server: () => showServer(view),
     playground: () => showPlayground(view, param),
   };
   const active = views[name] ? name : "runs";
   for (const link of document.querySelectorAll("[data-nav]")) {
-    const current = link.dataset.nav === active || (active === "run" && link.dataset.nav === "runs");
+    const current = link.dataset.nav === active || ((active === "run" || active === "compare") && link.dataset.nav === "runs");
     if (current) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }

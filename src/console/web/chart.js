@@ -1,13 +1,15 @@
-// The metric chart: one series of (step, value) points drawn as an SVG line chart with our own code —
-// linear or log y axis, exponential-moving-average smoothing (debiased, as TensorBoard does), hover and
-// arrow-key read-out of the nearest point. The <svg> carries data-points (the series' length) and
-// data-plotted (points drawn: a log axis leaves out values <= 0) for tests and assistive tools.
-import {svgEl, fmtNumber} from "./dom.js";
+// The metric chart: one or more series of (step, value) points drawn as an SVG line chart with our own
+// code — linear or log y axes (a second, right-hand axis for series marked axis: "right"), exponential-
+// moving-average smoothing (debiased, as TensorBoard does), hover and arrow-key read-out of every series
+// at the nearest step, and a legend (chartLegend) when there is more than one series. The <svg> carries
+// data-points (the first series' length), data-plotted (its points drawn: a log axis leaves out values
+// <= 0), data-series (how many series) and data-right (how many on the right axis) for tests and
+// assistive tools; each line's <path> carries data-series-label.
+import {el, svgEl, fmtNumber} from "./dom.js";
 
 const DEFAULT_WIDTH = 720;
 const HEIGHT = 300;
-const PAD = {left: 64, right: 16, top: 28, bottom: 34};
-let WIDTH = DEFAULT_WIDTH;  // the chart being drawn: its viewBox width is the box's CSS width, so text stays 11 px
+const PALETTE_SIZE = 6;  // .s0 ... .s5 in console.css
 
 // EMA with weight w in [0, 1): smoothed_i = ema_i / (1 - w^(i+1)), so the first values are not pulled to 0.
 export function smooth(values, w) {
@@ -49,97 +51,134 @@ function extent(values) {
   return [min, max];
 }
 
-function makeScales(points, log) {
-  const ys = points.map((p) => (log ? Math.log10(p.y) : p.y));
-  const [xMin, xMax] = extent(points.map((p) => p.x));
-  const [yMin, yMax] = extent(ys);
-  const sx = (x) => PAD.left + ((x - xMin) / (xMax - xMin)) * (WIDTH - PAD.left - PAD.right);
-  const sy = (v) => PAD.top + (1 - (v - yMin) / (yMax - yMin)) * (HEIGHT - PAD.top - PAD.bottom);
-  const yOf = (y) => sy(log ? Math.log10(y) : y);
-  const yTicks = log ? logTicks(yMin, yMax) : linearTicks(yMin, yMax, 5);
-  return {sx, yOf, xTicks: linearTicks(xMin, xMax, 6).filter((t) => Number.isInteger(t)), yTicks};
+// A y scale over `points` (value -> pixel) with its ticks; null when there are no points.
+function yScale(points, log, frame) {
+  if (points.length === 0) return null;
+  const [lo, hi] = extent(points.map((p) => (log ? Math.log10(p.y) : p.y)));
+  const sy = (v) => frame.top + (1 - (v - lo) / (hi - lo)) * (frame.height - frame.top - frame.bottom);
+  return {of: (y) => sy(log ? Math.log10(y) : y), ticks: log ? logTicks(lo, hi) : linearTicks(lo, hi, 5)};
 }
 
-function axes(scales) {
+function axes(frame, sx, xTicks, left, right) {
   const g = svgEl("g", {class: "axes"});
-  const bottom = HEIGHT - PAD.bottom;
-  for (const t of scales.yTicks) {
-    const y = scales.yOf(t);
-    g.append(svgEl("line", {class: "grid", x1: PAD.left, x2: WIDTH - PAD.right, y1: y, y2: y}),
-      svgEl("text", {class: "tick", x: PAD.left - 6, y: y + 4, "text-anchor": "end"}, fmtNumber(t)));
+  const bottom = frame.height - frame.bottom;
+  for (const t of left ? left.ticks : []) {
+    const y = left.of(t);
+    g.append(svgEl("line", {class: "grid", x1: frame.left, x2: frame.width - frame.right, y1: y, y2: y}),
+      svgEl("text", {class: "tick", x: frame.left - 6, y: y + 4, "text-anchor": "end"}, fmtNumber(t)));
   }
-  for (const t of scales.xTicks) {
-    g.append(svgEl("text", {class: "tick", x: scales.sx(t), y: bottom + 16, "text-anchor": "middle"}, String(t)));
+  for (const t of right ? right.ticks : []) {
+    g.append(svgEl("text", {class: "tick tick-right", x: frame.width - frame.right + 6, y: right.of(t) + 4, "text-anchor": "start"}, fmtNumber(t)));
   }
-  g.append(svgEl("line", {class: "axis", x1: PAD.left, x2: WIDTH - PAD.right, y1: bottom, y2: bottom}),
-    svgEl("text", {class: "axis-label", x: WIDTH - PAD.right, y: HEIGHT - 2, "text-anchor": "end"}, "step"));
+  for (const t of xTicks) {
+    g.append(svgEl("text", {class: "tick", x: sx(t), y: bottom + 16, "text-anchor": "middle"}, String(t)));
+  }
+  g.append(svgEl("line", {class: "axis", x1: frame.left, x2: frame.width - frame.right, y1: bottom, y2: bottom}),
+    svgEl("text", {class: "axis-label", x: frame.width - frame.right, y: frame.height - 2, "text-anchor": "end"}, "step"));
+  if (right) g.append(svgEl("line", {class: "axis", x1: frame.width - frame.right, x2: frame.width - frame.right, y1: frame.top, y2: bottom}));
   return g;
 }
 
-function pathOf(points, scales, values) {
-  return points.map((p, i) => (i ? "L" : "M") + scales.sx(p.x).toFixed(1) + " " + scales.yOf(values[i]).toFixed(1)).join(" ");
+function pathOf(points, sx, sy, values) {
+  return points.map((p, i) => (i ? "L" : "M") + sx(p.x).toFixed(1) + " " + sy(values[i]).toFixed(1)).join(" ");
 }
 
-// The hover / keyboard read-out: a marker and a label on the point nearest to the pointer.
-function addReadout(svg, points, scales, smoothed, label) {
-  const marker = svgEl("circle", {class: "marker", r: 4, visibility: "hidden"});
-  const text = svgEl("text", {class: "readout", x: PAD.left, y: PAD.top - 10}, "");
-  const width = WIDTH;  // this chart's, for the handlers below
+// The hover / keyboard read-out: a marker per series at the step nearest to the pointer and one label
+// with every series' value there.
+function addReadout(svg, drawn, sx, frame) {
+  const steps = [...new Set(drawn.flatMap((d) => d.points.map((p) => p.x)))].sort((a, b) => a - b);
+  const markers = drawn.map((d) => svgEl("circle", {class: "marker", r: 4, visibility: "hidden"}));
+  const text = svgEl("text", {class: "readout", x: frame.left, y: frame.top - 10}, "");
   let current = -1;
   const show = (i) => {
-    current = Math.max(0, Math.min(points.length - 1, i));
-    const p = points[current];
-    marker.setAttribute("cx", scales.sx(p.x));
-    marker.setAttribute("cy", scales.yOf(p.y));
-    marker.setAttribute("visibility", "visible");
-    const s = smoothed[current] !== p.y ? " (smoothed " + fmtNumber(smoothed[current]) + ")" : "";
-    text.textContent = "step " + p.x + ": " + label + " " + fmtNumber(p.y) + s;
+    current = Math.max(0, Math.min(steps.length - 1, i));
+    const x = steps[current];
+    const parts = [];
+    drawn.forEach((d, k) => {
+      const at = d.points.findIndex((p) => p.x === x);
+      if (at < 0) { markers[k].setAttribute("visibility", "hidden"); return; }
+      markers[k].setAttribute("cx", sx(x));
+      markers[k].setAttribute("cy", d.sy(d.points[at].y));
+      markers[k].setAttribute("visibility", "visible");
+      const s = d.smoothed[at] !== d.points[at].y ? " (smoothed " + fmtNumber(d.smoothed[at]) + ")" : "";
+      parts.push(d.label + " " + fmtNumber(d.points[at].y) + s);
+    });
+    text.textContent = "step " + x + ": " + parts.join(" · ");
   };
   svg.addEventListener("mousemove", (event) => {
     const box = svg.getBoundingClientRect();
-    const x = ((event.clientX - box.left) / box.width) * width;
+    const x = ((event.clientX - box.left) / box.width) * frame.width;
     let best = 0;
-    points.forEach((p, i) => { if (Math.abs(scales.sx(p.x) - x) < Math.abs(scales.sx(points[best].x) - x)) best = i; });
+    steps.forEach((s, i) => { if (Math.abs(sx(s) - x) < Math.abs(sx(steps[best]) - x)) best = i; });
     show(best);
   });
   svg.addEventListener("keydown", (event) => {
-    const moves = {ArrowLeft: -1, ArrowRight: 1, Home: -points.length, End: points.length};
+    const moves = {ArrowLeft: -1, ArrowRight: 1, Home: -steps.length, End: steps.length};
     if (!(event.key in moves)) return;
     event.preventDefault();
-    show((current < 0 ? points.length - 1 : current) + moves[event.key]);
+    show((current < 0 ? steps.length - 1 : current) + moves[event.key]);
   });
-  svg.append(marker, text);
+  svg.append(...markers, text);
 }
 
-// A chart of `points` ([{x: step, y: value}], ordered by x) named `label`. options: {log, smoothing,
-// width (CSS pixels the chart will take; 720 when absent)}.
-export function lineChart(points, label, options) {
+// A chart of `series` ([{label, points: [{x: step, y: value}] ordered by x, axis: "left" | "right"}]).
+// options: {log, smoothing, width (CSS pixels the chart will take; 720 when absent), metric (the name for
+// data-metric when the series are runs, not metrics)}.
+export function lineChart(series, options) {
   const log = Boolean(options && options.log);
-  WIDTH = Math.max(300, Math.round((options && options.width) || DEFAULT_WIDTH));
-  const plotted = log ? points.filter((p) => p.y > 0 && Number.isFinite(p.y)) : points.filter((p) => Number.isFinite(p.y));
+  const width = Math.max(300, Math.round((options && options.width) || DEFAULT_WIDTH));
+  const multi = series.length > 1;
+  const hasRight = series.some((s) => s.axis === "right");
+  const frame = {left: 64, right: hasRight ? 56 : 16, top: 28, bottom: 34, width, height: HEIGHT};
+  const plottedOf = (s) => s.points.filter((p) => Number.isFinite(p.y) && (!log || p.y > 0));
+  const plotted = series.map(plottedOf);
+  const first = series[0] || {label: "", points: []};
+  const total = series.reduce((n, s) => n + s.points.length, 0);
   const svg = svgEl("svg", {
-    class: "chart", viewBox: "0 0 " + WIDTH + " " + HEIGHT, role: "img", tabindex: 0, focusable: "true",
-    "data-points": points.length, "data-plotted": plotted.length, "data-metric": label,
-    "aria-label": label + ": " + points.length + " points" +
-      (points.length ? ", last " + fmtNumber(points[points.length - 1].y) + " at step " + points[points.length - 1].x : ""),
+    class: "chart", viewBox: "0 0 " + width + " " + HEIGHT, role: "img", tabindex: 0, focusable: "true",
+    "data-points": first.points.length, "data-plotted": (plotted[0] || []).length, "data-metric": (options && options.metric) || first.label,
+    "data-series": series.length, "data-right": series.filter((s) => s.axis === "right").length,
+    "aria-label": series.map((s) => s.label + ": " + s.points.length + " points" +
+      (s.points.length ? ", last " + fmtNumber(s.points[s.points.length - 1].y) + " at step " + s.points[s.points.length - 1].x : "")).join("; "),
   });
-  if (plotted.length === 0) {
-    svg.append(svgEl("text", {class: "tick", x: WIDTH / 2, y: HEIGHT / 2, "text-anchor": "middle"},
-      points.length ? "no positive values to show on a log scale" : "no points yet"));
+  if (plotted.every((p) => p.length === 0)) {
+    svg.append(svgEl("text", {class: "tick", x: width / 2, y: HEIGHT / 2, "text-anchor": "middle"},
+      total ? "no positive values to show on a log scale" : "no points yet"));
     return svg;
   }
-  const scales = makeScales(plotted, log);
-  const raw = plotted.map((p) => p.y);
-  const smoothed = smooth(raw, (options && options.smoothing) || 0);
-  svg.append(axes(scales));
-  const hasSmoothing = smoothed.some((v, i) => v !== raw[i]);
-  svg.append(svgEl("path", {class: hasSmoothing ? "line raw faded" : "line raw", d: pathOf(plotted, scales, raw)}));
-  if (hasSmoothing) svg.append(svgEl("path", {class: "line smoothed", d: pathOf(plotted, scales, smoothed)}));
-  if (plotted.length <= 80) {
-    const dots = svgEl("g", {class: "dots"});
-    for (const p of plotted) dots.append(svgEl("circle", {class: "dot", cx: scales.sx(p.x), cy: scales.yOf(p.y), r: 2.5}));
-    svg.append(dots);
-  }
-  addReadout(svg, plotted, scales, smoothed, label);
+  const [xMin, xMax] = extent(plotted.flat().map((p) => p.x));
+  const sx = (x) => frame.left + ((x - xMin) / (xMax - xMin)) * (width - frame.left - frame.right);
+  const left = yScale(plotted.filter((p, i) => series[i].axis !== "right").flat(), log, frame);
+  const right = yScale(plotted.filter((p, i) => series[i].axis === "right").flat(), log, frame);
+  svg.append(axes(frame, sx, linearTicks(xMin, xMax, 6).filter((t) => Number.isInteger(t)), left || right, left ? right : null));
+  const drawn = [];
+  series.forEach((s, i) => {
+    const points = plotted[i];
+    if (points.length === 0) return;
+    const sy = (s.axis === "right" && left ? right : left || right).of;
+    const raw = points.map((p) => p.y);
+    const smoothed = smooth(raw, (options && options.smoothing) || 0);
+    const hasSmoothing = smoothed.some((v, k) => v !== raw[k]);
+    const color = multi ? " s" + (i % PALETTE_SIZE) : "";
+    svg.append(svgEl("path", {class: "line raw" + color + (hasSmoothing ? " faded" : ""), "data-series-label": s.label,
+      d: pathOf(points, sx, sy, raw)}));
+    if (hasSmoothing) svg.append(svgEl("path", {class: "line smoothed" + color, d: pathOf(points, sx, sy, smoothed)}));
+    if (points.length <= 80) {
+      const dots = svgEl("g", {class: "dots" + color});
+      for (const p of points) dots.append(svgEl("circle", {class: "dot", cx: sx(p.x), cy: sy(p.y), r: 2.5}));
+      svg.append(dots);
+    }
+    drawn.push({label: s.label, points, smoothed, sy});
+  });
+  addReadout(svg, drawn, sx, frame);
   return svg;
+}
+
+// The legend of a chart with several series: a colour swatch, the label and its axis when there are two.
+export function chartLegend(series) {
+  const twoAxes = series.some((s) => s.axis === "right");
+  return el("ul", {class: "legend"}, series.map((s, i) => el("li", {"data-series-label": s.label},
+    el("span", {class: "swatch s" + (i % PALETTE_SIZE), "aria-hidden": "true"}),
+    el("span", {class: "legend-label mono"}, s.label),
+    twoAxes ? el("span", {class: "muted"}, s.axis === "right" ? " (right axis)" : " (left axis)") : "")));
 }

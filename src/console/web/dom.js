@@ -41,12 +41,14 @@ export function clear(node) {
 }
 
 // A table from column headers and rows of cells (strings or nodes); `caption` names it for screen readers.
+// Every cell carries its column's name (data-label): below 700 px a table of class "stack" shows each row
+// as a card of "name: value" lines instead of scrolling sideways. An empty header names no label.
 export function table(caption, headers, rows, attrs) {
   return el("div", {class: "table-wrap"},
     el("table", attrs || {},
       el("caption", {class: "visually-hidden"}, caption),
       el("thead", {}, el("tr", {}, headers.map((h) => el("th", {scope: "col"}, h)))),
-      el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, c)))))));
+      el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c, i) => el("td", {"data-label": headers[i] || null}, c)))))));
 }
 
 export function message(text, kind) {
@@ -97,4 +99,14 @@ export function fmtAgo(t) {
 
 export function fmtPercent(x) {
   return x === null || x === undefined ? "—" : (100 * x).toFixed(0) + " %";
+}
+
+// Offers `text` as a file download named `filename` (a Blob URL, released after the click).
+export function download(filename, text, type) {
+  const url = URL.createObjectURL(new Blob([text], {type}));
+  const link = el("a", {href: url, download: filename, hidden: true});
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
 }

@@ -68,3 +68,22 @@ export function firstTime(points) {
 export function lastTime(points) {
   return points.length ? points[points.length - 1].time : null;
 }
+
+function csvField(value) {
+  const text = value === null || value === undefined ? "" : String(value);
+  return /[",\n\r]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
+}
+
+// A run's points as CSV, one row per recorded value: step, time, op, name, value.
+export function pointsCsv(points) {
+  const rows = [["step", "time", "op", "name", "value"]];
+  for (const p of points) {
+    for (const [name, value] of Object.entries(p.values || {})) rows.push([p.step, p.time, p.op, name, value]);
+  }
+  return rows.map((r) => r.map(csvField).join(",")).join("\n") + "\n";
+}
+
+// A run's points as JSON, in the shape the metrics endpoint answers.
+export function pointsJson(runId, points, downsampled) {
+  return JSON.stringify({training_run_id: runId, downsampled: Boolean(downsampled), points}, null, 1) + "\n";
+}

@@ -1,14 +1,18 @@
-// A run's page (#/run/<id>): its facts and user_metadata, live metric charts (any recorded metric, log
-// scale, smoothing, refreshed every few seconds while "Live" is on, fetching only the steps since the
-// last one held) and its checkpoints (checkpoints.js).
+// A run's page (#/run/<id>): its facts, LoRA configuration (targets, rank, seed, optimizer) and
+// user_metadata, live metric charts (any recorded metric, a second one on a right-hand axis, log scale,
+// smoothing, CSV / JSON download of every point) and its checkpoints (checkpoints.js). While "Live" is
+// on, the curves (only the steps since the last one held are fetched), the facts and the checkpoint list
+// refresh together every few seconds.
 import {api, ApiError} from "./api.js";
-import {el, clear, message, fmtNumber, fmtAgo} from "./dom.js";
-import {lineChart} from "./chart.js";
-import {DEFAULT_METRIC, fetchMetrics, mergePoints, lastStep, metricKeys, seriesOf, lastLoss, stepCount} from "./metrics.js";
+import {el, clear, message, fmtNumber, fmtAgo, download} from "./dom.js";
+import {lineChart, chartLegend} from "./chart.js";
+import {DEFAULT_METRIC, fetchMetrics, mergePoints, lastStep, metricKeys, seriesOf, lastLoss, stepCount, pointsCsv, pointsJson} from "./metrics.js";
 import {loadedModelIds, runState, stateBadge} from "./runs.js";
 import {checkpointsSection} from "./checkpoints.js";
+import {poll} from "./live.js";
 
 const REFRESH_MS = 3000;
+const NO_SECOND = "";
 
 function facts(run, points, loaded) {
   const rows = [
@@ -23,6 +27,27 @@ function facts(run, points, loaded) {
   return el("dl", {class: "tiles"}, rows.map(([k, v]) => el("div", {class: "tile"}, el("dt", {}, k), el("dd", {}, v))));
 }
 
+// The LoRA configuration create_model fixed for the run's life (GET /api/v1/training_runs/{id}: lora_config).
+function loraConfig(run) {
+  const c = run.lora_config;
+  const section = el("section", {"aria-labelledby": "lora-title"}, el("h2", {id: "lora-title"}, "LoRA configuration"));
+  if (!c) {
+    section.append(message("Not available for this run."));
+    return section;
+  }
+  const targets = [["attention", c.train_attn], ["MLP", c.train_mlp], ["unembedding", c.train_unembed]]
+    .filter(([, on]) => on).map(([name]) => name);
+  const optimizer = c.optimizer_config && c.optimizer_config.type ? c.optimizer_config.type : "—";
+  const rows = [
+    ["Targets", targets.length ? targets.join(", ") : "none"],
+    ["Rank", String(c.rank)],
+    ["Optimizer", optimizer + (c.optimizer_config && c.optimizer_config.version ? " v" + c.optimizer_config.version : "")],
+    ["Seed", c.seed === null || c.seed === undefined ? "random" : String(c.seed)],
+  ];
+  section.append(el("dl", {class: "facts", id: "lora-config"}, rows.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])));
+  return section;
+}
+
 function metadata(run) {
   const entries = Object.entries(run.user_metadata || {});
   return el("section", {"aria-labelledby": "metadata-title"},
@@ -31,9 +56,14 @@ function metadata(run) {
       : el("dl", {class: "facts", id: "user-metadata"}, entries.map(([k, v]) => [el("dt", {class: "mono"}, k), el("dd", {class: "mono"}, String(v))])));
 }
 
+function fileStem(runId) {
+  return runId.replace(/[^A-Za-z0-9_.-]+/g, "_") + "-metrics";
+}
+
 // The chart controls and the chart; `state` holds the points and the choices, redraw() re-renders.
 function metricsSection(state) {
   const select = el("select", {id: "metric-select"});
+  const second = el("select", {id: "metric-second"});
   const log = el("input", {type: "checkbox", id: "log-scale"});
   const smoothing = el("input", {type: "range", id: "smoothing", min: 0, max: 0.99, step: 0.01, value: state.smoothing});
   const smoothingOut = el("output", {for: "smoothing", id: "smoothing-value"}, String(state.smoothing));
@@ -43,25 +73,39 @@ function metricsSection(state) {
   const redraw = () => {
     const keys = metricKeys(state.points);
     if (!keys.includes(state.metric)) state.metric = keys.includes(DEFAULT_METRIC) ? DEFAULT_METRIC : keys[0] || DEFAULT_METRIC;
+    if (state.second !== NO_SECOND && !keys.includes(state.second)) state.second = NO_SECOND;
     if ([...select.options].map((o) => o.value).join("\n") !== keys.join("\n")) {
       clear(select).append(...keys.map((k) => el("option", {value: k}, k)));
+      clear(second).append(el("option", {value: NO_SECOND}, "none"), ...keys.map((k) => el("option", {value: k}, k)));
     }
     select.value = state.metric;
-    const series = seriesOf(state.points, state.metric);
+    second.value = state.second;
+    const series = [{label: state.metric, points: seriesOf(state.points, state.metric), axis: "left"}];
+    if (state.second !== NO_SECOND && state.second !== state.metric) {
+      series.push({label: state.second, points: seriesOf(state.points, state.second), axis: "right"});
+    }
     const width = chartBox.clientWidth - 18;  // inside the box's padding and border
-    clear(chartBox).append(lineChart(series, state.metric, {log: state.log, smoothing: state.smoothing, width: width > 0 ? width : undefined}));
-    summary.textContent = series.length + " points of " + state.metric + (state.downsampled ? " (older points downsampled)" : "") +
-      (state.live ? "; live, every " + REFRESH_MS / 1000 + " s" : "; paused");
+    clear(chartBox).append(lineChart(series, {log: state.log, smoothing: state.smoothing, width: width > 0 ? width : undefined}));
+    if (series.length > 1) chartBox.append(chartLegend(series));
+    summary.textContent = series.map((s) => s.points.length + " points of " + s.label).join(", ") +
+      (state.downsampled ? " (older points downsampled)" : "") + (state.live ? "; live, every " + REFRESH_MS / 1000 + " s" : "; paused");
   };
   select.addEventListener("change", () => { state.metric = select.value; redraw(); });
+  second.addEventListener("change", () => { state.second = second.value; redraw(); });
   log.addEventListener("change", () => { state.log = log.checked; redraw(); });
   smoothing.addEventListener("input", () => { state.smoothing = Number(smoothing.value); smoothingOut.textContent = smoothing.value; redraw(); });
   live.addEventListener("change", () => { state.live = live.checked; redraw(); });
+  const csv = el("button", {type: "button", class: "small", id: "download-csv",
+    onclick: () => download(fileStem(state.runId) + ".csv", pointsCsv(state.points), "text/csv")}, "Download CSV");
+  const json = el("button", {type: "button", class: "small", id: "download-json",
+    onclick: () => download(fileStem(state.runId) + ".json", pointsJson(state.runId, state.points, state.downsampled), "application/json")}, "Download JSON");
   const controls = el("div", {class: "controls"},
-    el("label", {for: "metric-select"}, "Metric"), select,
+    el("span", {class: "control grow"}, el("label", {for: "metric-select"}, "Metric"), select),
+    el("span", {class: "control grow"}, el("label", {for: "metric-second"}, "Right axis"), second),
     el("span", {class: "control"}, log, el("label", {for: "log-scale"}, "Log scale")),
     el("span", {class: "control"}, el("label", {for: "smoothing"}, "Smoothing"), smoothing, smoothingOut),
-    el("span", {class: "control"}, live, el("label", {for: "live"}, "Live")));
+    el("span", {class: "control"}, live, el("label", {for: "live"}, "Live")),
+    el("span", {class: "control"}, csv, json));
   const section = el("section", {"aria-labelledby": "metrics-title"}, el("h2", {id: "metrics-title"}, "Metrics"), controls, chartBox, summary);
   return {section, redraw};
 }
@@ -74,8 +118,8 @@ async function refreshPoints(state) {
 }
 
 export function showRun(container, runId) {
-  const state = {runId, points: [], metric: DEFAULT_METRIC, log: false, smoothing: 0, live: true, downsampled: false};
-  let timer = null;
+  const state = {runId, points: [], metric: DEFAULT_METRIC, second: NO_SECOND, log: false, smoothing: 0, live: true, downsampled: false};
+  let stopPolling = null;
   let stopped = false;
   const start = async () => {
     let run;
@@ -88,22 +132,22 @@ export function showRun(container, runId) {
     let loaded = await loadedModelIds();
     const factsBox = el("div", {}, facts(run, state.points, loaded));
     const charts = metricsSection(state);
+    const checkpoints = checkpointsSection(runId);
     clear(container).append(el("p", {}, el("a", {href: "#/runs"}, "← All runs")),
       el("h1", {class: "mono run-title"}, runId),
-      el("p", {}, el("a", {href: "#/playground/" + encodeURIComponent(runId)}, "Chat with this run's live weights")), factsBox, charts.section, checkpointsSection(runId), metadata(run));
+      el("p", {}, el("a", {href: "#/playground/" + encodeURIComponent(runId)}, "Chat with this run's live weights")), factsBox,
+      el("div", {class: "two-col"}, loraConfig(run), metadata(run)), charts.section, checkpoints.section);
     charts.redraw();
-    const tick = async () => {
-      if (state.live) {
-        try {
-          [loaded] = await Promise.all([loadedModelIds(), refreshPoints(state)]);
-          charts.redraw();
-          clear(factsBox).append(facts(run, state.points, loaded));
-        } catch (e) { /* the next tick tries again */ }
-      }
-      if (!stopped) timer = setTimeout(tick, REFRESH_MS);
-    };
-    timer = setTimeout(tick, REFRESH_MS);
+    if (stopped) return;
+    let first = true;
+    stopPolling = poll(async () => {
+      if (first) { first = false; return; }  // the page was just drawn from fresh data
+      if (!state.live) return;
+      [loaded] = await Promise.all([loadedModelIds(), refreshPoints(state), checkpoints.reload()]);
+      charts.redraw();
+      clear(factsBox).append(facts(run, state.points, loaded));
+    }, REFRESH_MS);
   };
   start();
-  return () => { stopped = true; clearTimeout(timer); };
+  return () => { stopped = true; if (stopPolling) stopPolling(); };
 }

@@ -1,5 +1,6 @@
 // The runs list (#/runs): the caller's training runs with base model, LoRA rank, age, step count, last
-// loss and state, refreshed every few seconds. Age, steps and loss come from each run's metrics; the state
+// loss and state, refreshed every few seconds (a card per run below 700 px); tick two or more and
+// "Compare" opens #/compare/<id>,<id>,... (compare.js). Age, steps and loss come from each run's metrics; the state
 // from /v1/models (a loaded run is listed there) and the time of its last recorded op.
 import {api, ApiError} from "./api.js";
 import {el, clear, table, message, fmtNumber, fmtDuration, toSeconds, nowSeconds} from "./dom.js";
@@ -41,12 +42,25 @@ async function metricsOrNull(runId) {
   }
 }
 
-async function rowOf(run, loaded) {
+// The row's "compare" checkbox: the choice lives in state.selected, so a refresh keeps it.
+function compareBox(runId, state, onChange) {
+  const box = el("input", {type: "checkbox", class: "compare-pick", "data-run": runId, "aria-label": "Compare " + runId,
+    checked: state.selected.has(runId)});
+  box.addEventListener("change", () => {
+    if (box.checked) state.selected.add(runId);
+    else state.selected.delete(runId);
+    onChange();
+  });
+  return box;
+}
+
+async function rowOf(run, loaded, state, onChange) {
   const points = await metricsOrNull(run.training_run_id);
   const started = Math.min(toSeconds(firstTime(points || [])) ?? Infinity, toSeconds(run.last_request_time) ?? Infinity);
   return {
     run, points,
     cells: [
+      compareBox(run.training_run_id, state, onChange),
       runLink(run.training_run_id),
       run.base_model,
       run.lora_rank === null || run.lora_rank === undefined ? "—" : String(run.lora_rank),
@@ -62,8 +76,17 @@ async function render(container, state) {
   const limit = state.limit;
   const [list, loaded] = await Promise.all([api("/api/v1/training_runs?limit=" + limit), loadedModelIds()]);
   const runs = list.training_runs || [];
-  const rows = await Promise.all(runs.map((run) => rowOf(run, loaded)));
-  const focused = document.activeElement && container.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
+  const compare = el("button", {type: "button", id: "compare-runs", onclick: () => {
+    location.hash = "#/compare/" + [...state.selected].map(encodeURIComponent).join(",");
+  }});
+  const onChange = () => {
+    compare.disabled = state.selected.size < 2;
+    compare.textContent = "Compare selected runs (" + state.selected.size + ")";
+  };
+  onChange();
+  const rows = await Promise.all(runs.map((run) => rowOf(run, loaded, state, onChange)));
+  const active = document.activeElement && container.contains(document.activeElement) ? document.activeElement : null;
+  const focused = active && (active.getAttribute("href") || (active.dataset.run ? "pick:" + active.dataset.run : null));
   clear(container);
   container.append(el("h1", {}, "Training runs"));
   if (runs.length === 0) {
@@ -72,20 +95,23 @@ async function render(container, state) {
   }
   const total = list.cursor && list.cursor.total_count;
   container.append(
-    el("p", {class: "muted"}, runs.length + (total ? " of " + total : "") + " runs, newest first; refreshed every " + REFRESH_MS / 1000 + " s."),
-    table("Training runs", ["Run", "Base model", "LoRA rank", "Age", "Steps", "Last loss", "State"],
-      rows.map((r) => r.cells), {class: "runs", id: "runs-table"}));
+    el("p", {class: "muted"}, runs.length + (total ? " of " + total : "") + " runs, newest first; refreshed every " + REFRESH_MS / 1000 +
+      " s. Tick two or more to overlay their curves."),
+    el("div", {class: "controls"}, compare),
+    table("Training runs", ["Compare", "Run", "Base model", "LoRA rank", "Age", "Steps", "Last loss", "State"],
+      rows.map((r) => r.cells), {class: "runs stack", id: "runs-table"}));
   if (total && total > runs.length) {
     container.append(el("button", {type: "button", onclick: () => { state.limit += PAGE; render(container, state); }}, "Show more runs"));
   }
-  const again = focused && [...container.querySelectorAll("a")].find((a) => a.getAttribute("href") === focused);
+  const again = focused && [...container.querySelectorAll("a, input.compare-pick")]
+    .find((a) => a.getAttribute("href") === focused || "pick:" + a.dataset.run === focused);
   if (again) again.focus();  // a refresh keeps the keyboard user's place
 }
 
 export function showRuns(container) {
   let timer = null;
   let stopped = false;
-  const state = {limit: PAGE};
+  const state = {limit: PAGE, selected: new Set()};
   const tick = async () => {
     try {
       await render(container, state);

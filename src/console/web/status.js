@@ -29,7 +29,7 @@ function serverView(status) {
       ["Base model", "Queue depth", "KV cache", "Adapters", "Snapshots", "Tokens/s trained", "Tokens/s sampled", "Engine busy"],
       models.map((m) => [el("span", {class: "mono"}, m.base_model), String(m.queue_depth), meter(m.kv_cache_bytes_used, m.kv_cache_bytes_total),
         String(m.adapters_resident), String(m.snapshots_resident), fmtNumber(m.tokens_per_s_trained),
-        fmtNumber(m.tokens_per_s_sampled), fmtPercent(m.engine_busy_fraction)]), {id: "models-table"}),
+        fmtNumber(m.tokens_per_s_sampled), fmtPercent(m.engine_busy_fraction)]), {id: "models-table", class: "stack"}),
   ];
 }
 
@@ -42,12 +42,12 @@ async function sessionsView(status) {
   return [
     el("h1", {}, "Sessions"),
     live.length === 0 ? message("No live sessions.") : table("Live sessions", ["Session", "Age", "Training runs", "Samplers"],
-      live.map((s) => [el("span", {class: "mono"}, s.session_id), fmtDuration(s.age_s), String(s.training_runs), String(s.samplers)]), {id: "sessions-table"}),
+      live.map((s) => [el("span", {class: "mono"}, s.session_id), fmtDuration(s.age_s), String(s.training_runs), String(s.samplers)]), {id: "sessions-table", class: "stack"}),
     el("h2", {}, "Samplers"),
     samplers.length === 0 ? message("No samplers have served requests yet.") : table("Samplers",
       ["Sampler", "Base model", "Requests", "Tokens sampled", "Latency p50", "Latency p95"],
       samplers.map((s) => [el("span", {class: "mono"}, s.sampler_id), s.base_model, String(s.requests), String(s.tokens_sampled),
-        fmtSeconds(s.latency_p50_s), fmtSeconds(s.latency_p95_s)]), {id: "samplers-table"}),
+        fmtSeconds(s.latency_p50_s), fmtSeconds(s.latency_p95_s)]), {id: "samplers-table", class: "stack"}),
     el("h2", {}, "Other sessions"),
     ended.length === 0 ? message("None.") : el("ul", {class: "plain mono"}, ended.map((id) => el("li", {}, id))),
   ];
