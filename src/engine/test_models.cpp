@@ -45,7 +45,7 @@ struct Dims {
 // Qwen3.5's Gated DeltaNet sizes of the tiny hybrid: HK, HV, Dk, Dv, conv kernel.
 constexpr int64_t kLinKHeads = 2, kLinVHeads = 4, kLinKDim = 4, kLinVDim = 4, kLinConv = 4;
 
-Dims dims_of(TinyFamily family) {
+Dims narrow_dims_of(TinyFamily family) {
     switch (family) {
         case TinyFamily::LLAMA:
             return {"LlamaForCausalLM", 61, 16, 24, 2, 4, 2, 4, false, false, false, false};
@@ -61,6 +61,18 @@ Dims dims_of(TinyFamily family) {
             return {"Qwen3_5MoeForCausalLM", 53, 16, 20, 2, 4, 2, 8, true, false, false, true, 4, 2, 12, true, 10};
     }
     throw std::runtime_error("unknown tiny family");
+}
+
+// wide: every product's input a multiple of 256 (the K-quants' block), for the quantised-weight tests.
+Dims dims_of(TinyFamily family, bool wide) {
+    Dims d = narrow_dims_of(family);
+    if (wide) {
+        d.hidden = d.inter = 256;
+        d.moe_inter = d.experts > 0 ? 256 : 0;
+        d.head_dim = 64;
+        d.explicit_head_dim = true;
+    }
+    return d;
 }
 
 uint16_t to_bf16_bits(float f) {
@@ -135,8 +147,8 @@ void add_experts(Add & add, const std::string & p, const Dims & d) {
 
 }  // namespace
 
-std::string tiny_config_json(TinyFamily family) {
-    const Dims d = dims_of(family);
+std::string tiny_config_json(TinyFamily family, bool wide) {
+    const Dims d = dims_of(family, wide);
     nlohmann::json c = {{"architectures", {d.architecture}},
                         {"vocab_size", d.vocab},
                         {"hidden_size", d.hidden},
@@ -178,8 +190,9 @@ std::string tiny_config_json(TinyFamily family) {
     return c.dump(2);
 }
 
-std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, model::DType dtype, uint32_t seed) {
-    const Dims d = dims_of(family);
+std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, model::DType dtype, uint32_t seed,
+                                                             bool wide) {
+    const Dims d = dims_of(family, wide);
     std::mt19937 rng(seed);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::map<std::string, model::OwnedTensor> out;

@@ -35,11 +35,14 @@ class ScopedTempDir {
 // full attention (4 heads / 2 kv heads, head_dim 8, partial_rotary_factor 0.5), tied, (1 + w) norms;
 // qwen3_5_moe (Qwen3_5MoeForCausalLM): qwen3_5's mixers, untied, both layers sparse (4 experts of F 12 in the
 // fused gate_up_proj / down_proj layout, top 2) with a shared expert of 10 and its sigmoid gate.
-std::string tiny_config_json(TinyFamily family);
+// wide: hidden, intermediate and expert sizes 256 and head_dim 64 (every product's input a whole number of
+// K-quant blocks), for the quantised-weight tests.
+std::string tiny_config_json(TinyFamily family, bool wide = false);
 
 // Every checkpoint tensor of the family's tiny model, random from a seeded std::mt19937, stored in
 // dtype (F32 or BF16; BF16 rounds to nearest even).
-std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, model::DType dtype, uint32_t seed);
+std::map<std::string, model::OwnedTensor> tiny_model_tensors(TinyFamily family, model::DType dtype, uint32_t seed,
+                                                             bool wide = false);
 
 // Writes config_json and tensors as <dir>/config.json and <dir>/model.safetensors (dir must exist).
 void write_model_dir(const std::string & dir, const std::string & config_json,
