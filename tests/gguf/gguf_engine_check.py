@@ -3,6 +3,7 @@ part (b) wrote (F32 and Q8_0, --dtype fp32), their per-token logprobs through th
 compute_logprobs against transformers' own GGUF loading of the same files, |diff| <= 1e-4 in fp32."""
 import json
 import pathlib
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -77,3 +78,4 @@ def check_engine(tinkerd, work, ids, models, load_transformers):
         finally:
             proc.terminate()
             proc.wait(timeout=60)
+    shutil.rmtree(data_dir, ignore_errors=True)  # kept (with its server.log) when a check failed
