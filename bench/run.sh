@@ -7,6 +7,10 @@
 # comparison table (bench/report.py); then the sampling benchmark of tinkerd, plain PyTorch and llama.cpp
 # on the same weights in this run, and its table (bench/sample_report.py). Raw JSON lines:
 # BUILD/bench/results.jsonl and BUILD/bench/sample_results.jsonl.
+# Opt-in parts (env vars, off by default): BENCH_MOE=1 (Qwen3-MoE, 2 layers), BENCH_QWEN35=1 (Qwen3.5, 4 layers),
+# BENCH_HEADLINE=1 (the QLoRA headline, bench/qlora_headline.py: a Qwen3-30B-A3B-shaped Q4_K_M-like GGUF, ~20 GB
+# written once into ~/.cache/tinkerd/bench/ (needs 25 GB free), llama-bench decode vs tinkerd serving it with
+# quantised base weights through the tinker SDK; BENCH_HEADLINE_ARGS adds flags, e.g. "--tiny").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -82,4 +86,19 @@ if [[ "${BENCH_QWEN35:-0}" != 0 ]]; then
     echo "bench: Qwen3.5-$Q35_CONFIG, 4 layers (bench/qwen35_bench.py)" >&2
     "$PYTHON" bench/qwen35_bench.py "$MODELS/qwen35-${Q35_CONFIG,,}-4l" --config "$Q35_CONFIG" --build "$BUILD" \
         --steps "$STEPS"
+fi
+
+# The QLoRA headline (Qwen3-30B-A3B-shaped Q4_K_M-like GGUF, random weights): llama.cpp's llama-bench decode and
+# tinkerd's load / LoRA step / decode / peak RSS with the GGUF's base weights kept quantised. Opt in with
+# BENCH_HEADLINE=1 (~20 GB file written once; BENCH_HEADLINE_ARGS="--tiny" for a 2-layer check of the pipeline).
+if [[ "${BENCH_HEADLINE:-0}" != 0 ]]; then
+    echo "bench: QLoRA headline, Qwen3-30B-A3B-shaped Q4_K_M GGUF (bench/qlora_headline.py)" >&2
+    HEADLINE_BIN=()
+    if [[ "$LLAMACPP" != 0 ]]; then
+        HEADLINE_BIN=(--llamacpp-bin "$LLAMACPP_BIN")
+    else
+        HEADLINE_BIN=(--skip-llamacpp)
+    fi
+    # shellcheck disable=SC2086 # BENCH_HEADLINE_ARGS is a list of flags
+    "$PYTHON" bench/qlora_headline.py --build "$BUILD" "${HEADLINE_BIN[@]}" ${BENCH_HEADLINE_ARGS:-}
 fi

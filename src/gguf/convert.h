@@ -1,6 +1,6 @@
 // Turning a GGUF file into an ordinary Hugging Face model directory (config.json, model.safetensors,
 // tokenizer.json, tokenizer_config.json, generation_config.json) that the rest of tinkerd loads
-// unchanged. Supported architectures: llama, qwen2, qwen3; anything else is named in the error.
+// unchanged. Supported architectures: llama, qwen2, qwen3, qwen3moe; anything else is named in the error.
 #pragma once
 
 #include <map>
@@ -39,7 +39,9 @@ bool kept_in_place(const GgufFile & file, const TensorInfo & t);
 // The weights under Hugging Face names, shapes checked against config. Quantised tensors become F32
 // (exact), or with keep_quantised their raw blocks (U8, blocks_shape) where the type is kept, and the
 // tensors kept_in_place are left out (external_manifest names them); F32, F16 and BF16 tensors keep their
-// type. Undoes llama.cpp's row permutation of the llama q/k projections. `quantised` is set when any
+// type. Undoes llama.cpp's row permutation of the llama q/k projections. qwen3moe's stacked experts, when
+// not kept in place, are split per expert ("model.layers.N.mlp.experts.E.gate_proj.weight" [out, in]), their
+// shapes checked against num_experts / moe_intermediate_size / hidden_size. `quantised` is set when any
 // weight was quantised.
 Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & file, const nlohmann::json & config,
                                                              bool & quantised, bool keep_quantised = false);

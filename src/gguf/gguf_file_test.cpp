@@ -232,5 +232,68 @@ TEST(GgufConvert, UnsupportedArchitectureTokenizerAndTensorAreNamed) {
     EXPECT_NE(tensors.error().message.find("tensor 'blk.0.mystery.weight' has no counterpart"), std::string::npos);
 }
 
+// qwen3moe: the expert fields of config.json, and each stacked expert tensor [E, out, in] split per expert.
+TEST(GgufConvert, Qwen3MoeConfigAndExpertsSplit) {
+    Builder b;
+    b.kv_str("general.architecture", "qwen3moe");
+    for (const auto & [key, value] : std::vector<std::pair<std::string, uint32_t>>{{"block_count", 1},
+                                                                                   {"embedding_length", 2},
+                                                                                   {"attention.head_count", 1},
+                                                                                   {"context_length", 8},
+                                                                                   {"expert_count", 2},
+                                                                                   {"expert_used_count", 1},
+                                                                                   {"expert_feed_forward_length", 3}}) {
+        b.kv_u32("qwen3moe." + key, value);
+    }
+    b.kv_strings("tokenizer.ggml.tokens", {"a", "b"});
+    std::vector<float> gate(12);
+    for (size_t i = 0; i < gate.size(); ++i)
+        gate[i] = static_cast<float>(i);
+    b.tensor("blk.0.ffn_gate_exps.weight", 0, {2, 3, 2}, floats(gate));  // [E=2, out=3, in=2]
+    b.tensor("blk.0.ffn_down_exps.weight", 0, {3, 2, 2}, floats(gate));  // [E=2, out=2, in=3]
+    b.tensor("blk.0.ffn_gate_inp.weight", 0, {2, 2}, floats({1, 2, 3, 4}));
+    auto bytes = b.bytes();
+    auto file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    auto config = hf_config(**file);
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_EQ((*config)["architectures"][0], "Qwen3MoeForCausalLM");
+    EXPECT_EQ((*config)["model_type"], "qwen3_moe");
+    EXPECT_EQ((*config)["num_experts"], 2);
+    EXPECT_EQ((*config)["num_experts_per_tok"], 1);
+    EXPECT_EQ((*config)["moe_intermediate_size"], 3);
+    EXPECT_EQ((*config)["intermediate_size"], 3);  // no feed_forward_length: the expert width
+    EXPECT_EQ((*config)["norm_topk_prob"], true);
+    bool quantised = false;
+    auto tensors = hf_tensors(**file, *config, quantised);
+    ASSERT_TRUE(tensors.ok()) << tensors.error().message;
+    EXPECT_EQ(tensors->size(), 5u);
+    const model::OwnedTensor & gate1 = tensors->at("model.layers.0.mlp.experts.1.gate_proj.weight");
+    EXPECT_EQ(gate1.shape, (std::vector<int64_t>{3, 2}));
+    float first = 0;
+    std::memcpy(&first, gate1.bytes.data(), 4);
+    EXPECT_EQ(first, 6.0f);  // expert 1 starts after expert 0's 3 x 2 values
+    EXPECT_EQ(tensors->at("model.layers.0.mlp.experts.0.down_proj.weight").shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_TRUE(tensors->count("model.layers.0.mlp.gate.weight"));
+
+    Builder unnormalised = b;  // an explicit expert_weights_norm = false is followed
+    unnormalised.kv_u32("qwen3moe.expert_weights_norm", 0);
+    bytes = unnormalised.bytes();
+    file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    ASSERT_TRUE(file.ok());
+    auto unnormalised_config = hf_config(**file);
+    ASSERT_TRUE(unnormalised_config.ok());
+    EXPECT_EQ((*unnormalised_config)["norm_topk_prob"], false);
+
+    Builder bad = b;  // an expert tensor whose width disagrees with expert_feed_forward_length
+    bad.tensor("blk.0.ffn_up_exps.weight", 0, {2, 4, 2}, floats(std::vector<float>(16)));
+    bytes = bad.bytes();
+    file = GgufFile::parse(bytes.data(), bytes.size(), "t.gguf");
+    ASSERT_TRUE(file.ok());
+    tensors = hf_tensors(**file, *config, quantised);
+    ASSERT_FALSE(tensors.ok());
+    EXPECT_NE(tensors.error().message.find("expected [2,3,2]"), std::string::npos) << tensors.error().message;
+}
+
 }  // namespace
 }  // namespace tinkerd::gguf

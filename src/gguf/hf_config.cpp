@@ -1,5 +1,6 @@
 // config.json from GGUF metadata: `<arch>.*` hyper-parameters mapped to the Hugging Face fields of
-// LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (see convert.h).
+// LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / Qwen3MoeForCausalLM (see convert.h), the
+// expert fields of qwen3moe included.
 #include <array>
 
 #include "gguf/convert.h"
@@ -15,10 +16,11 @@ struct ArchRow {
     const char * model_type;
 };
 
-constexpr std::array<ArchRow, 3> ARCHS = {{
+constexpr std::array<ArchRow, 4> ARCHS = {{
     {"llama", "LlamaForCausalLM", "llama"},
     {"qwen2", "Qwen2ForCausalLM", "qwen2"},
     {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
 }};
 
 // An integer hyper-parameter `<arch>.<key>`, required.
@@ -75,6 +77,38 @@ const char * dtype_of(const GgufFile & file) {
     return embd && embd->type == GgmlType::F16 ? "float16" : "float32";
 }
 
+// qwen3moe's expert fields. Every layer is sparse (llama.cpp's qwen3moe has no dense layers), and the top-k
+// routing weights are renormalised: llama.cpp's qwen3moe graph always normalises them (transformers' GGUF
+// loader sets norm_topk_prob = true for it too), while Qwen3MoeConfig's own default is false. An explicit
+// `<arch>.expert_weights_norm` is followed.
+Result<void> add_moe_fields(const GgufFile & file, const std::string & a, json & config) {
+    auto experts = arch_int(file, a, "expert_count");
+    auto used = arch_int(file, a, "expert_used_count");
+    auto width = arch_int(file, a, "expert_feed_forward_length");
+    for (const Result<int64_t> * r : {&experts, &used, &width}) {
+        TRY_STATUS(*r);
+    }
+    if (*used > *experts) {
+        return invalid_argument(file.name() + ": " + a + ".expert_used_count " + std::to_string(*used) + " exceeds " +
+                                a + ".expert_count " + std::to_string(*experts));
+    }
+    if (file.find(a + ".expert_shared_count") || file.find_tensor("blk.0.ffn_gate_shexp.weight")) {
+        return unsupported(file.name() + ": shared experts are not supported for " + a);
+    }
+    config["num_experts"] = *experts;
+    config["num_experts_per_tok"] = *used;
+    config["moe_intermediate_size"] = *width;
+    const Value * norm = file.find(a + ".expert_weights_norm");
+    config["norm_topk_prob"] = norm == nullptr || !norm->is_number() || norm->i != 0;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = json::array();
+    config["output_router_logits"] = false;
+    if (!file.find(a + ".feed_forward_length")) {  // unused by sparse layers; HF wants a value
+        config["intermediate_size"] = *width;
+    }
+    return {};
+}
+
 }  // namespace
 
 Result<json> hf_config(const GgufFile & file) {
@@ -85,12 +119,15 @@ Result<json> hf_config(const GgufFile & file) {
         row = *arch == r.gguf ? &r : row;
     }
     if (!row) {
-        return unsupported(file.name() + ": architecture '" + *arch + "' is not supported (llama, qwen2, qwen3)");
+        return unsupported(file.name() + ": architecture '" + *arch +
+                           "' is not supported (llama, qwen2, qwen3, qwen3moe)");
     }
     const std::string a = *arch;
+    const bool moe = a == "qwen3moe";
     auto hidden = arch_int(file, a, "embedding_length");
     auto layers = arch_int(file, a, "block_count");
-    auto ffn = arch_int(file, a, "feed_forward_length");
+    auto ffn =
+        moe && !file.find(a + ".feed_forward_length") ? Result<int64_t>(0) : arch_int(file, a, "feed_forward_length");
     auto heads = arch_int(file, a, "attention.head_count");
     auto context = arch_int(file, a, "context_length");
     auto vocab = vocab_size(file, a);
@@ -121,6 +158,9 @@ Result<json> hf_config(const GgufFile & file) {
         {"attention_bias", file.find_tensor("blk.0.attn_q.bias") != nullptr},
         {"torch_dtype", dtype_of(file)},
     };
+    if (moe) {
+        TRY_STATUS(add_moe_fields(file, a, config));
+    }
     for (const char * key : {"bos", "eos"}) {
         if (auto id = file.get_int(std::string("tokenizer.ggml.") + key + "_token_id"); id.ok()) {
             config[std::string(key) + "_token_id"] = *id;

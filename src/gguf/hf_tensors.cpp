@@ -1,6 +1,7 @@
 // GGUF tensors to Hugging Face tensors: names mapped (token_embd -> model.embed_tokens, blk.N.attn_q ->
 // model.layers.N.self_attn.q_proj, ...), quantised data dequantised to F32, and the rows of llama's
-// q/k projections put back in Hugging Face order (see convert.h).
+// q/k projections put back in Hugging Face order (see convert.h); qwen3moe's stacked expert tensors
+// [E, out, in] split into Hugging Face's per-expert "mlp.experts.E.{gate,up,down}_proj.weight".
 #include <array>
 #include <cstring>
 
@@ -146,6 +147,49 @@ int64_t permuted_heads(const std::string & arch, const std::string & name, const
     return 0;
 }
 
+bool is_stacked_experts(const std::string & hf_name) {
+    const size_t at = hf_name.rfind(".mlp.experts.");
+    if (at == std::string::npos)
+        return false;
+    const std::string rest = hf_name.substr(at + 13);
+    return rest == "gate_proj" || rest == "up_proj" || rest == "down_proj";
+}
+
+// The [E, out, in] shape a stacked expert tensor must have: down_proj maps the expert width back to hidden.
+std::vector<int64_t> expected_expert_shape(const std::string & hf_name, const json & config) {
+    const int64_t experts = config.value("num_experts", int64_t{0});
+    const int64_t hidden = config["hidden_size"].get<int64_t>();
+    const int64_t width = config.value("moe_intermediate_size", int64_t{0});
+    if (hf_name.size() > 9 && hf_name.compare(hf_name.size() - 9, 9, "down_proj") == 0) {
+        return {experts, hidden, width};
+    }
+    return {experts, width, hidden};
+}
+
+// Splits one stacked expert tensor "<prefix>.experts.<proj>" [E, out, in] into E tensors
+// "<prefix>.experts.<e>.<proj>.weight" [out, in] (the stacked copy is dropped on return).
+Result<void> split_experts(const std::string & hf_name, model::OwnedTensor stacked, const json & config,
+                           std::map<std::string, model::OwnedTensor> & out) {
+    const std::vector<int64_t> want = expected_expert_shape(hf_name, config);
+    if (stacked.shape != want) {
+        const auto dims = [](const std::vector<int64_t> & v) { return json(v).dump(); };
+        return invalid_argument("tensor '" + hf_name + "' has shape " + dims(stacked.shape) + ", expected " +
+                                dims(want) + " (num_experts, out, in)");
+    }
+    const size_t per_expert = stacked.bytes.size() / static_cast<size_t>(want[0]);
+    const size_t dot = hf_name.rfind('.');
+    const std::string prefix = hf_name.substr(0, dot + 1), proj = hf_name.substr(dot + 1);
+    for (int64_t e = 0; e < want[0]; ++e) {
+        model::OwnedTensor expert;
+        expert.dtype = stacked.dtype;
+        expert.shape = {want[1], want[2]};
+        const uint8_t * src = stacked.bytes.data() + static_cast<size_t>(e) * per_expert;
+        expert.bytes.assign(src, src + per_expert);
+        out.emplace(prefix + std::to_string(e) + "." + proj + ".weight", std::move(expert));
+    }
+    return {};
+}
+
 }  // namespace
 
 bool kept_in_place(const GgufFile & file, const TensorInfo & t) {
@@ -177,7 +221,11 @@ Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & fi
         if (const int64_t heads = permuted_heads(*arch, t.name, config); heads > 0) {
             TRY_STATUS(unpermute_rows(data->bytes, heads, head_dim, t.name));
         }
-        tensors.emplace(name, std::move(data).value());
+        if (is_stacked_experts(name)) {
+            TRY_STATUS(split_experts(name, std::move(data).value(), config, tensors));
+        } else {
+            tensors.emplace(name, std::move(data).value());
+        }
         if (++done % 64 == 0) {
             LOG_INF("gguf", "dequantised %zu of %zu tensors", done, file.tensors().size());
         }

@@ -4,13 +4,16 @@
 
 (a) random blocks of every supported type, written with gguf.GGUFWriter: our dequantisation must be
     bit-identical to gguf.quants.dequantize;
-(b) tiny seeded llama / qwen2 / qwen3 models, written to GGUF in F32 and Q8_0 by gguf_writer.py:
-    logits of our converted directory (loaded by transformers) vs transformers' own
-    from_pretrained(..., gguf_file=...) on the same file, |diff| <= 1e-5 in fp32;
+(b) tiny seeded llama / qwen2 / qwen3 / qwen3moe models, written to GGUF in F32 and Q8_0 by
+    gguf_writer.py: logits of our converted directory (loaded by transformers) vs transformers' own
+    from_pretrained(..., gguf_file=...) on the same file, |diff| <= 1e-5 in fp32 (qwen3moe: transformers'
+    GGUF config reader drops expert_feed_forward_length, so its moe_intermediate_size is set from the file);
 (c) SmolLM2-135M-Instruct (fetched by scripts/fetch-default-model.sh): our tokenizer.json (through the
     C++ tokenizer and through `tokenizers`) gives transformers' GGUF tokenizer's ids, and the chat
     template renders the same;
-(d) a SentencePiece-style ("llama") vocabulary: our ids == transformers' GGUF tokenizer's.
+(d) a SentencePiece-style ("llama") vocabulary: our ids == transformers' GGUF tokenizer's;
+(e) with --tinkerd: the server itself on (b)'s qwen3moe GGUFs, its logprobs through the tinker SDK vs
+    transformers' GGUF loading (gguf_engine_check.py).
 Every part must run; a missing input is a failure, never a silent pass.
 """
 import argparse
@@ -23,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import gguf  # noqa: E402
+import gguf_engine_check  # noqa: E402
 import gguf_writer  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -84,18 +88,32 @@ def logits_of(model, ids):
         return model(torch.tensor([ids])).logits[0].double().numpy()
 
 
-def check_models(tool, work, rng):
+def transformers_gguf(folder, name, arch):
+    """transformers' own loading of the GGUF file. For qwen3moe its config reader does not map
+    qwen3moe.expert_feed_forward_length (it would keep Qwen3MoeConfig's default 768), so that one field
+    is taken from the file; every weight is still transformers' reading of the GGUF."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if arch == "qwen3moe":
+        reader = gguf.GGUFReader(str(folder / name))
+        field = reader.fields["qwen3moe.expert_feed_forward_length"]
+        config.moe_intermediate_size = int(field.parts[field.data[0]][0])
+        assert config.norm_topk_prob, "transformers' GGUF qwen3moe config should renormalise the top-k weights"
+    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=torch.float32)
+
+
+def check_models(tool, work, ids):
     import torch
     from transformers import AutoModelForCausalLM
-    ids = [int(x) for x in rng.integers(3, 200, size=24)]
-    for arch in ("llama", "qwen2", "qwen3"):
+    for arch in ("llama", "qwen2", "qwen3", "qwen3moe"):
         for qtype in (Q.F32, Q.Q8_0):
             folder = work / f"{arch}-{qtype.name}"
             folder.mkdir(parents=True, exist_ok=True)
             name = "model.gguf"
             hf_model = gguf_writer.tiny_model(arch, seed=len(arch))
             gguf_writer.write_gguf(hf_model, arch, folder / name, qtype)
-            theirs = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+            theirs = transformers_gguf(folder, name, arch)
             converted = folder / "converted"
             run_tool(tool, "convert", folder / name, converted)
             ours = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
@@ -172,12 +190,20 @@ def main():
     parser.add_argument("--tool", required=True)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--skip-smollm2", action="store_true", help="leave out (c); says so loudly")
+    parser.add_argument("--tinkerd", help="the server binary for (e); without it (e) is left out, loudly")
     args = parser.parse_args()
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1234)
     check_dequant(args.tool, work, rng)
-    check_models(args.tool, work, rng)
+    ids = [int(x) for x in rng.integers(3, 200, size=24)]
+    check_models(args.tool, work, ids)
+    if args.tinkerd:
+        models = {f"tiny/qwen3moe-{q}": work / f"qwen3moe-{q}" / "model.gguf" for q in ("F32", "Q8_0")}
+        gguf_engine_check.check_engine(args.tinkerd, work, ids, models,
+                                       lambda path: transformers_gguf(path.parent, path.name, "qwen3moe"))
+    else:
+        print("WARNING: (e) tinkerd's qwen3moe logprobs NOT CHECKED (no --tinkerd)")
     check_sentencepiece(args.tool, work)
     if args.skip_smollm2:
         print("WARNING: (c) SmolLM2 tokenizer check NOT RUN (--skip-smollm2)")

@@ -1,13 +1,15 @@
-"""Tiny seeded Hugging Face models (llama, qwen2, qwen3) and our own small writer of them as GGUF
-files with gguf.GGUFWriter, in the layout llama.cpp's converter produces: GGUF tensor names, llama's
-q/k rows interleaved per head, 2-D weights in F32 or a quantised type, norms and biases in F32, and a
-small byte-level BPE vocabulary."""
+"""Tiny seeded Hugging Face models (llama, qwen2, qwen3, qwen3moe) and our own small writer of them as
+GGUF files with gguf.GGUFWriter, in the layout llama.cpp's converter produces: GGUF tensor names, llama's
+q/k rows interleaved per head, qwen3moe's experts stacked [E, out, in] per projection, 2-D and 3-D
+weights in F32 or a quantised type, norms, biases and the MoE router in F32, and a small byte-level BPE
+vocabulary."""
 import numpy as np
 import torch
 
 import gguf
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, CONTEXT = 64, 128, 2, 4, 2, 128
+EXPERTS, EXPERTS_USED, EXPERT_FFN = 8, 2, 32
 
 
 def byte_chars():
@@ -35,7 +37,7 @@ def vocabulary():
 
 def tiny_model(arch, seed):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, \
-        Qwen3ForCausalLM
+        Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
     vocab = len(vocabulary()[0])
     common = dict(vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
                   num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CONTEXT,
@@ -45,6 +47,10 @@ def tiny_model(arch, seed):
         model = LlamaForCausalLM(LlamaConfig(**common, rope_theta=10000.0, tie_word_embeddings=False))
     elif arch == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=True))
+    elif arch == "qwen3moe":  # llama.cpp's qwen3moe always renormalises the top-k routing weights
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(
+            **common, head_dim=128, rope_theta=1000000.0, tie_word_embeddings=False, num_experts=EXPERTS,
+            num_experts_per_tok=EXPERTS_USED, moe_intermediate_size=EXPERT_FFN, norm_topk_prob=True))
     else:  # head_dim 128 != hidden / heads: transformers' GGUF reader assumes Qwen3's 128
         model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=128, rope_theta=1000000.0, tie_word_embeddings=False))
     with torch.no_grad():  # weights large enough that a misplaced row shows in the logits
@@ -73,6 +79,8 @@ def gguf_name(hf_name):
         "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
         "self_attn.k_norm.weight": "attn_k_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
         "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+        "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.gate_proj": "ffn_gate_exps.weight",
+        "mlp.experts.up_proj": "ffn_up_exps.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",
     }[rest]
     return f"blk.{parts[2]}.{layer}"
 
@@ -98,6 +106,10 @@ def write_metadata(w, arch, config):
     w.add_uint32(f"{arch}.attention.value_length", head_dim)
     w.add_uint32(f"{arch}.rope.dimension_count", head_dim)
     w.add_uint32(f"{arch}.vocab_size", config.vocab_size)
+    if arch == "qwen3moe":
+        w.add_uint32(f"{arch}.expert_count", config.num_experts)
+        w.add_uint32(f"{arch}.expert_used_count", config.num_experts_per_tok)
+        w.add_uint32(f"{arch}.expert_feed_forward_length", config.moe_intermediate_size)
     tokens, types = vocabulary()
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "qwen2" if arch.startswith("qwen") else "default")
@@ -108,11 +120,24 @@ def write_metadata(w, arch, config):
     w.add_uint32("tokenizer.ggml.eos_token_id", 2)
 
 
+def split_gate_up(state):
+    """transformers' fused experts.gate_up_proj [E, 2F, H] -> GGUF's separate gate and up stacks [E, F, H]."""
+    out = {}
+    for name, t in state.items():
+        if name.endswith(".mlp.experts.gate_up_proj"):
+            base = name[: -len("gate_up_proj")]
+            gate, up = t.chunk(2, dim=1)
+            out[base + "gate_proj"], out[base + "up_proj"] = gate, up
+        else:
+            out[name] = t
+    return out
+
+
 def write_gguf(model, arch, path, qtype):
     config = model.config
     w = gguf.GGUFWriter(str(path), arch)
     write_metadata(w, arch, config)
-    state = model.state_dict()
+    state = split_gate_up(model.state_dict())
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     for name, t in state.items():
@@ -121,7 +146,7 @@ def write_gguf(model, arch, path, qtype):
             a = interleave_heads(a, config.num_attention_heads)
         elif arch == "llama" and ".k_proj." in name:
             a = interleave_heads(a, config.num_key_value_heads)
-        if a.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32:
+        if a.ndim in (2, 3) and qtype != gguf.GGMLQuantizationType.F32 and not name.endswith(".mlp.gate.weight"):
             q = gguf.quants.quantize(a, qtype)
             w.add_tensor(gguf_name(name), q, raw_shape=q.shape, raw_dtype=qtype)
         else:
