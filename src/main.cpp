@@ -28,6 +28,7 @@
 #include "http/server.h"
 #include "model/builtin_model.h"
 #include "model/hf_cache.h"
+#include "model/memory_check.h"
 #include "tokenizer/stop_strings.h"
 #include "tokenizer/tokenizer.h"
 #include "wire/forward_backward_codec.h"
@@ -184,6 +185,14 @@ bool load_engines(const Flags & flags, const Quantised & quantised, const tinker
         if (quantised.count(name) && options.dtype == tinkerd::engine::ComputeDType::AUTO) {
             // bf16 rounding is far below a 4- to 8-bit quantisation's error, and bf16 runs twice as fast
             model_options.dtype = tinkerd::engine::ComputeDType::BF16;
+        }
+        // bytes per stored weight: 2 in bf16, 4 in fp32, as stored for AUTO (quantised blocks always as stored)
+        const size_t element_bytes = model_options.dtype == tinkerd::engine::ComputeDType::BF16   ? 2
+                                     : model_options.dtype == tinkerd::engine::ComputeDType::FP32 ? 4
+                                                                                                  : 0;
+        if (auto fits = tinkerd::model::check_model_fits(name, dir, element_bytes); !fits.ok()) {
+            LOG_ERR("main", "cannot load %s: %s", name.c_str(), fits.error().message.c_str());
+            return false;
         }
         const auto started = std::chrono::steady_clock::now();
         auto engine = load_engine(name, dir, model_options);
