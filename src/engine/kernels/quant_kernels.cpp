@@ -117,6 +117,9 @@ void dequant_rows(gguf::GgmlType type, const uint8_t * w, int64_t row_bytes, int
 
 void quant_forward_rows(gguf::GgmlType type, const float * x, int64_t T, int64_t in, const uint8_t * w,
                         int64_t row_bytes, int64_t o0, int64_t o1, float * y, int64_t ldy, QuantIsa isa) {
+    if (T <= 0 || o1 <= o0) {
+        return;
+    }
     switch (effective_isa(isa)) {
         case QuantIsa::avx512:
             return quant_forward_rows_avx512(type, x, T, in, w, row_bytes, o0, o1, y, ldy);
