@@ -3,6 +3,7 @@
 // bf16-input paths (kernels / BLAS below and from 64 rows; brgemm from 64 rows), torch's bf16 matmul and
 // torch's fp32 matmul on a pre-converted weight; ms, GB/s of bf16 weight read, GFLOP/s.
 // Weights cycle through copies larger than the LLC, so small-T numbers are from memory, as in decoding.
+// --quant: instead, quant_forward_rows at T = 1 on GGUF-quantised weights (GB/s of quantised bytes read).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <ATen/Parallel.h>
 
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_kernels.h"
 #include "foreign_cpu.h"
 #include "read_bandwidth.h"
 
@@ -128,6 +130,53 @@ void bench_shape(const Shape & s, const std::vector<int64_t> & rows, double band
     }
 }
 
+// quant_forward_rows at T = 1 (the decode step) on random Q4_K / Q6_K / Q8_0 / Q4_1 weights, 1 and `threads`
+// threads splitting the output rows; weight copies cycle as above. GB/s of quantised weight bytes read.
+void bench_quant(int threads) {
+    namespace d = tinkerd::engine::kernels::detail;
+    using tinkerd::gguf::GgmlType;
+    std::printf(
+        "quant_forward_rows, T = 1, isa %d (0 scalar, 1 avx2, 2 avx512); read bandwidth %.2f GB/s (1 thread), "
+        "%.2f GB/s (%d threads)\n",
+        static_cast<int>(d::quant_cpu_isa()), tinkerd::bench::ReadBandwidth(size_t{1} << 30, 1).measure(3),
+        tinkerd::bench::ReadBandwidth(size_t{1} << 30, threads).measure(3), threads);
+    std::printf("%-5s %11s %7s %9s %8s\n", "type", "shape", "threads", "ms", "GB/s");
+    const std::pair<GgmlType, int64_t> types[] = {
+        {GgmlType::Q4_K, 144}, {GgmlType::Q6_K, 210}, {GgmlType::Q8_0, 34}, {GgmlType::Q4_1, 20}};
+    for (const auto & [type, bb] : types) {
+        const int64_t blk = bb == 144 || bb == 210 ? 256 : 32;
+        for (const int64_t out : {2048, 4096}) {
+            const int64_t in = 2048, row_bytes = in / blk * bb, bytes = out * row_bytes;
+            const auto copies = static_cast<size_t>(std::max(1.0, kCopyBytes / static_cast<double>(bytes)));
+            // random bytes as weights, each block's leading f16 fields set to 0x2E66 (~0.1; Q6_K: its ql bytes)
+            std::vector<uint8_t> w(copies * static_cast<size_t>(bytes));
+            for (size_t i = 0; i < w.size(); ++i) {
+                w[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+            }
+            for (size_t b = 0; b + 4 <= w.size(); b += static_cast<size_t>(bb)) {
+                w[b] = w[b + 2] = 0x66, w[b + 1] = w[b + 3] = 0x2E;
+            }
+            const torch::Tensor x = torch::randn({in}), y = torch::empty({out});
+            for (const int n : {1, threads}) {
+                at::set_num_threads(n);
+                const Op op = [&](const torch::Tensor &, size_t c) {
+                    at::parallel_for(0, out, 16, [&](int64_t o0, int64_t o1) {
+                        d::quant_forward_rows(type, x.data_ptr<float>(), 1, in, w.data() + c * bytes, row_bytes, o0, o1,
+                                              y.data_ptr<float>(), out, d::quant_cpu_isa());
+                    });
+                    return y;
+                };
+                const double s = time_op(op, x, copies);
+                std::printf("%-5s %5lldx%-5lld %7d %9.3f %8.2f\n",
+                            tinkerd::gguf::ggml_type_name(static_cast<uint32_t>(type)).c_str(),
+                            static_cast<long long>(out), static_cast<long long>(in), n, s * 1e3,
+                            static_cast<double>(bytes) / s / 1e9);
+            }
+        }
+    }
+    at::set_num_threads(threads);
+}
+
 std::vector<int64_t> parse_rows(const char * text) {
     std::vector<int64_t> rows;
     for (std::string item, s = text;; s = s.substr(s.find(',') + 1)) {
@@ -140,23 +189,30 @@ std::vector<int64_t> parse_rows(const char * text) {
 
 }  // namespace
 
-// kernel_bench [--rows 1,8,32,64,128,512] [--shape NAME] [--threads N]
+// kernel_bench [--rows 1,8,32,64,128,512] [--shape NAME] [--threads N] [--quant]
 int main(int argc, char ** argv) {
     std::vector<int64_t> rows = {1, 8, 32, 64, 128, 512};
     std::string only;
+    bool quant = false;
     int threads = static_cast<int>(std::thread::hardware_concurrency());
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; ++i) {
         const std::string key = argv[i];
-        if (key == "--rows") {
-            rows = parse_rows(argv[i + 1]);
-        } else if (key == "--shape") {
-            only = argv[i + 1];
-        } else if (key == "--threads") {
-            threads = std::stoi(argv[i + 1]);
+        if (key == "--quant") {
+            quant = true;
+        } else if (i + 1 < argc && key == "--rows") {
+            rows = parse_rows(argv[++i]);
+        } else if (i + 1 < argc && key == "--shape") {
+            only = argv[++i];
+        } else if (i + 1 < argc && key == "--threads") {
+            threads = std::stoi(argv[++i]);
         }
     }
     at::set_num_threads(threads);
     torch::NoGradGuard no_grad;
+    if (quant) {
+        bench_quant(threads);
+        return 0;
+    }
     const double bandwidth = tinkerd::bench::ReadBandwidth(size_t{1} << 30, threads).measure(3);
     std::printf("threads %d, kernel isa %d (0 generic, 1 avx2, 2 avx512), read bandwidth %.2f GB/s\n", threads,
                 static_cast<int>(k::kernel_isa()), bandwidth);

@@ -45,6 +45,29 @@ void block_q4_1(const uint8_t * b, float * y) {
     }
 }
 
+// Q5_0 (22 bytes: d, 4 bytes qh, 16 bytes nibbles) and Q5_1 (24 bytes: d, m, qh, nibbles): element j
+// takes its low 4 bits as in Q4_0 and its fifth bit from bit j of qh (a little-endian uint32).
+// Q5_0: y = d * (q - 16); Q5_1: y = d * q + m.
+int q5_value(const uint8_t * qh, const uint8_t * qs, int j) {
+    const int lo = j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4);
+    return lo | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+}
+
+void block_q5_0(const uint8_t * b, float * y) {
+    const float d = load_half(b);
+    for (int j = 0; j < 32; ++j) {
+        y[j] = d * static_cast<float>(q5_value(b + 2, b + 6, j) - 16);
+    }
+}
+
+void block_q5_1(const uint8_t * b, float * y) {
+    const float d = load_half(b);
+    const float m = load_half(b + 2);
+    for (int j = 0; j < 32; ++j) {
+        y[j] = d * static_cast<float>(q5_value(b + 4, b + 8, j)) + m;
+    }
+}
+
 // The 6-bit scale and min of sub-block j (0..7) packed in the K-quants' 12 scale bytes: bytes 0..3
 // hold scales 0..3 (low 6 bits), bytes 4..7 mins 0..3; sub-blocks 4..7 take their low 4 bits from
 // bytes 8..11 and their high 2 bits from the top bits of bytes 0..7.
@@ -115,6 +138,10 @@ BlockFn block_decoder(GgmlType type) {
             return block_q4_0;
         case GgmlType::Q4_1:
             return block_q4_1;
+        case GgmlType::Q5_0:
+            return block_q5_0;
+        case GgmlType::Q5_1:
+            return block_q5_1;
         case GgmlType::Q4_K:
             return block_q4_k;
         case GgmlType::Q5_K:
@@ -167,8 +194,9 @@ Result<void> dequantize(GgmlType type, const uint8_t * data, size_t n_bytes, int
     const auto raw = static_cast<uint32_t>(type);
     BlockLayout layout;
     if (!can_dequantize(type) || !ggml_block_layout(raw, layout)) {
-        return unsupported("tensor type " + ggml_type_name(raw) +
-                           " is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
+        return unsupported(
+            "tensor type " + ggml_type_name(raw) +
+            " is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
     }
     if (n_elements < 0 || n_elements % layout.elements != 0) {
         return invalid_argument(std::to_string(n_elements) + " elements are not whole " + ggml_type_name(raw) +

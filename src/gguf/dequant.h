@@ -1,5 +1,5 @@
-// Dequantisation of ggml tensor data to float32: F32, F16, BF16, Q8_0, Q4_0, Q4_1 and the K-quants
-// Q4_K, Q5_K, Q6_K. Results are bit-identical to the gguf Python package's numpy dequantisers
+// Dequantisation of ggml tensor data to float32: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the
+// K-quants Q4_K, Q5_K, Q6_K. Results are bit-identical to the gguf Python package's numpy dequantisers
 // (the same float32 operations in the same order; this target is built with -ffp-contract=off).
 #pragma once
 

@@ -65,6 +65,29 @@ TEST(Dequant, Q4_0AndQ4_1) {
     EXPECT_EQ(y[0], 1.0f);
 }
 
+TEST(Dequant, Q5_0AndQ5_1) {
+    std::vector<uint8_t> b(22);
+    put_half(b, 0, HALF_TWO);
+    b[2] = 0x01;       // qh bit 0: element 0 gets its fifth bit
+    b[5] = 0x80;       // qh bit 31: element 31 too
+    b[6] = 0x3F;       // element 0: 0xF | 16 = 31 -> 15; element 16: 3 -> -13
+    b[6 + 15] = 0xA0;  // element 31: 10 | 16 = 26 -> 10
+    auto y = run(GgmlType::Q5_0, b, 32);
+    EXPECT_EQ(y[0], 30.0f);
+    EXPECT_EQ(y[16], -26.0f);
+    EXPECT_EQ(y[31], 20.0f);
+    EXPECT_EQ(y[1], -32.0f);
+
+    std::vector<uint8_t> c(24);
+    put_half(c, 0, HALF_HALF);  // d
+    put_half(c, 2, HALF_ONE);   // m
+    c[4 + 2] = 0x04;            // qh bit 18: element 18
+    c[8 + 2] = 0x70;            // element 18: 7 | 16 = 23; element 2: 0
+    y = run(GgmlType::Q5_1, c, 32);
+    EXPECT_EQ(y[18], 0.5f * 23 + 1.0f);
+    EXPECT_EQ(y[2], 1.0f);
+}
+
 // K-quant scale bytes giving sub-block j scale j + 1 and min j (high bits exercised for j >= 4).
 void put_k_scales(std::vector<uint8_t> & b, size_t at) {
     for (int j = 0; j < 8; ++j) {

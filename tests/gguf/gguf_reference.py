@@ -45,9 +45,9 @@ def random_blocks(qtype, n_blocks, rng):
     block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
     halves = rng.normal(0, 0.05, size=(n_blocks, 2)).astype(np.float16).view(np.uint8)
-    if qtype in (Q.Q8_0, Q.Q4_0):
+    if qtype in (Q.Q8_0, Q.Q4_0, Q.Q5_0):
         raw[:, 0:2] = halves[:, 0:2]
-    elif qtype in (Q.Q4_1, Q.Q4_K, Q.Q5_K):
+    elif qtype in (Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K):
         raw[:, 0:4] = halves
     elif qtype == Q.Q6_K:
         raw[:, 208:210] = halves[:, 0:2]
@@ -58,7 +58,7 @@ def random_blocks(qtype, n_blocks, rng):
 
 
 def check_dequant(tool, work, rng):
-    types = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+    types = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
     path = work / "blocks.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     expected = {}
