@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quant_matmul.h"
+#include "engine/layer_checkpoint.h"
 
 namespace tinkerd::engine {
 namespace {
@@ -140,13 +141,52 @@ torch::Tensor Transformer::layer_forward(int64_t layer, const torch::Tensor & x,
     return layer_output(layer, x, family_->token_mixer(w, config_, h, ctx, layer), batch.segments);
 }
 
+namespace {
+
+// The trainable tensors the segments' adapters use in one layer (each targeted projection's A and B).
+std::vector<torch::Tensor> layer_params(const std::vector<RowSegment> & segments, int64_t layer) {
+    std::vector<torch::Tensor> params;
+    std::vector<const Adapter *> seen;
+    for (const RowSegment & s : segments) {
+        if (s.adapter == nullptr || std::find(seen.begin(), seen.end(), s.adapter) != seen.end()) {
+            continue;
+        }
+        seen.push_back(s.adapter);
+        for (int index : s.adapter->layer_index[layer]) {
+            if (index >= 0) {
+                params.push_back(s.adapter->params[index]);
+                params.push_back(s.adapter->params[index + 1]);
+            }
+        }
+    }
+    return params;
+}
+
+}  // namespace
+
+int64_t Transformer::activation_bytes_per_token() const {
+    const model::ModelConfig & c = config_;
+    const int64_t mlp = c.n_experts > 0 ? c.n_experts_per_token * (c.hidden_size + 4 * c.moe_intermediate_size)
+                                        : 4 * c.intermediate_size;
+    return 4 * c.n_layers * (12 * c.hidden_size + 3 * c.n_heads * c.head_dim + mlp);  // fp32, a rough upper bound
+}
+
 torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
     torch::Tensor x = embed_tokens(batch.tokens);  // [T, C]
     const auto & lengths = batch.layout.lengths;   // positions restart at 0 in each sequence
     const int64_t max_position = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end()) - 1;
     auto [cos, sin] = rope_.lookup(batch.positions, max_position);  // [T, 1, D]
+    const bool training = torch::GradMode::is_enabled() && !layer_params(batch.segments, 0).empty();
+    const bool checkpoint = training && should_checkpoint(batch.tokens.size(0), activation_bytes_per_token());
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-        x = layer_forward(layer, x, batch, cos, sin);
+        if (!checkpoint) {
+            x = layer_forward(layer, x, batch, cos, sin);
+            continue;
+        }
+        auto run = [this, layer, batch, cos, sin](const torch::Tensor & in) {
+            return layer_forward(layer, in, batch, cos, sin);  // [T, C]
+        };
+        x = checkpointed(run, x, layer_params(batch.segments, layer));
     }
     return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
 }

@@ -70,6 +70,9 @@ class Transformer {
     Result<void> load_weights(const std::shared_ptr<model::SafetensorsFile> & file);
     torch::Tensor layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
                                 const torch::Tensor & cos, const torch::Tensor & sin) const;
+    // A rough upper bound of the activation bytes a training forward keeps per token (every layer), to decide
+    // activation checkpointing (layer_checkpoint.h).
+    int64_t activation_bytes_per_token() const;
     // The embedding rows of tokens [T] in the activation dtype: [T, C] (dequantised when the table is quantised).
     torch::Tensor embed_tokens(const torch::Tensor & tokens) const;
     // The residual stream after adding the token mixer's output mixed [T, C], then the MLP.
