@@ -88,13 +88,14 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, cons
 }
 
 std::string EngineImpl::compute_dtype_name() const {
+    const std::string quantised = transformer_->quantised_types();
     switch (transformer_->compute_dtype()) {
         case torch::kBFloat16:
-            return "bf16";
+            return quantised.empty() ? "bf16" : quantised + " blocks + bf16";
         case torch::kFloat64:
             return "fp64";
         default:
-            return "fp32";
+            return quantised.empty() ? "fp32" : quantised + " blocks + fp32";
     }
 }
 
@@ -271,12 +272,10 @@ Result<void> EngineImpl::import_adapter(AdapterId id, const std::map<std::string
     for (auto & [dst, value] : updates) {
         dst->copy_(value);
     }
-    for (size_t i = 0; i < a.params.size(); ++i) {
-        a.grads[i].zero_();
-        if (!with_optimizer) {  // weights only: the optimizer starts afresh
-            a.exp_avg[i].zero_();
-            a.exp_avg_sq[i].zero_();
-        }
+    zero_releasing(a.flat_grads);  // every gradient and moment is a view of these flat buffers
+    if (!with_optimizer) {         // weights only: the optimizer starts afresh
+        zero_releasing(a.flat_exp_avg);
+        zero_releasing(a.flat_exp_avg_sq);
     }
     a.step = step;
     return {};

@@ -2,9 +2,13 @@
 #include "engine/lora.h"
 
 #include <cmath>
+#include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "engine/host_access.h"
 #include "engine/kernels/matmul.h"
 #include "engine/lora_rows.h"
 
@@ -64,6 +68,25 @@ static void add_pair(Adapter & a, const model::LoraPair & pair, int64_t offset, 
     }
 }
 
+void zero_releasing(torch::Tensor & flat) {
+    if (!flat.device().is_cpu() || flat.nbytes() < 2 * static_cast<size_t>(::sysconf(_SC_PAGESIZE))) {
+        flat.zero_();
+        return;
+    }
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    auto * begin = static_cast<uint8_t *>(host_bytes(flat, "zero_releasing"));
+    uint8_t * end = begin + flat.nbytes();
+    auto * first = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page);
+    auto * last = reinterpret_cast<uint8_t *>(reinterpret_cast<uintptr_t>(end) / page * page);
+    // Whole pages of a private anonymous buffer (torch's CPU allocations) read as zeros after MADV_DONTNEED.
+    if (::madvise(first, static_cast<size_t>(last - first), MADV_DONTNEED) != 0) {
+        flat.zero_();
+        return;
+    }
+    std::memset(begin, 0, static_cast<size_t>(first - begin));
+    std::memset(last, 0, static_cast<size_t>(end - last));
+}
+
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
                      torch::Device device, uint64_t seed) {
     Adapter a;
@@ -76,7 +99,8 @@ Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConf
     const int64_t total = model::lora_parameter_count(config, selection, spec.rank);  // [N] parameters in all
     auto options = torch::TensorOptions().dtype(dtype).device(device);
     for (torch::Tensor * flat : {&a.flat_params, &a.flat_grads, &a.flat_exp_avg, &a.flat_exp_avg_sq}) {
-        *flat = torch::zeros({total}, options);  // [N]
+        *flat = torch::empty({total}, options);  // [N]
+        zero_releasing(*flat);  // a sampler's adapter never writes its gradients or moments: they take no memory
     }
     auto gen = at::detail::createCPUGenerator(seed);
     for (size_t i = 0; i < pairs.size(); ++i) {

@@ -43,6 +43,10 @@ struct Adapter {
     const torch::Tensor * lora_b(int64_t layer, LoraTarget target) const;
 };
 
+// Zeroes a flat buffer; on the CPU its whole pages are handed back to the kernel (MADV_DONTNEED: they read as
+// zeros and take no memory until written again), so untouched gradients and moments cost nothing resident.
+void zero_releasing(torch::Tensor & flat);
+
 // Builds an adapter: A kaiming-uniform (bound 1/sqrt(in), as PEFT), B zero, moments zero; every
 // per-parameter tensor a view into its flat buffer.
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,

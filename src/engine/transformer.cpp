@@ -2,6 +2,7 @@
 #include "engine/transformer.h"
 
 #include <algorithm>
+#include <set>
 
 #include "common/log.h"
 #include "engine/kernels/matmul.h"
@@ -117,6 +118,28 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         lm_head_exact_ = weights_.lm_head.to(act_);  // GPUs round base products to bf16; logits stay exact
     }
     return {};
+}
+
+std::string Transformer::quantised_types() const {
+    std::set<std::string> names;
+    const auto note = [&](const torch::Tensor & t) {
+        if (kernels::is_quantised(t)) {
+            names.insert(gguf::ggml_type_name(static_cast<uint32_t>(kernels::quantised_type(t))));
+        }
+    };
+    note(weights_.embed);
+    note(weights_.lm_head);
+    for (const LayerWeights & w : weights_.layers) {
+        for (const torch::Tensor * t : {&w.w_qkv, &w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate_up, &w.w_gate, &w.w_up,
+                                        &w.w_down, &w.experts_gate, &w.experts_up, &w.experts_down}) {
+            note(*t);
+        }
+    }
+    std::string out;
+    for (const std::string & name : names) {
+        out += (out.empty() ? "" : "/") + name;
+    }
+    return out;
 }
 
 torch::Tensor Transformer::embed_tokens(const torch::Tensor & tokens) const {

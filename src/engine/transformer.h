@@ -48,6 +48,8 @@ class Transformer {
     torch::ScalarType act_dtype() const { return act_; }
     torch::Device device() const { return device_; }
 
+    // The GGUF block types of the weights kept quantised ("Q4_K/Q6_K"), "" when none.
+    std::string quantised_types() const;
     // Final-norm hidden states [T, C] in the act dtype.
     torch::Tensor hidden_states(const PackedBatch & batch);
     // Incremental forward without autograd: runs the new rows against each sequence's cache (the attention
