@@ -164,8 +164,16 @@ def sdk_run(port, vocab):
     import tinker
     from tinker import types
     svc = tinker.ServiceClient(base_url=f"http://127.0.0.1:{port}", api_key="tml-headline")
-    tc = resolved(svc.create_lora_training_client(base_model=MODEL_NAME, rank=LORA_RANK, seed=0))
     rng = np.random.default_rng(0)
+    base = resolved(svc.create_sampling_client(base_model=MODEL_NAME))  # decode on the base alone, as llama.cpp
+    base_prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, vocab, size=16)])
+    start = time.monotonic()
+    base_out = base.sample(prompt=base_prompt, num_samples=1,
+                           sampling_params=types.SamplingParams(max_tokens=GEN, temperature=1.0)).result(
+        timeout=STEP_TIMEOUT_S)
+    base_s = time.monotonic() - start
+    base_n = len(base_out.sequences[0].tokens)
+    tc = resolved(svc.create_lora_training_client(base_model=MODEL_NAME, rank=LORA_RANK, seed=0))
     batch = []
     for _ in range(BATCH):
         seq = rng.integers(0, vocab, size=SEQ + 1)
@@ -186,7 +194,7 @@ def sdk_run(port, vocab):
         timeout=STEP_TIMEOUT_S)
     sample_s = time.monotonic() - start
     n = len(out.sequences[0].tokens)
-    return {"step_s": step_s, "loss_per_token": loss / (BATCH * SEQ) if loss is not None else float("nan"),
+    return {"base_decode_tok_s": base_n / base_s if base_s > 0 else float("nan"), "step_s": step_s, "loss_per_token": loss / (BATCH * SEQ) if loss is not None else float("nan"),
             "sample_s": sample_s, "tokens": n, "decode_tok_s": n / sample_s if sample_s > 0 else float("nan")}
 
 
@@ -223,7 +231,9 @@ def table(model, shape, file_size, llama, tink, peak, quant_flags):
             ("load (start to healthy)", "-", fmt(tink.get("load_s"), ".1f", " s")),
             (f"LoRA r{LORA_RANK} step, {BATCH} x {SEQ} tokens (fwd+bwd+optim)", "-",
              fmt(tink.get("step_s"), ".1f", " s")),
-            (f"decode, {GEN} tokens, batch 1", fmt(llama.get("tok_s"), ".2f", " tok/s"),
+            (f"decode, {GEN} tokens, batch 1, base model", fmt(llama.get("tok_s"), ".2f", " tok/s"),
+             fmt(tink.get("base_decode_tok_s"), ".2f", " tok/s")),
+            (f"decode, {GEN} tokens, batch 1, the trained adapter (16-token prompt included)", "-",
              fmt(tink.get("decode_tok_s"), ".2f", " tok/s")),
             ("peak RSS", "-", fmt(peak / gib if peak else None, ".2f", " GiB"))]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "api/tinker_routes.h"
+#include "common/heap_release.h"
 #include "common/log.h"
 
 namespace tinkerd::api {
@@ -73,6 +74,7 @@ void TinkerRoutes::store_checkpoint(const RunState & run, const CheckpointSave &
         fail_future(request_id, stored.error());
         return;
     }
+    release_free_heap();  // the serialised copies of a large adapter were just freed
     LOG_INF("api", "checkpoint %s written (%.1f MiB, %.1f ms)", path.str().c_str(), *size / 1048576.0,
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
     futures_->complete(request_id, json{{"path", path.str()}, {"type", save.result_type}}.dump());

@@ -78,7 +78,7 @@ Result<double> dimuon_step(Adapter & a, const AdamParams & p, torch::Tensor & sc
             "Dimuon momentum non-finite; the adapter, its momentum and its gradient are unchanged");
     }
     a.step += 1;
-    a.flat_grads.zero_();
+    zero_releasing(a.flat_grads);  // its pages go back until the next forward_backward writes them
     return grad->norm;
 }
 

@@ -206,7 +206,7 @@ Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scr
             "or Adam moments non-finite; the adapter, its moments and its gradient are unchanged");
     }
     a.step += 1;
-    a.flat_grads.zero_();
+    zero_releasing(a.flat_grads);  // its pages go back until the next forward_backward writes them
     return norm;
 }
 

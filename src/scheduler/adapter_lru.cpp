@@ -2,6 +2,8 @@
 // bookkeeping, and trimming from the least recently used end past the adapters in use.
 #include "scheduler/adapter_lru.h"
 
+#include "common/heap_release.h"
+
 namespace tinkerd::scheduler {
 
 Result<engine::AdapterId> AdapterLru::acquire(engine::Engine & engine, const std::string & key,
@@ -30,6 +32,8 @@ Result<engine::AdapterId> AdapterLru::acquire(engine::Engine & engine, const std
         return imported.error();
     }
     entries_.emplace_front(key, *adapter);
+    weights->second.clear();  // the file's copy of the weights (the import's copies are already freed)
+    release_free_heap();
     return *adapter;
 }
 
