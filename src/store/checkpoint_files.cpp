@@ -164,6 +164,9 @@ Result<void> read_tensors(const fs::path & path, Tensors & out) {
     for (const std::string & name : file.value()->names()) {
         Result<model::TensorView> view = file.value()->get(name);
         TRY_STATUS(view);
+        if (view->dtype == model::DType::U8) {  // quantised base blocks only; never an adapter's
+            return invalid_argument(path.string() + ": tensor '" + name + "' has dtype U8, which no adapter holds");
+        }
         model::OwnedTensor tensor;
         tensor.dtype = view->dtype;
         tensor.shape = view->shape;

@@ -48,7 +48,7 @@ float * scratch(int64_t rows, int64_t cols) {
 }
 
 torch::Tensor scratch_tensor(float * data, int64_t rows, int64_t cols) {
-    return torch::from_blob(data, {rows, cols}, torch::kFloat);
+    return host_wrap(data, {rows, cols}, torch::kFloat);
 }
 
 int64_t block_rows(int64_t cols) {
