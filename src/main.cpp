@@ -60,8 +60,8 @@ std::optional<Quantised> resolve_model_dirs(Flags & flags) {
     }
     for (auto & [name, dir] : flags.models) {
         if (!dir.empty() && tinkerd::gguf::looks_like_gguf(dir)) {
-            tinkerd::gguf::BaseQuant mode = tinkerd::gguf::BaseQuant::AUTO;
-            tinkerd::gguf::parse_base_quant(flags.base_quant, mode);  // the command line admitted only its words
+            tinkerd::gguf::BaseQuant mode = tinkerd::gguf::BaseQuant::DEQUANT;  // q8_0: dequantised, then requantised
+            tinkerd::gguf::parse_base_quant(flags.base_quant, mode);
             auto converted = tinkerd::gguf::ensure_converted(dir, flags.data_dir + "/models", mode);
             if (!converted.ok()) {
                 LOG_ERR("main", "cannot load %s from %s: %s", name.c_str(), dir.c_str(),
@@ -394,6 +394,7 @@ tinkerd::engine::EngineOptions engine_options(const Flags & flags) {
     o.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
     o.device_slot = tinkerd::dist::local_process_slot(flags.dist, flags.replicas);
     o.dtype = compute_dtype(flags.dtype);
+    o.quantise_q8_0 = flags.base_quant == "q8_0";
     return o;
 }
 

@@ -32,6 +32,8 @@ struct EngineOptions {
     // This process's place among those of one machine (--dp ranks, then sampling replicas): with "cuda"
     // (no index) process s takes GPU s modulo the GPUs there are, so each process has its own device.
     int device_slot = 0;
+    // --base-quant q8_0: every base matrix quantised to Q8_0 blocks at load (CPU; kernels/quant_matmul.h).
+    bool quantise_q8_0 = false;
 };
 
 // A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;

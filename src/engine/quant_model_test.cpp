@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "engine/kernels/quant_matmul.h"
 #include "gguf/dequant.h"
 #include "sample_test_helpers.h"
 #include "test_models.h"
@@ -138,8 +139,11 @@ void write_pair(TinyFamily family, const std::vector<GgmlType> & types, const st
     write_model_dir(fdir, tiny_config_json(family, true), dequantised);
 }
 
-std::unique_ptr<Engine> load(const std::string & dir) {
-    auto loaded = Engine::load(dir, {engine::ComputeDType::AUTO, 2});
+std::unique_ptr<Engine> load(const std::string & dir, bool quantise_q8_0 = false) {
+    engine::EngineOptions options;
+    options.n_threads = 2;
+    options.quantise_q8_0 = quantise_q8_0;
+    auto loaded = Engine::load(dir, options);
     EXPECT_TRUE(loaded.ok()) << loaded.error().message;
     return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
@@ -205,6 +209,9 @@ struct Case {
     std::string name;
 };
 
+// Logprobs, LoRA gradients and greedy samples of q and f agree (the bounds below).
+void expect_same_model(Engine & q, Engine & f, const std::string & name);
+
 class QuantisedModel : public ::testing::TestWithParam<Case> {};
 
 // Bounds: both models multiply the same fp32 weight values in fp32; only the summation order differs (blocked
@@ -218,23 +225,51 @@ TEST_P(QuantisedModel, AgreesWithTheDequantisedWeights) {
     write_pair(c.family, c.types, qdir.path(), fdir.path());
     auto q = load(qdir.path()), f = load(fdir.path());
     ASSERT_TRUE(q && f);
+    expect_same_model(*q, *f, c.name);
+}
+
+void expect_same_model(Engine & q, Engine & f, const std::string & name) {
     for (const auto & lengths : std::vector<std::vector<int64_t>>{{9, 5}, {40, 33}}) {  // fused and blocked paths
-        const StepResult a = train_step(*q, lengths), b = train_step(*f, lengths);
-        EXPECT_LE(max_abs_diff(a.logprobs, b.logprobs), 1e-4) << c.name;
+        const StepResult a = train_step(q, lengths), b = train_step(f, lengths);
+        EXPECT_LE(max_abs_diff(a.logprobs, b.logprobs), 1e-4) << name;
         double scale = 0;
         const double g = max_abs_diff(a.grads, b.grads, &scale);
         EXPECT_GT(scale, 0.0);
-        EXPECT_LE(g, 1e-4 * scale) << c.name << " gradient scale " << scale;
+        EXPECT_LE(g, 1e-4 * scale) << name << " gradient scale " << scale;
     }
-    const auto prompt = random_tokens(20, 3, q->config().vocab_size);
-    const auto sq = sample_one(*q, sample_request(engine::BASE_MODEL, prompt, 8, 0.0, 1));
-    const auto sf = sample_one(*f, sample_request(engine::BASE_MODEL, prompt, 8, 0.0, 1));
+    const auto prompt = random_tokens(20, 3, q.config().vocab_size);
+    const auto sq = sample_one(q, sample_request(engine::BASE_MODEL, prompt, 8, 0.0, 1));
+    const auto sf = sample_one(f, sample_request(engine::BASE_MODEL, prompt, 8, 0.0, 1));
     ASSERT_EQ(sq.sequences.size(), 1u);
     ASSERT_EQ(sf.sequences.size(), 1u);
-    EXPECT_EQ(sq.sequences[0].tokens, sf.sequences[0].tokens) << c.name;
+    EXPECT_EQ(sq.sequences[0].tokens, sf.sequences[0].tokens) << name;
     std::vector<double> lq(sq.sequences[0].logprobs.begin(), sq.sequences[0].logprobs.end());
     std::vector<double> lf(sf.sequences[0].logprobs.begin(), sf.sequences[0].logprobs.end());
-    EXPECT_LE(max_abs_diff(lq, lf), 1e-4) << c.name;
+    EXPECT_LE(max_abs_diff(lq, lf), 1e-4) << name;
+}
+
+// --base-quant q8_0 on an F32 safetensors model: it computes what the model with the Q8_0-rounded weights does,
+// and rounding moves each weight by at most half its block's step plus the fp16 rounding of the step over up to
+// 127 steps: d·(1/2 + 127·2^-11) <= 0.563·max|x| / 127.
+TEST(QuantiseAtLoad, Q8_0ModelEqualsItsRoundedWeights) {
+    ScopedTempDir src("q8_src"), ref("q8_ref");
+    auto tensors = tiny_model_tensors(TinyFamily::QWEN3_MOE, model::DType::F32, 11, true);
+    write_model_dir(src.path(), tiny_config_json(TinyFamily::QWEN3_MOE, true), tensors);
+    for (auto & [name, t] : tensors) {
+        if (!is_matrix(name, t)) {
+            continue;
+        }
+        const torch::Tensor w = torch::from_blob(t.bytes.data(), t.shape, torch::kFloat).clone();  // [out, in]
+        const torch::Tensor rounded = engine::kernels::dequantise(engine::kernels::quantise_q8_0(w));
+        const double bound = w.abs().max().item<double>() / 127.0 * 0.563;
+        EXPECT_LE((rounded - w).abs().max().item<double>(), bound) << name;
+        std::memcpy(t.bytes.data(), rounded.data_ptr<float>(), t.bytes.size());
+    }
+    write_model_dir(ref.path(), tiny_config_json(TinyFamily::QWEN3_MOE, true), tensors);
+    auto q = load(src.path(), true), f = load(ref.path());
+    ASSERT_TRUE(q && f);
+    EXPECT_NE(q->compute_dtype_name().find("Q8_0"), std::string::npos) << q->compute_dtype_name();
+    expect_same_model(*q, *f, "qwen3moe q8_0 at load");
 }
 
 std::vector<Case> cases() {

@@ -43,8 +43,8 @@ Transformer::Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamil
       cache_shape_(std::make_shared<const CacheShape>(cache_shape_of(config_, act, device))) {}
 
 Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model_dir,
-                                                       std::optional<torch::ScalarType> requested,
-                                                       torch::Device device) {
+                                                       std::optional<torch::ScalarType> requested, torch::Device device,
+                                                       bool quantise_q8_0) {
     auto config = model::load_model_config(model_dir);
     if (!config.ok()) {
         return config.error();
@@ -69,14 +69,18 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model
         requested ? *requested : (embed->dtype == model::DType::BF16 ? torch::kBFloat16 : torch::kFloat32);
     const torch::ScalarType act = compute == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
     std::unique_ptr<Transformer> t(new Transformer(*config, std::move(family), compute, act, device));
-    TRY_STATUS(t->load_weights(*file));
+    if (quantise_q8_0 && !device.is_cpu()) {
+        return unsupported("--base-quant q8_0 runs on the CPU only, not on " + device.str());
+    }
+    TRY_STATUS(t->load_weights(*file, quantise_q8_0));
     return t;
 }
 
-Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsFile> & file) {
+Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsFile> & file, bool quantise_q8_0) {
     file_ = file;
     WeightLoader loader(file, compute_, act_, device_);
     loader.choose_model_prefix();
+    loader.quantise_to_q8_0(quantise_q8_0);
     const auto & c = config_;
     auto embed = loader.matrix("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
     if (!embed.ok()) {

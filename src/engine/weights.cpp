@@ -31,7 +31,7 @@ std::string WeightLoader::resolve(const std::string & name) const {
 }
 
 Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std::vector<int64_t> & shape,
-                                          torch::ScalarType dtype) const {
+                                          torch::ScalarType dtype, bool product_weight) const {
     const std::string name = resolve(hf_name);
     auto view = file_->get(name);
     if (!view.ok()) {
@@ -39,7 +39,7 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std
     }
     const model::DType stored = view->dtype;
     if (stored == model::DType::U8) {
-        return quantised(*view, shape, dtype);
+        return quantised(*view, shape, dtype, product_weight);
     }
     if (stored != model::DType::F32 && stored != model::DType::BF16 && stored != model::DType::F16 &&
         stored != model::DType::F64) {
@@ -51,6 +51,11 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std
                                 shape_string(shape));
     }
     torch::Tensor mapped = view_as_tensor(*view);
+    if (quantise_q8_0_ && product_weight && shape.back() % 32 == 0 && device_.is_cpu()) {
+        torch::Tensor blocks = kernels::quantise_q8_0(mapped);  // [..., in/32, 34]
+        file_->release_pages(view->data, view->n_bytes);
+        return blocks;
+    }
     if (mapped.scalar_type() == dtype && device_.is_cpu()) {
         return mapped;  // zero-copy: stays in the page cache, counted once
     }
@@ -60,7 +65,7 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std
 }
 
 Result<torch::Tensor> WeightLoader::quantised(const model::TensorView & view, const std::vector<int64_t> & shape,
-                                              torch::ScalarType dtype) const {
+                                              torch::ScalarType dtype, bool product_weight) const {
     torch::Tensor blocks = view_as_tensor(view);  // [..., out, in/blk, bb] uint8
     if (!kernels::is_quantised(blocks) || kernels::logical_shape(blocks) != shape) {
         return invalid_argument("tensor '" + view.name + "' holds quantised blocks " + shape_string(view.shape) +
@@ -70,14 +75,14 @@ Result<torch::Tensor> WeightLoader::quantised(const model::TensorView & view, co
         return unsupported("tensor '" + view.name + "' is quantised: quantised base weights (--base-quant gguf) " +
                            "run on the CPU only; use --base-quant dequant on " + device_.str());
     }
-    if (dtype == compute_ && shape.size() >= 2) {
+    if (product_weight) {
         return blocks;  // used where it lies: the products dequantise block by block
     }
     return kernels::dequantise(blocks).to(dtype);  // a router or vector: small, in its own dtype
 }
 
 Result<torch::Tensor> WeightLoader::matrix(const std::string & name, std::vector<int64_t> shape) const {
-    return fetch(name, shape, compute_);
+    return fetch(name, shape, compute_, true);
 }
 
 Result<torch::Tensor> WeightLoader::act_matrix(const std::string & name, std::vector<int64_t> shape) const {

@@ -84,6 +84,9 @@ class WeightLoader {
     // *ForConditionalGeneration keeps its text model under "model.language_model.". Chosen from the file:
     // "model.language_model." when it holds that embedding, else "model.".
     void choose_model_prefix();
+    // Matrices fetched in the compute dtype are quantised to Q8_0 blocks at load (--base-quant q8_0), where
+    // their rows are a multiple of 32 values; CPU only.
+    void quantise_to_q8_0(bool on) { quantise_q8_0_ = on; }
     // The name in the checkpoint of a text-model tensor named as above.
     std::string resolve(const std::string & name) const;
 
@@ -99,18 +102,20 @@ class WeightLoader {
     void release(const torch::Tensor & t) const { release_mapped(*file_, t); }
 
   private:
-    // A tensor of quantised blocks (U8, gguf::blocks_shape) standing for `shape`: kept as it is for a matrix
-    // in the compute dtype, dequantised otherwise. CPU only.
+    // A tensor of quantised blocks (U8, gguf::blocks_shape) standing for `shape`: kept as it is for a product
+    // weight (matrix()), dequantised to dtype otherwise (a router). CPU only.
     Result<torch::Tensor> quantised(const model::TensorView & view, const std::vector<int64_t> & shape,
-                                    torch::ScalarType dtype) const;
-    Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape,
-                                torch::ScalarType dtype) const;
+                                    torch::ScalarType dtype, bool product_weight) const;
+    // product_weight: a matrix of base_linear products (matrix()), which --base-quant q8_0 quantises.
+    Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape, torch::ScalarType dtype,
+                                bool product_weight = false) const;
 
     std::shared_ptr<model::SafetensorsFile> file_;
     torch::ScalarType compute_;
     torch::ScalarType act_;
     torch::Device device_;
     std::string model_prefix_ = "model.";
+    bool quantise_q8_0_ = false;
 };
 
 std::string shape_string(const std::vector<int64_t> & shape);

@@ -5,6 +5,8 @@
 #include "engine/kernels/quant_matmul.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include <ATen/Parallel.h>
 
@@ -144,6 +146,36 @@ std::vector<int64_t> logical_shape(const torch::Tensor & w) {
     std::vector<int64_t> shape(w.sizes().begin(), w.sizes().end() - 2);
     shape.push_back(quantised_in(w));
     return shape;
+}
+
+torch::Tensor quantise_q8_0(const torch::Tensor & w) {
+    TORCH_CHECK(w.dim() >= 1 && w.size(-1) % 32 == 0, "Q8_0 needs rows of a multiple of 32 values, got ", w.sizes());
+    const torch::Tensor values = w.to(torch::kFloat).contiguous();  // [..., in]
+    const int64_t n_blocks = values.numel() / 32;
+    std::vector<int64_t> shape(w.sizes().begin(), w.sizes().end() - 1);
+    shape.push_back(w.size(-1) / 32);
+    shape.push_back(34);
+    torch::Tensor blocks = torch::empty(shape, torch::kUInt8);  // [..., in/32, 34]
+    const float * x = host_data<const float>(values, "quantise_q8_0");
+    uint8_t * out = host_data<uint8_t>(blocks, "quantise_q8_0");
+    at::parallel_for(0, n_blocks, 1024, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            const float * v = x + b * 32;
+            float amax = 0;
+            for (int i = 0; i < 32; ++i) {
+                amax = std::max(amax, std::abs(v[i]));
+            }
+            const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+            const uint16_t half = c10::Half(d).x;
+            uint8_t * block = out + b * 34;
+            std::memcpy(block, &half, 2);
+            for (int i = 0; i < 32; ++i) {
+                const float q = std::nearbyint(v[i] * inv);
+                block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+            }
+        }
+    });
+    return blocks;
 }
 
 torch::Tensor dequantise(const torch::Tensor & w) {

@@ -21,6 +21,11 @@ inline int64_t quantised_row_bytes(const torch::Tensor & w) {
     return w.size(-2) * w.size(-1);
 }
 
+// w [..., in] (any float dtype, CPU; in a multiple of 32) as Q8_0 blocks [..., in/32, 34]: per block of 32
+// values d = max|x| / 127 (stored fp16) and q = round(x / d) in [-127, 127]. Each value moves by at most d/2
+// (plus the fp16 rounding of d), about 0.4% of the block's largest value.
+torch::Tensor quantise_q8_0(const torch::Tensor & w);
+
 // The whole weight in fp32 [..., out, in] (tests, start-up checks, GPUs).
 torch::Tensor dequantise(const torch::Tensor & w);
 // Rows `index` [n] (int64) of a [V, in] quantised matrix in fp32: [n, in] (the embedding lookup).
