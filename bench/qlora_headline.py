@@ -159,6 +159,21 @@ def resolved(client):
     return client.result() if futures and isinstance(client, futures) else client
 
 
+def timed_sample(client, vocab, rng):
+    """GEN tokens sampled after a random 16-token prompt: (tokens, seconds)."""
+    from tinker import types
+    prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, vocab, size=16)])
+    start = time.monotonic()
+    out = client.sample(prompt=prompt, num_samples=1,
+                        sampling_params=types.SamplingParams(max_tokens=GEN, temperature=1.0)).result(
+        timeout=STEP_TIMEOUT_S)
+    return len(out.sequences[0].tokens), time.monotonic() - start
+
+
+def rate(n, seconds):
+    return n / seconds if seconds > 0 else float("nan")
+
+
 def sdk_run(port, vocab):
     """One rank-32 LoRA step on 4 x 256 random tokens, then 32 sampled tokens: the timings in seconds."""
     import tinker
@@ -166,13 +181,7 @@ def sdk_run(port, vocab):
     svc = tinker.ServiceClient(base_url=f"http://127.0.0.1:{port}", api_key="tml-headline")
     rng = np.random.default_rng(0)
     base = resolved(svc.create_sampling_client(base_model=MODEL_NAME))  # decode on the base alone, as llama.cpp
-    base_prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, vocab, size=16)])
-    start = time.monotonic()
-    base_out = base.sample(prompt=base_prompt, num_samples=1,
-                           sampling_params=types.SamplingParams(max_tokens=GEN, temperature=1.0)).result(
-        timeout=STEP_TIMEOUT_S)
-    base_s = time.monotonic() - start
-    base_n = len(base_out.sequences[0].tokens)
+    base_n, base_s = timed_sample(base, vocab, rng)
     tc = resolved(svc.create_lora_training_client(base_model=MODEL_NAME, rank=LORA_RANK, seed=0))
     batch = []
     for _ in range(BATCH):
@@ -186,16 +195,10 @@ def sdk_run(port, vocab):
     opt.result(timeout=STEP_TIMEOUT_S)
     step_s = time.monotonic() - start
     path = tc.save_weights_for_sampler(name="headline").result(timeout=STEP_TIMEOUT_S).path
-    sc = resolved(svc.create_sampling_client(model_path=path))
-    prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, vocab, size=16)])
-    start = time.monotonic()
-    out = sc.sample(prompt=prompt, num_samples=1,
-                    sampling_params=types.SamplingParams(max_tokens=GEN, temperature=1.0)).result(
-        timeout=STEP_TIMEOUT_S)
-    sample_s = time.monotonic() - start
-    n = len(out.sequences[0].tokens)
-    return {"base_decode_tok_s": base_n / base_s if base_s > 0 else float("nan"), "step_s": step_s, "loss_per_token": loss / (BATCH * SEQ) if loss is not None else float("nan"),
-            "sample_s": sample_s, "tokens": n, "decode_tok_s": n / sample_s if sample_s > 0 else float("nan")}
+    n, sample_s = timed_sample(resolved(svc.create_sampling_client(model_path=path)), vocab, rng)
+    return {"base_decode_tok_s": rate(base_n, base_s), "step_s": step_s,
+            "loss_per_token": loss / (BATCH * SEQ) if loss is not None else float("nan"),
+            "sample_s": sample_s, "tokens": n, "decode_tok_s": rate(n, sample_s)}
 
 
 def tinkerd_bench(build, model, vocab, threads, quant_flags):

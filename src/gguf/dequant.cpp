@@ -186,6 +186,12 @@ float bf16_to_float(uint16_t b) {
     return f;
 }
 
+const std::vector<GgmlType> & block_quantised_types() {
+    static const std::vector<GgmlType> types = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                                GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+    return types;
+}
+
 bool can_dequantize(GgmlType type) {
     return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || block_decoder(type);
 }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/status.h"
 #include "gguf/ggml_types.h"
@@ -13,6 +14,10 @@ namespace tinkerd::gguf {
 
 // True for the types dequantize() handles.
 bool can_dequantize(GgmlType type);
+
+// The block-quantised types among them (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the one list of the
+// types a GGUF base keeps in memory (--base-quant gguf) and the engine's quantised kernels multiply.
+const std::vector<GgmlType> & block_quantised_types();
 
 // Decodes n_elements values of `type` from data (n_bytes long) into out[n_elements].
 // Errors: an unsupported type (named), n_elements not a whole number of blocks, n_bytes too small.

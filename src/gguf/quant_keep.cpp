@@ -1,8 +1,11 @@
 // Keeping a GGUF's quantised weights as they are (--base-quant): which types the engine multiplies in
 // quantised form, the U8 block shape they are loaded with, the choice AUTO makes, and the manifest of the
 // tensors used in place in the file (model/safetensors.h EXTERNAL_WEIGHTS).
+#include <algorithm>
+
 #include "common/log.h"
 #include "gguf/convert.h"
+#include "gguf/dequant.h"
 
 namespace tinkerd::gguf {
 
@@ -15,19 +18,8 @@ bool parse_base_quant(const std::string & word, BaseQuant & out) {
 }
 
 bool can_keep_quantised(GgmlType type) {
-    switch (type) {
-        case GgmlType::Q8_0:
-        case GgmlType::Q4_0:
-        case GgmlType::Q4_1:
-        case GgmlType::Q5_0:
-        case GgmlType::Q5_1:
-        case GgmlType::Q4_K:
-        case GgmlType::Q5_K:
-        case GgmlType::Q6_K:
-            return true;
-        default:
-            return false;
-    }
+    const std::vector<GgmlType> & kept = block_quantised_types();
+    return std::find(kept.begin(), kept.end(), type) != kept.end();
 }
 
 std::vector<int64_t> blocks_shape(const TensorInfo & t) {

@@ -3,6 +3,7 @@
 // -ffp-contract=off like the gguf dequantisers, so no product-sum here is fused behind our back.
 #include "engine/kernels/quant_kernels.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -10,10 +11,6 @@
 
 namespace tinkerd::engine::kernels::detail {
 namespace {
-
-constexpr gguf::GgmlType kSupported[] = {gguf::GgmlType::Q8_0, gguf::GgmlType::Q4_0, gguf::GgmlType::Q4_1,
-                                         gguf::GgmlType::Q5_0, gguf::GgmlType::Q5_1, gguf::GgmlType::Q4_K,
-                                         gguf::GgmlType::Q5_K, gguf::GgmlType::Q6_K};
 
 gguf::BlockLayout layout_of(gguf::GgmlType type) {
     gguf::BlockLayout layout;
@@ -70,16 +67,12 @@ QuantIsa quant_cpu_isa() {
 }
 
 bool quant_type_supported(gguf::GgmlType type) {
-    for (const gguf::GgmlType t : kSupported) {
-        if (t == type) {
-            return true;
-        }
-    }
-    return false;
+    const std::vector<gguf::GgmlType> & types = gguf::block_quantised_types();
+    return std::find(types.begin(), types.end(), type) != types.end();
 }
 
 bool quant_type_from_block_bytes(int64_t bb, gguf::GgmlType & type) {
-    for (const gguf::GgmlType t : kSupported) {
+    for (const gguf::GgmlType t : gguf::block_quantised_types()) {
         if (static_cast<int64_t>(layout_of(t).bytes) == bb) {
             type = t;
             return true;

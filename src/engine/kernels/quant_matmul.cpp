@@ -192,10 +192,11 @@ torch::Tensor quantised_rows(const torch::Tensor & w, const torch::Tensor & inde
     torch::Tensor out = torch::empty({n, in}, torch::kFloat);
     const int64_t * ip = host_data<const int64_t>(ids, "quantised_rows");
     float * op = host_data<float>(out, "quantised_rows");
+    const gguf::GgmlType type = quantised_type(w);
+    const uint8_t * wp = blocks(w);
     for (int64_t i = 0; i < n; ++i) {
         TORCH_CHECK(ip[i] >= 0 && ip[i] < V, "token id ", ip[i], " outside the vocabulary of ", V);
-        detail::dequant_rows(quantised_type(w), blocks(w) + ip[i] * row_bytes, row_bytes, 1, in, op + i * in, in,
-                             quant_isa());
+        detail::dequant_rows(type, wp + ip[i] * row_bytes, row_bytes, 1, in, op + i * in, in, quant_isa());
     }
     return out;
 }
