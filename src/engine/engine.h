@@ -53,9 +53,24 @@ inline constexpr AdapterId BASE_MODEL = 0;  // rows with this id run the bare ba
 // Host tensors (loss inputs, outputs, exported weights) reuse the safetensors owned-tensor type.
 using HostTensor = model::OwnedTensor;
 
+// One image of a model input (Tinker's ImageChunk). The wire decoders fill the first block and put
+// `expected_tokens` placeholder ids into the tokens at `token_offset`; vision::prepare_images (src/vision)
+// decodes and preprocesses the bytes for the model, fills the second block and writes the model's
+// image_token_id into those placeholders. The engine reads only the second block (issue 27).
+struct ImageInput {
+    int64_t token_offset = 0;                    // index of the image's first token in the sequence
+    int64_t expected_tokens = 0;                 // tokens the image occupies (the client's count; 0 = not given)
+    std::string format;                          // "png" | "jpeg", as sent
+    std::string data;                            // the encoded image, as sent
+    int64_t grid_t = 0, grid_h = 0, grid_w = 0;  // patch grid before the spatial merge (prepared)
+    // [grid_t * grid_h * grid_w, 3 * temporal_patch * patch * patch] in the HF processor's patch order (prepared)
+    std::vector<float> pixel_values;
+};
+
 struct Datum {
     std::vector<int64_t> tokens;                    // model input, N tokens
     std::map<std::string, HostTensor> loss_inputs;  // target_tokens [N] or [N,K], weights, ...
+    std::vector<ImageInput> images;                 // image chunks, by token_offset (issue 27)
 };
 
 // stable_reinforce's per-target sampler logprobs as the server recorded them at sampling time (F32 [N],
@@ -113,8 +128,9 @@ using TopLogprobs = std::vector<std::pair<int64_t, float>>;  // (token, logprob)
 
 struct SampleRequest {
     AdapterId adapter = BASE_MODEL;
-    std::vector<int64_t> prompt;  // at least one token
-    int64_t num_samples = 1;      // copies share one prefill of the prompt
+    std::vector<int64_t> prompt;            // at least one token
+    std::vector<ImageInput> prompt_images;  // the prompt's image chunks (see ImageInput)
+    int64_t num_samples = 1;                // copies share one prefill of the prompt
     SamplingParams params;
     bool prompt_logprobs = false;      // logprob of each prompt token given the ones before (first: NaN)
     int64_t topk_prompt_logprobs = 0;  // K best (token, logprob) per prompt position (first: empty)
