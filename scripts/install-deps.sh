@@ -22,6 +22,8 @@ PACKAGES=(
   chromium chromium-driver fonts-dejavu-core
   # data-parallel training (src/dist): Gloo's headers, which the torch wheel's c10d headers include
   libgloo-dev
+  # image chunks (src/vision): PNG and JPEG decoding
+  libpng-dev libjpeg62-turbo-dev
 )
 
 missing=()
