@@ -14,7 +14,7 @@ shift 3
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
   TARGETS=(api_json_fuzz openai_request_fuzz wire_fuzz chat_template_fuzz tokenizer_fuzz gguf_fuzz
-           safetensors_fuzz model_config_fuzz)
+           safetensors_fuzz model_config_fuzz image_fuzz)
 fi
 
 # Longest input per target: the file formats and the tokenizer.json loader need more room than a body.

@@ -24,6 +24,8 @@ PACKAGES=(
   libgloo-dev
   # image chunks (src/vision): PNG and JPEG decoding
   libpng-dev libjpeg62-turbo-dev
+  # base64 of image chunks (src/wire/image_chunks.cpp): OpenSSL's decoder
+  libssl-dev
 )
 
 missing=()

@@ -31,6 +31,7 @@
 #include "model/memory_check.h"
 #include "tokenizer/stop_strings.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/preprocess.h"
 #include "wire/forward_backward_codec.h"
 
 namespace {
@@ -298,6 +299,23 @@ int run_sampling_replica(Flags & flags, const tinkerd::engine::EngineOptions & o
     return tinkerd::dist::run_replica_process(engines, stops, flags.replicas, flags.dist.timeout_seconds);
 }
 
+// The image processor of a vision-language model (image chunks are prepared with it); null for a
+// text-only model, or when its processor settings are unusable (logged: image chunks are then refused).
+std::shared_ptr<const tinkerd::vision::ProcessorConfig> vision_processor(const std::string & name,
+                                                                         const std::string & dir) {
+    auto vision = tinkerd::vision::load_processor_config(dir);
+    if (!vision.ok()) {
+        LOG_WRN("main", "%s: image chunks refused: %s", name.c_str(), vision.error().message.c_str());
+        return nullptr;
+    }
+    if (*vision) {
+        LOG_INF("main", "%s: image chunks accepted (patch %lld, merge %lld, %lld..%lld pixels)", name.c_str(),
+                static_cast<long long>((*vision)->patch_size), static_cast<long long>((*vision)->merge_size),
+                static_cast<long long>((*vision)->min_pixels), static_cast<long long>((*vision)->max_pixels));
+    }
+    return *vision;
+}
+
 // The served models as the api sees them: engine, tokenizer, chat template, sampling replicas.
 std::vector<tinkerd::api::ServedModelSpec> served_models(const Flags & flags, const EngineList & engines,
                                                          const TokenizerList & tokenizers,
@@ -311,7 +329,8 @@ std::vector<tinkerd::api::ServedModelSpec> served_models(const Flags & flags, co
         } else {
             LOG_INF("main", "%s: /v1/chat/completions unavailable: %s", name.c_str(), chat.missing_reason.c_str());
         }
-        served.push_back({name, engines[i].get(), tokenizers[i].get(), std::move(chat), {}});
+        served.push_back(
+            {name, engines[i].get(), tokenizers[i].get(), std::move(chat), vision_processor(name, dir), {}});
         for (size_t r = 0; i < replicas.size() && r < replicas[i].size(); ++r) {
             auto * replica = replicas[i][r].get();
             served.back().sampling_replicas.push_back(

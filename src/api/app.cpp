@@ -149,6 +149,7 @@ void App::add_models(std::vector<ServedModelSpec> models) {
         served->engine = spec.engine;
         served->tokenizer = spec.tokenizer;
         served->chat = std::move(spec.chat);
+        served->vision = std::move(spec.vision);
         scheduler::WorkerOptions worker_options;
         worker_options.seq_gap_timeout = options_.seq_gap_timeout;
         worker_options.max_sampler_adapters = options_.max_cached_sampler_adapters;

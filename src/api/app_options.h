@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/kernel_choice.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/preprocess.h"
 
 namespace tinkerd::api {
 
@@ -39,6 +41,8 @@ struct ServedModelSpec {
     engine::Engine * engine = nullptr;
     const tokenizer::Tokenizer * tokenizer = nullptr;  // none when the model directory has no tokenizer.json
     chat_template::ModelChatTemplate chat;             // for /v1/chat/completions
+    // Image preprocessing of a vision-language model (src/vision); null: image chunks are refused.
+    std::shared_ptr<const vision::ProcessorConfig> vision;
     // Sampling replicas of this model (--sampling-replicas): engines that only sample, each driven by its
     // own worker; `healthy` turns false when the replica is gone. Owned by the caller too.
     struct Replica {

@@ -5,6 +5,7 @@
 #include "api/openai_routes.h"
 #include "common/json_depth.h"
 #include "openai/openai_request.h"
+#include "wire/image_chunks.h"
 
 namespace tinkerd::api {
 
@@ -27,6 +28,47 @@ Result<std::string> render_chat(const openai::GenerationRequest & r, const Serve
                                       chat.eos_token, r.tools);
 }
 
+// The chat prompt's images: each image_token_id the template placed (one per image part, in order) becomes
+// the image's prepared placeholders (wire/image_chunks.h). A text-only model refuses image parts.
+std::optional<PromptError> expand_images(const openai::GenerationRequest & r, const ServedModel & model,
+                                         OpenAiGeneration::Prompt & prompt) {
+    if (r.images.empty()) {
+        return std::nullopt;
+    }
+    if (model.vision == nullptr) {
+        return PromptError{
+            invalid_argument("model '" + model.name + "' is text-only: image_url parts are not supported"),
+            r.images[0].where};
+    }
+    std::vector<int64_t> tokens;
+    int64_t budget = wire::kMaxRequestImagePatches;
+    size_t next = 0;
+    for (int64_t id : prompt.tokens) {
+        if (id != model.vision->image_token_id) {
+            tokens.push_back(id);
+            continue;
+        }
+        if (next == r.images.size()) {
+            break;
+        }
+        const openai::ImagePart & part = r.images[next++];
+        auto bytes = wire::decode_base64(part.base64, part.where + ".image_url.url");
+        auto added = bytes.ok() ? wire::append_image_chunk({std::move(*bytes), part.format}, model.vision.get(),
+                                                           part.where, tokens, prompt.images, budget)
+                                : Result<void>(bytes.error());
+        if (!added.ok()) {
+            return PromptError{added.error(), part.where};
+        }
+    }
+    if (next != r.images.size() || prompt.images.size() != r.images.size()) {
+        return PromptError{invalid_argument("the chat template placed " + std::to_string(next) + " image tokens for " +
+                                            std::to_string(r.images.size()) + " image_url parts"),
+                           "messages"};
+    }
+    prompt.tokens = std::move(tokens);
+    return std::nullopt;
+}
+
 // Each prompt's tokens and text; fills in max_tokens when absent and checks the context length.
 std::variant<std::vector<OpenAiGeneration::Prompt>, PromptError> build_prompts(openai::GenerationRequest & r,
                                                                                const ServedModel & model) {
@@ -38,15 +80,18 @@ std::variant<std::vector<OpenAiGeneration::Prompt>, PromptError> build_prompts(o
             return PromptError{text.error(), model.chat.chat_template ? "messages" : "model"};
         }
         const auto ids = tok.encode(*text, false);  // the template writes any BOS itself
-        prompts.push_back({std::vector<int64_t>(ids.begin(), ids.end()), *text});
+        prompts.push_back({std::vector<int64_t>(ids.begin(), ids.end()), *text, {}});
+        if (auto image_error = expand_images(r, model, prompts.back())) {
+            return *image_error;
+        }
     } else {
         for (const openai::PromptInput & input : r.prompts) {
             if (input.is_tokens) {
                 std::vector<int32_t> ids(input.tokens.begin(), input.tokens.end());
-                prompts.push_back({input.tokens, tok.decode(ids, false)});
+                prompts.push_back({input.tokens, tok.decode(ids, false), {}});
             } else {
                 const auto ids = tok.encode(input.text, true);
-                prompts.push_back({std::vector<int64_t>(ids.begin(), ids.end()), input.text});
+                prompts.push_back({std::vector<int64_t>(ids.begin(), ids.end()), input.text, {}});
             }
         }
     }
@@ -184,6 +229,7 @@ void OpenAiRoutes::submit_generation(const std::shared_ptr<OpenAiGeneration> & g
         submission.usage_name = target.sampler.sampler_id.empty() ? target.name : target.sampler.sampler_id;
         engine::SampleRequest & s = submission.request;
         s.prompt = generation->prompts()[p].tokens;
+        s.prompt_images = generation->prompts()[p].images;
         s.num_samples = r.n;
         s.params.max_tokens = r.max_tokens.value_or(16);
         s.params.temperature = r.temperature;

@@ -28,7 +28,8 @@ class OpenAiGeneration {
   public:
     struct Prompt {
         std::vector<int64_t> tokens;
-        std::string text;  // the rendered chat prompt or the completions prompt as sent
+        std::string text;                        // the rendered chat prompt or the completions prompt as sent
+        std::vector<engine::ImageInput> images;  // chat image_url parts, prepared (their placeholders in tokens)
     };
     OpenAiGeneration(openai::GenerationRequest request, std::string model_name, const tokenizer::Tokenizer & tokenizer,
                      std::vector<Prompt> prompts);

@@ -19,6 +19,7 @@
 #include "scheduler/worker.h"
 #include "store/database.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/preprocess.h"
 
 namespace tinkerd::api {
 
@@ -28,6 +29,7 @@ struct ServedModel {
     engine::Engine * engine = nullptr;
     const tokenizer::Tokenizer * tokenizer = nullptr;
     chat_template::ModelChatTemplate chat;
+    std::shared_ptr<const vision::ProcessorConfig> vision;  // null: a text-only model (image chunks refused)
     std::unique_ptr<scheduler::EngineWorker> worker;
     // Sampling replicas (--sampling-replicas): sample jobs that do not need a live training adapter go to
     // the healthy one with the fewest requests in flight; rank 0's worker keeps training.

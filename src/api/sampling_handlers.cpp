@@ -10,6 +10,7 @@
 #include "api/tinker_routes.h"
 #include "common/log.h"
 #include "tokenizer/stop_strings.h"
+#include "wire/image_chunks.h"
 #include "wire/prompt_extras_codec.h"
 #include "wire/sample_codec.h"
 
@@ -23,15 +24,25 @@ constexpr size_t MAX_STOP_ENTRIES = 256;  // stop strings or stop token ids in o
 constexpr size_t MAX_STOP_STRING_BYTES =
     1024;  // one stop string  // when max_tokens is omitted: up to the context, at most this
 
-Result<std::vector<int64_t>> prompt_tokens(const json & prompt) {
+// The prompt's chunks: encoded_text tokens, and image chunks prepared for the model's vision processor
+// (wire/image_chunks.h) into `images`, their placeholders in the tokens.
+Result<std::vector<int64_t>> prompt_tokens(const json & prompt, const vision::ProcessorConfig * vision,
+                                           std::vector<engine::ImageInput> & images) {
     if (!prompt.is_object() || !prompt.contains("chunks") || !prompt["chunks"].is_array()) {
         return invalid_argument("prompt: expected {\"chunks\": [...]}");
     }
     std::vector<int64_t> tokens;
+    int64_t patch_budget = wire::kMaxRequestImagePatches;
     for (size_t i = 0; i < prompt["chunks"].size(); ++i) {
         const json & chunk = prompt["chunks"][i];
         const std::string type = chunk.is_object() ? chunk.value("type", "encoded_text") : "";
         const std::string where = "prompt.chunks[" + std::to_string(i) + "]";
+        if (type == "image" && vision != nullptr) {
+            auto fields = wire::image_chunk_from_json(chunk, where);
+            TRY_STATUS(fields);
+            TRY_STATUS(wire::append_image_chunk(std::move(*fields), vision, where, tokens, images, patch_budget));
+            continue;
+        }
         if (type != "encoded_text") {
             return unsupported(where + ": " + type + " chunks are not supported (text-only models)");
         }
@@ -351,7 +362,7 @@ Result<json> TinkerRoutes::cancel_future(Call & call) {
 
 Result<engine::SampleRequest> TinkerRoutes::parse_sample_request(const json & body, const ServedModel & model) {
     engine::SampleRequest request;
-    auto tokens = prompt_tokens(body.value("prompt", json()));
+    auto tokens = prompt_tokens(body.value("prompt", json()), model.vision.get(), request.prompt_images);
     auto num_samples = get_optional_int(body, "num_samples");
     auto prompt_logprobs = get_bool(body, "prompt_logprobs", false);
     auto topk = get_optional_int(body, "topk_prompt_logprobs");

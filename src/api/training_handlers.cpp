@@ -317,6 +317,7 @@ wire::DecodeLimits TinkerRoutes::decode_limits(const std::string & tenant, const
     wire::DecodeLimits limits;
     if (auto run = find_live_run(tenant, model_id); run.ok()) {
         limits.vocab_size = (*run)->model->engine->config().vocab_size;
+        limits.vision = (*run)->model->vision;
     }
     return limits;
 }

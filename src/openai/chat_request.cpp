@@ -1,5 +1,6 @@
-// POST /v1/chat/completions bodies: messages (roles, text-only content normalised to one string), tools,
-// chat_template_kwargs, add_generation_prompt, logprobs / top_logprobs and the max_completion_tokens
+// POST /v1/chat/completions bodies: messages (roles; text content normalised to one string, image_url data:
+// parts kept as {"type": "image"} parts beside req.images), tools, chat_template_kwargs, add_generation_prompt,
+// logprobs / top_logprobs and the max_completion_tokens
 // over max_tokens precedence. Shared sampling parameters are read by read_common().
 #include <array>
 #include <limits>
@@ -39,8 +40,48 @@ MaybeError required_string(const json & obj, const std::string & key, const std:
     return detail::read_string(obj, key, out, where + ".");
 }
 
-// Appends the text of each {"type": "text", "text": ...} part; any other part type is refused.
-MaybeError join_text_parts(const json & parts, const std::string & where, std::string & out) {
+// {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}} (or "url" as a string) -> an
+// ImagePart; any other URL scheme or media type is refused by name.
+MaybeError read_image_part(const json & part, const std::string & at, std::vector<ImagePart> & images) {
+    const json * image_url = detail::find_value(part, "image_url");
+    if (image_url == nullptr) {
+        return missing_param(at + ".image_url");
+    }
+    std::string url;
+    if (image_url->is_string()) {
+        url = image_url->get<std::string>();
+    } else if (image_url->is_object()) {
+        OPENAI_TRY(required_string(*image_url, "url", at + ".image_url", url));
+    } else {
+        return invalid_type(at + ".image_url", "an object with a url", *image_url);
+    }
+    const std::string where = at + ".image_url.url";
+    const size_t comma = url.find(',');
+    if (url.rfind("data:", 0) != 0 || comma == std::string::npos) {
+        return invalid_value(where,
+                             "Only data: URLs are accepted (data:image/png;base64,... or image/jpeg); "
+                             "this server does not fetch remote images.");
+    }
+    const std::string header = url.substr(5, comma - 5);
+    std::string format;
+    if (header == "image/png;base64") {
+        format = "png";
+    } else if (header == "image/jpeg;base64" || header == "image/jpg;base64") {
+        format = "jpeg";
+    } else {
+        return invalid_value(where, "Unsupported data URL '" + header.substr(0, 64) +
+                                        "': send image/png or image/jpeg, base64-encoded.");
+    }
+    images.push_back({url.substr(comma + 1), format, at});
+    return std::nullopt;
+}
+
+// Text parts joined into one string; with image_url parts, a list of {"type": "text"|"image"} parts
+// instead (the chat template places the image tokens), the images appended to `images`.
+MaybeError normalise_parts(const json & parts, const std::string & where, json & out, std::vector<ImagePart> & images) {
+    std::string text;
+    json listed = json::array();
+    const size_t images_before = images.size();
     for (size_t j = 0; j < parts.size(); ++j) {
         const json & part = parts[j];
         std::string at = where + "[" + std::to_string(j) + "]";
@@ -49,20 +90,27 @@ MaybeError join_text_parts(const json & parts, const std::string & where, std::s
         }
         std::string type;
         OPENAI_TRY(required_string(part, "type", at, type));
-        if (type != "text") {
-            return invalid_value(at + ".type", "Invalid value: '" + type +
-                                                   "'. Supported values are: 'text' (this server accepts "
-                                                   "text content parts only).");
+        if (type == "image_url") {
+            OPENAI_TRY(read_image_part(part, at, images));
+            listed.push_back({{"type", "image"}});
+            continue;
         }
-        std::string text;
-        OPENAI_TRY(required_string(part, "text", at, text));
-        out += text;
+        if (type != "text") {
+            return invalid_value(at + ".type",
+                                 "Invalid value: '" + type + "'. Supported values are: 'text' and 'image_url'.");
+        }
+        std::string part_text;
+        OPENAI_TRY(required_string(part, "text", at, part_text));
+        text += part_text;
+        listed.push_back({{"type", "text"}, {"text", std::move(part_text)}});
     }
+    out = images.size() > images_before ? std::move(listed) : json(std::move(text));
     return std::nullopt;
 }
 
-// Leaves content a string, or null for an assistant message without content.
-MaybeError normalise_content(json & msg, const std::string & role, const std::string & where) {
+// Leaves content a string (or a part list with images), or null for an assistant message without content.
+MaybeError normalise_content(json & msg, const std::string & role, const std::string & where,
+                             std::vector<ImagePart> & images) {
     auto it = msg.find("content");
     if (it == msg.end() || it->is_null()) {
         if (role != "assistant") {
@@ -77,13 +125,13 @@ MaybeError normalise_content(json & msg, const std::string & role, const std::st
     if (!it->is_array()) {
         return invalid_type(where + ".content", "a string or an array of content parts", *it);
     }
-    std::string text;
-    OPENAI_TRY(join_text_parts(*it, where + ".content", text));
-    *it = std::move(text);
+    json normalised;
+    OPENAI_TRY(normalise_parts(*it, where + ".content", normalised, images));
+    *it = std::move(normalised);
     return std::nullopt;
 }
 
-MaybeError check_message(json & msg, const std::string & where) {
+MaybeError check_message(json & msg, const std::string & where, std::vector<ImagePart> & images) {
     if (!msg.is_object()) {
         return invalid_type(where, "an object", msg);
     }
@@ -94,7 +142,7 @@ MaybeError check_message(json & msg, const std::string & where) {
                                                   "'. Supported values are: 'system', 'developer', 'user', "
                                                   "'assistant', and 'tool'.");
     }
-    OPENAI_TRY(normalise_content(msg, role, where));
+    OPENAI_TRY(normalise_content(msg, role, where, images));
     std::string unused;
     OPENAI_TRY(detail::read_string(msg, "name", unused, where + "."));
     OPENAI_TRY(detail::read_string(msg, "tool_call_id", unused, where + "."));
@@ -122,7 +170,7 @@ MaybeError read_messages(const json & body, GenerationRequest & req) {
     }
     req.messages = *v;
     for (size_t i = 0; i < req.messages.size(); ++i) {
-        OPENAI_TRY(check_message(req.messages[i], "messages[" + std::to_string(i) + "]"));
+        OPENAI_TRY(check_message(req.messages[i], "messages[" + std::to_string(i) + "]", req.images));
     }
     return std::nullopt;
 }

@@ -164,6 +164,24 @@ TEST(OpenAIChatRequest, ContentPartsJoinedAndOtherFieldsKept) {
     EXPECT_TRUE(r.messages[5]["content"].is_null());
 }
 
+TEST(OpenAIChatRequest, ImageUrlDataPartsBecomeImagePartsInOrder) {
+    json messages = json::array({
+        {{"role", "user"},
+         {"content", json::array({{{"type", "text"}, {"text", "what colour? "}},
+                                  {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,iVBO"}}}},
+                                  {{"type", "image_url"}, {"image_url", "data:image/jpeg;base64,/9j/"}}})}},
+    });
+    GenerationRequest r = accepted(parse_chat_request(chat_body({{"messages", messages}})));
+    EXPECT_EQ(r.messages[0]["content"],
+              json::parse(R"([{"type": "text", "text": "what colour? "}, {"type": "image"}, {"type": "image"}])"));
+    ASSERT_EQ(r.images.size(), 2u);
+    EXPECT_EQ(r.images[0].base64, "iVBO");
+    EXPECT_EQ(r.images[0].format, "png");
+    EXPECT_EQ(r.images[0].where, "messages[0].content[1]");
+    EXPECT_EQ(r.images[1].format, "jpeg");
+    EXPECT_EQ(r.images[1].base64, "/9j/");
+}
+
 TEST(OpenAIChatRequest, NullsActAsAbsentAndUnknownParametersIgnored) {
     GenerationRequest r = accepted(parse_chat_request(chat_body({{"temperature", nullptr},
                                                                  {"n", nullptr},
@@ -185,6 +203,10 @@ TEST(OpenAIChatRequest, MessageRefusalsNameTheField) {
     json image = {
         {"role", "user"},
         {"content", json::array({{{"type", "text"}, {"text", "a"}}, {{"type", "image_url"}, {"image_url", {}}}})}};
+    auto image_url = [](const json & url) {
+        return json{{"role", "user"}, {"content", json::array({{{"type", "image_url"}, {"image_url", url}}})}};
+    };
+    json audio = {{"role", "user"}, {"content", json::array({{{"type", "input_audio"}}})}};
     expect_refusals(
         {
             {json::array({1}), "", "invalid_type"},
@@ -201,7 +223,13 @@ TEST(OpenAIChatRequest, MessageRefusalsNameTheField) {
             {msgs(json::array({{{"role", "system"}, {"content", nullptr}}})), "messages[0].content",
              "missing_required_parameter"},
             {msgs(json::array({{{"role", "user"}, {"content", 5}}})), "messages[0].content", "invalid_type"},
-            {msgs(json::array({user, user, image})), "messages[2].content[1].type", "invalid_value"},
+            {msgs(json::array({user, user, image})), "messages[2].content[1].image_url", "missing_required_parameter"},
+            {msgs(json::array({image_url({{"url", "https://example.com/cat.png"}})})),
+             "messages[0].content[0].image_url.url", "invalid_value"},
+            {msgs(json::array({image_url("data:image/gif;base64,R0lG")})), "messages[0].content[0].image_url.url",
+             "invalid_value"},
+            {msgs(json::array({image_url(5)})), "messages[0].content[0].image_url", "invalid_type"},
+            {msgs(json::array({audio})), "messages[0].content[0].type", "invalid_value"},
             {msgs(json::array({{{"role", "user"}, {"content", json::array({{{"text", "a"}}})}}})),
              "messages[0].content[0].type", "missing_required_parameter"},
             {msgs(json::array({{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", 5}}})}}})),

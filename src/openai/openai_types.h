@@ -33,11 +33,22 @@ struct PromptInput {
     std::vector<int64_t> tokens;
 };
 
+// A chat message's {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}} part: only data:
+// URLs (this server fetches nothing). The message keeps a {"type": "image"} part in its place for the
+// chat template; the api layer decodes the base64 and prepares the image for a vision model.
+struct ImagePart {
+    std::string base64;  // the URL's payload
+    std::string format;  // "png" | "jpeg"
+    std::string where;   // "messages[0].content[1]", for errors
+};
+
 // A validated generation request. Fields not used by an endpoint keep their defaults.
 struct GenerationRequest {
     bool chat = false;
     std::string model;
-    nlohmann::json messages;              // chat: each message's content is a string, or null (assistant)
+    nlohmann::json messages;              // chat: each message's content is a string, null (assistant), or
+                                          // with images a list of {"type": "text"|"image"} parts
+    std::vector<ImagePart> images;        // chat: image_url parts in message order
     nlohmann::json tools;                 // chat: the array as given, or null (absent, null or [])
     nlohmann::json chat_template_kwargs;  // chat: an object, {} by default
     bool add_generation_prompt = true;    // chat: vLLM-style extension

@@ -10,23 +10,12 @@
 
 #include "vision/preprocess.h"
 #include "vision/resize.h"
+#include "vision/test_images.h"
 
 namespace tinkerd::vision {
 namespace {
 
-std::string encode_png(int width, int height, png_uint_32 format, const std::vector<uint8_t> & pixels) {
-    png_image image{};
-    image.version = PNG_IMAGE_VERSION;
-    image.width = static_cast<png_uint_32>(width);
-    image.height = static_cast<png_uint_32>(height);
-    image.format = format;
-    png_alloc_size_t size = 0;
-    EXPECT_TRUE(png_image_write_to_memory(&image, nullptr, &size, 0, pixels.data(), 0, nullptr));
-    std::string out(size, '\0');
-    EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0, pixels.data(), 0, nullptr));
-    out.resize(size);
-    return out;
-}
+using testing::encode_png;
 
 TEST(VisionDecode, PngColourTypesBecomeRgbAsPilConvertsThem) {
     const std::vector<uint8_t> rgb = {10, 20, 30, 40, 50, 60};

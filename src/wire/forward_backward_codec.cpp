@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "tinker_public.pb.h"
+#include "wire/image_chunks.h"
 #include "wire/request_limits.h"
 #include "wire/tensor_codec.h"
 
@@ -78,51 +79,55 @@ Result<engine::HostTensor> decode_tensor_proto(const tinker_public::Tensor & ten
     return detail::make_sparse(*values, *crow, *cols, shape, where);
 }
 
-// model_input chunks -> tokens: encoded_text int32 LE, concatenated in chunk order.
-Result<std::vector<int64_t>> decode_tokens_proto(
-    const google::protobuf::RepeatedPtrField<tinker_public::Chunk> & chunks, const std::string & datum) {
-    size_t total = 0;
+// model_input chunks -> datum.tokens (encoded_text int32 LE, concatenated in chunk order) and
+// datum.images (image chunks, prepared for the model's vision processor: image_chunks.h).
+Result<void> decode_model_input_proto(const google::protobuf::RepeatedPtrField<tinker_public::Chunk> & chunks,
+                                      const std::string & datum_where, const DecodeLimits & limits,
+                                      engine::Datum & datum, int64_t & patch_budget) {
     for (int j = 0; j < chunks.size(); ++j) {
-        const std::string where = indexed(datum + ".model_input", static_cast<size_t>(j));
+        const std::string where = indexed(datum_where + ".model_input", static_cast<size_t>(j));
         const auto & chunk = chunks.Get(j);
         switch (chunk.chunk_case()) {
             case tinker_public::Chunk::kEncodedText:
                 break;
-            case tinker_public::Chunk::kImage:
-                return unsupported(where + ": image chunks are not supported (text-only models)");
+            case tinker_public::Chunk::kImage: {
+                const auto & image = chunk.image();
+                ImageChunkFields fields{image.data(), image.format(),
+                                        image.has_expected_tokens() ? image.expected_tokens() : 0,
+                                        image.override_dimensions().width(), image.override_dimensions().height()};
+                if (image.has_expected_tokens() && image.expected_tokens() <= 0)
+                    return invalid_argument(where + ".expected_tokens: expected a positive integer");
+                TRY_STATUS(append_image_chunk(std::move(fields), limits.vision.get(), where, datum.tokens, datum.images,
+                                              patch_budget));
+                continue;
+            }
             case tinker_public::Chunk::kDmel:
                 return unsupported(where + ": dmel (audio) chunks are not supported (text-only models)");
             default:
                 return invalid_argument(where + ": empty chunk (no encoded_text)");
         }
-        const size_t n_bytes = chunk.encoded_text().tokens().size();
-        if (n_bytes % 4 != 0) {
-            return invalid_argument(where + ".encoded_text.tokens: " + std::to_string(n_bytes) +
+        const std::string & raw = chunk.encoded_text().tokens();
+        if (raw.size() % 4 != 0) {
+            return invalid_argument(where + ".encoded_text.tokens: " + std::to_string(raw.size()) +
                                     " bytes is not a multiple of 4");
         }
-        total += n_bytes / 4;
-    }
-    if (total > static_cast<size_t>(detail::kMaxDatumTokens)) {
-        return too_many_tokens(datum + ".model_input", total);
-    }
-    std::vector<int64_t> tokens;
-    tokens.reserve(total);
-    for (const auto & chunk : chunks) {
-        const std::string & raw = chunk.encoded_text().tokens();
+        if (datum.tokens.size() + raw.size() / 4 > static_cast<size_t>(detail::kMaxDatumTokens)) {
+            return too_many_tokens(datum_where + ".model_input", datum.tokens.size() + raw.size() / 4);
+        }
         for (size_t at = 0; at < raw.size(); at += 4) {
-            tokens.push_back(detail::read_le<int32_t>(raw.data() + at));
+            datum.tokens.push_back(detail::read_le<int32_t>(raw.data() + at));
         }
     }
-    return tokens;
+    if (datum.tokens.size() > static_cast<size_t>(detail::kMaxDatumTokens)) {
+        return too_many_tokens(datum_where + ".model_input", datum.tokens.size());
+    }
+    return {};
 }
 
-Result<engine::Datum> decode_datum_proto(const tinker_public::Datum & msg, const std::string & where) {
+Result<engine::Datum> decode_datum_proto(const tinker_public::Datum & msg, const std::string & where,
+                                         const DecodeLimits & limits, int64_t & patch_budget) {
     engine::Datum datum;
-    auto tokens = decode_tokens_proto(msg.model_input(), where);
-    if (!tokens.ok()) {
-        return tokens.error();
-    }
-    datum.tokens = std::move(*tokens);
+    TRY_STATUS(decode_model_input_proto(msg.model_input(), where, limits, datum, patch_budget));
     // Sorted keys, so that the first error reported does not depend on hash order.
     std::vector<std::string> keys;
     for (const auto & [key, tensor] : msg.loss_fn_inputs()) {
@@ -236,8 +241,9 @@ Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view bo
     }
     TRY_STATUS(detail::check_tensor_limits_proto(msg, limits));
     request.data.reserve(static_cast<size_t>(msg.data_size()));
+    int64_t patch_budget = kMaxRequestImagePatches;
     for (int i = 0; i < msg.data_size(); ++i) {
-        auto datum = decode_datum_proto(msg.data(i), indexed("data", static_cast<size_t>(i)));
+        auto datum = decode_datum_proto(msg.data(i), indexed("data", static_cast<size_t>(i)), limits, patch_budget);
         if (!datum.ok()) {
             return datum.error();
         }
@@ -257,8 +263,11 @@ Result<ForwardBackwardRequest> decode_forward_backward_proto(std::string_view bo
 
 namespace {
 
-// {"type": "encoded_text", "tokens": [...]} (type may be absent when "tokens" is present) -> tokens appended.
-Result<void> append_chunk_json(const nlohmann::json & chunk, const std::string & where, std::vector<int64_t> & tokens) {
+// {"type": "encoded_text", "tokens": [...]} (type may be absent when "tokens" is present) -> tokens appended;
+// {"type": "image", ...} -> prepared for the model (image_chunks.h).
+Result<void> append_chunk_json(const nlohmann::json & chunk, const std::string & where, const DecodeLimits & limits,
+                               engine::Datum & datum, int64_t & patch_budget) {
+    std::vector<int64_t> & tokens = datum.tokens;
     if (!chunk.is_object()) {
         return invalid_argument(where + ": expected a chunk object");
     }
@@ -267,6 +276,13 @@ Result<void> append_chunk_json(const nlohmann::json & chunk, const std::string &
     std::string type = (has_type && type_it->is_string()) ? type_it->get<std::string>() : "";
     if (!has_type && chunk.contains("tokens")) {
         type = "encoded_text";
+    }
+    if (type == "image" && limits.vision != nullptr) {
+        auto fields = image_chunk_from_json(chunk, where);
+        if (!fields) {
+            return fields.error();
+        }
+        return append_image_chunk(std::move(*fields), limits.vision.get(), where, tokens, datum.images, patch_budget);
     }
     if (type == "image" || type == "image_asset_pointer" || type == "dmel") {
         return unsupported(where + ": " + type + " chunks are not supported (text-only models)");
@@ -294,7 +310,8 @@ Result<void> append_chunk_json(const nlohmann::json & chunk, const std::string &
     return {};
 }
 
-Result<engine::Datum> decode_datum_json(const nlohmann::json & msg, const std::string & where) {
+Result<engine::Datum> decode_datum_json(const nlohmann::json & msg, const std::string & where,
+                                        const DecodeLimits & limits, int64_t & patch_budget) {
     if (!msg.is_object()) {
         return invalid_argument(where + ": expected a Datum object");
     }
@@ -306,7 +323,8 @@ Result<engine::Datum> decode_datum_json(const nlohmann::json & msg, const std::s
     }
     const auto & chunks = (*model_input)["chunks"];
     for (size_t j = 0; j < chunks.size(); ++j) {
-        TRY_STATUS(append_chunk_json(chunks[j], indexed(where + ".model_input.chunks", j), datum.tokens));
+        TRY_STATUS(
+            append_chunk_json(chunks[j], indexed(where + ".model_input.chunks", j), limits, datum, patch_budget));
     }
     auto inputs = msg.find("loss_fn_inputs");
     if (inputs == msg.end() || inputs->is_null()) {
@@ -391,8 +409,9 @@ Result<ForwardBackwardRequest> decode_forward_backward_json(const nlohmann::json
     }
     TRY_STATUS(detail::check_tensor_limits_json(*data, limits));
     request.data.reserve(data->size());
+    int64_t patch_budget = kMaxRequestImagePatches;
     for (size_t i = 0; i < data->size(); ++i) {
-        auto datum = decode_datum_json((*data)[i], indexed("data", i));
+        auto datum = decode_datum_json((*data)[i], indexed("data", i), limits, patch_budget);
         if (!datum.ok()) {
             return datum.error();
         }

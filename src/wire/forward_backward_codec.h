@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "vision/preprocess.h"
 
 namespace tinkerd::wire {
 
@@ -49,6 +51,8 @@ struct ForwardBackwardRequest {
 struct DecodeLimits {
     int64_t vocab_size = INT64_MAX;  // INT64_MAX when the model is not known yet: only the budget applies
     int64_t max_request_elements = int64_t{1} << 25;
+    // The model's image processor; null for a text-only (or not yet known) model: image chunks are refused.
+    std::shared_ptr<const vision::ProcessorConfig> vision;
 };
 
 // Sends libprotobuf's own messages (e.g. "invalid UTF-8" for a bad request) to tinkerd's log at debug
