@@ -6,9 +6,11 @@
 // models at once (say the base model and an adapter). Each streamed token is a span whose logprob and
 // top alternatives show on hover, or on focus with the arrow keys inside a reply. A refused request
 // shows as an error bubble, and its prompt is marked "not sent" and left out of the conversation. The
-// model list defaults to a model that can chat (/v1/models says which have a chat template).
+// model list defaults to a model that can chat (/v1/models says which have a chat template). In chat mode
+// a PNG or JPEG can be attached to a message for vision-language models (image_attach.js).
 import {streamOpenAI, api} from "./api.js";
 import {el, clear, message, fmtNumber} from "./dom.js";
+import {imagePicker, readImage, userContent, thumbnail} from "./image_attach.js";
 
 const TOP_LOGPROBS = 5;
 const NONE = "";
@@ -138,6 +140,7 @@ export function showPlayground(container, preset) {
   ui.transcript = el("div", {class: "transcript", id: "pg-transcript", "aria-live": "polite", "data-turns": "0"});
   ui.input = el("textarea", {id: "pg-input", rows: 3, placeholder: "Say something", required: true});
   ui.status = el("p", {class: "muted", id: "pg-status", role: "status"});
+  ui.image = imagePicker();
   ui.stop = el("button", {type: "button", id: "pg-stop", disabled: true, onclick: () => ui.controllers.forEach((c) => c.abort())}, "Stop");
   const note = el("p", {class: "muted", id: "pg-note"});
   const systemBox = el("div", {class: "chat-form", id: "pg-system-box"}, el("label", {for: "pg-system"}, "System prompt"), ui.system);
@@ -145,11 +148,12 @@ export function showPlayground(container, preset) {
   const clearButton = el("button", {type: "button", id: "pg-clear", onclick: resetChat}, "Clear chat");
   const inputLabel = el("label", {for: "pg-input"}, "Message");
   const form = el("form", {class: "chat-form", id: "pg-form"}, inputLabel, ui.input,
-    el("div", {class: "controls"}, el("button", {type: "submit", id: "pg-send"}, "Send"), ui.stop, clearButton));
+    el("div", {class: "controls"}, el("button", {type: "submit", id: "pg-send"}, "Send"), ui.stop, clearButton, ui.image.box));
   const describeMode = () => {
     const completion = ui.mode.value === "completion";
     const sideBySide = ui.compare.value !== NONE;
     systemBox.hidden = completion;
+    ui.image.box.hidden = completion;
     inputLabel.textContent = completion ? "Prompt" : "Message";
     note.textContent = completion ? "Completion mode: the text is sent as a raw prompt (no chat template); each prompt stands on its own."
       : sideBySide ? "Side by side: each prompt is answered by both models on its own (no conversation is carried)."
@@ -207,16 +211,25 @@ async function send(ui) {
   const model = ui.custom.value.trim() || ui.select.value;
   if (!text || !model) { ui.status.textContent = model ? "Type a message first." : "Pick a model first."; return; }
   const completion = ui.mode.value === "completion";
+  let image = null;
+  try {
+    image = completion ? null : await readImage(ui.image.input);
+  } catch (e) {
+    ui.status.textContent = "Image not attached: " + e.message;
+    return;
+  }
   const other = ui.compare.value;
   const models = other !== NONE && other !== model ? [model, other] : [model];
   const single = models.length === 1 && !completion;  // a chat whose conversation is carried
   const system = ui.system.value.trim();
   const prompt = messageBox(completion ? "prompt" : "user", text);
+  if (image) prompt.append(thumbnail(image));
   ui.transcript.append(prompt);
   ui.input.value = "";
   const answers = models.map((m) => answerBox(models.length > 1 ? m : completion ? "completion" : "assistant", m));
   ui.transcript.append(models.length > 1 ? el("div", {class: "pair"}, answers.map((a) => a.box)) : answers[0].box);
-  const messages = (system ? [{role: "system", content: system}] : []).concat(single ? ui.history : [], [{role: "user", content: text}]);
+  const content = userContent(text, image);
+  const messages = (system ? [{role: "system", content: system}] : []).concat(single ? ui.history : [], [{role: "user", content}]);
   ui.stop.disabled = false;
   ui.status.textContent = "Streaming from " + models.join(" and ") + "…";
   const results = await Promise.all(models.map((m, i) => streamReply(ui, m, completion ? {prompt: text} : {messages}, answers[i].reply, completion)));
@@ -228,7 +241,8 @@ async function send(ui) {
     if (!ui.input.value) ui.input.value = text;  // to edit and send again
   } else {
     prompt.dataset.sent = "true";
-    if (single) ui.history.push({role: "user", content: text}, {role: "assistant", content: results[0].text});
+    ui.image.clear();
+    if (single) ui.history.push({role: "user", content}, {role: "assistant", content: results[0].text});
   }
   ui.transcript.dataset.turns = String(ui.history.length / 2);
   ui.status.textContent = results.map((r, i) => (models.length > 1 ? models[i] + ": " : "") +
