@@ -105,10 +105,12 @@ if [[ "${BENCH_HEADLINE:-0}" != 0 ]]; then
 fi
 
 # The vision tower (issue 27, docs/vision.md): a Qwen3-VL-2B-shaped random checkpoint (the full vision tower, 4 text
-# layers; ~2 GB bf16 written once), base forwards with a 224² / 448² / 896² image against the same datum in text,
-# and the peak RSS. Opt in with BENCH_VISION=1.
+# layers; ~2 GB bf16 written once), base forwards with a 224² / 448² / 896² image (BENCH_VISION_SIDES) against the
+# same datum in text, and the peak RSS. Opt in with BENCH_VISION=1.
 if [[ "${BENCH_VISION:-0}" != 0 ]]; then
     echo "bench: Qwen3-VL-2B-shaped vision tower (bench/vision_model.py, bench/vision_bench)" >&2
     "$PYTHON" bench/vision_model.py "$MODELS/qwen3-vl-2b-shaped"
-    "$BUILD/bench/vision_bench" "$MODELS/qwen3-vl-2b-shaped" 3 | tee "$BUILD/bench/vision_results.jsonl"
+    # shellcheck disable=SC2086 # a list of sides
+    "$BUILD/bench/vision_bench" "$MODELS/qwen3-vl-2b-shaped" 3 ${BENCH_VISION_SIDES:-224 448 896} |
+        tee "$BUILD/bench/vision_results.jsonl"
 fi

@@ -1,8 +1,8 @@
 // Vision benchmark (docs/vision.md): on a Qwen3-VL-shaped checkpoint (bench/vision_model.py), times the engine's
-// base forward of one datum holding an image of S x S pixels (random pixel_values, grid S/16 x S/16) against the
-// same datum with text in place of the image; the difference is the vision tower (and the merge into the
-// embeddings). Also the process's peak RSS after each size. JSON lines to stdout, a table to stderr.
-// Usage: vision_bench MODEL_DIR [REPEATS]
+// base forward of one datum holding an image of S x S pixels (S a multiple of 32) (random pixel_values, grid S/16 x
+// S/16) against the same datum with text in place of the image; the difference is the vision tower (and the merge into
+// the embeddings). Also the process's peak RSS after each size. JSON lines to stdout, a table to stderr. Usage:
+// vision_bench MODEL_DIR [REPEATS [SIDE...]]   (sides default: 224 448)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -75,10 +75,17 @@ double forward_seconds(eng::Engine & engine, const eng::Datum & datum, int repea
 
 int main(int argc, char ** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: vision_bench MODEL_DIR [REPEATS]\n");
+        std::fprintf(stderr, "usage: vision_bench MODEL_DIR [REPEATS [SIDE...]]\n");
         return 2;
     }
-    const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
+    const int repeats = argc > 2 ? std::max(1, std::atoi(argv[2])) : 3;
+    std::vector<int64_t> sides;
+    for (int i = 3; i < argc; ++i) {
+        sides.push_back(std::atoll(argv[i]));
+    }
+    if (sides.empty()) {
+        sides = {224, 448};
+    }
     auto loaded = eng::Engine::load(argv[1], {});
     if (!loaded.ok()) {
         std::fprintf(stderr, "vision_bench: %s\n", loaded.error().message.c_str());
@@ -89,7 +96,7 @@ int main(int argc, char ** argv) {
     std::fprintf(stderr, "%8s %8s %10s %10s %10s %10s\n", "pixels", "tokens", "with (s)", "text (s)", "tower (s)",
                  "peak MiB");
     std::mt19937 rng(7);
-    for (int64_t side : {224, 448, 896}) {
+    for (int64_t side : sides) {
         const eng::Datum image = make_datum(engine, side, true, rng), text = make_datum(engine, side, false, rng);
         forward_seconds(engine, text, 1);  // warm-up
         const double with_image = forward_seconds(engine, image, repeats);

@@ -65,7 +65,9 @@ PackedBatch EngineImpl::pack(std::vector<PlannedInput> & planned) const {
             for (int64_t t = 0; t < n; ++t) {
                 positions.push_back(t);
             }
-            add_image_rows(datum, first, batch.images, image_rows, mrope);
+            if (config().has_vision()) {  // text models: 1-D positions only
+                add_image_rows(datum, first, batch.images, image_rows, mrope);
+            }
         }
         const int64_t end = static_cast<int64_t>(tokens.size());
         if (!batch.segments.empty() && batch.segments.back().adapter == p.adapter) {

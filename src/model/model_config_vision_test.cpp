@@ -56,6 +56,7 @@ TEST(VisionConfig, MoeIsTheQwen3MoeFamily) {
     auto c = parse_model_config(j.dump());
     ASSERT_TRUE(c.ok()) << c.error().message;
     EXPECT_EQ(c->family, ArchFamily::QWEN3_MOE);
+    EXPECT_TRUE(c->norm_topk_prob);  // its router always renormalises
     EXPECT_TRUE(c->has_vision());
 }
 

@@ -5,7 +5,6 @@
 # different grids, PEFT LoRA gradients of a cross-entropy sum, and greedy generate() tokens of image prompts.
 # Usage: .venv/bin/python make_vision_fixtures.py OUT_DIR
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -31,8 +30,8 @@ TEXT = dict(vocab_size=120, hidden_size=32, intermediate_size=40, num_attention_
 ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2], "mrope_interleaved": True}
 DELTANET = dict(layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
                 linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4)
-# name -> seed, config class, model class, config, LoRA targets (None: base model only; PEFT has no LoRA for
-# Qwen3.5's split in_proj_qkv or the shared-outer experts, which the engine's adapters always hold)
+# name -> seed, config class, model class, config, LoRA targets (PEFT's; Qwen3.5's split in_proj_q/k/v LoRAs are
+# hm.add_split_qkv_lora's hooks; no case trains the experts: PEFT has no shared-outer expert LoRA)
 CASES = {
     # 3 text layers; 3 vision blocks, deepstack after blocks 0 and 2; a 4x4 position table interpolated to grids
     # of 4..12 patches; mrope sections (4, 2, 2) of head_dim 16's 8 rotary frequencies.
@@ -51,7 +50,7 @@ CASES = {
     "vision_qwen3_5_tiny": (2303, "Qwen3_5Config", "Qwen3_5ForConditionalGeneration", dict(
         text_config=dict(TEXT, num_hidden_layers=4, **DELTANET, rope_parameters=dict(
             ROPE, mrope_section=[2, 1, 1], partial_rotary_factor=0.5)),
-        vision_config=dict(VISION, depth=2), **TOKENS), None),
+        vision_config=dict(VISION, depth=2), **TOKENS), hm.ALL_TARGETS + ["in_proj_z", "out_proj", "lm_head"]),
 }
 RANK = 4
 
@@ -144,27 +143,25 @@ def make_case(case, out_dir):
     with torch.no_grad():
         for d, datum in enumerate(datums):
             tensors[f"base_logprobs/{d}"] = hf_forward(model64, datum["tokens"], datum["images"], pixels, grids)
-    loss = 0.0
-    if targets is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            peft64, init = hm.add_seeded_lora(model64, RANK, targets, seed + 3)
-        loss = lora_grads(peft64, init, datums, pixels, grids, tensors)
-        model64 = peft64
-    else:
-        model64.disable_adapter = contextlib.nullcontext
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peft64, init = hm.add_seeded_lora(model64, RANK, targets, seed + 3)
+    extra, hooks = hm.add_split_qkv_lora(peft64, RANK, seed + 4)  # Qwen3.5's in_proj_q/k/v; else none
+    init.update({k: t.detach().float().clone() for k, t in extra.items()})
+    loss = lora_grads(peft64, init, extra, datums, pixels, grids, tensors)
     for i, px in enumerate(pixels):
         tensors[f"pixels/{i}"] = px
-    samples = make_samples(model64, gen, pixels, grids, targets is not None)
+    samples = make_samples(peft64, hooks, gen, pixels, grids)
     save_file({k: v.float().contiguous() for k, v in tensors.items()}, os.path.join(case_dir, "tensors.safetensors"))
     with open(os.path.join(case_dir, "case.json"), "w") as f:
-        json.dump({"model_dir": model_dir, "rank": RANK, "alpha": 32, "targets": targets or [], "grids": grids,
+        json.dump({"model_dir": model_dir, "rank": RANK, "alpha": 32, "targets": targets, "grids": grids,
                    "datums": datums, "expected_loss": float(loss), "samples": samples}, f, indent=1)
     print(f"make_vision_fixtures: {case} written to {case_dir}")
 
 
-def lora_grads(peft64, init, datums, pixels, grids, tensors):
-    """PEFT's float64 LoRA logprobs and cross-entropy-sum gradients into tensors (engine key names); the loss."""
+def lora_grads(peft64, init, extra, datums, pixels, grids, tensors):
+    """PEFT's float64 LoRA logprobs and cross-entropy-sum gradients (with the extra hooked LoRAs') into tensors
+    (engine key names); the loss."""
     peft64.zero_grad(set_to_none=True)
     loss = 0
     for d, datum in enumerate(datums):
@@ -177,17 +174,18 @@ def lora_grads(peft64, init, datums, pixels, grids, tensors):
     for name, p in peft64.named_parameters():
         if p.requires_grad:
             tensors["grad/" + rename(hm.peft_key(name))] = p.grad.detach().clone()
+    tensors.update({"grad/" + rename(k): t.grad.detach().clone() for k, t in extra.items()})
     tensors.update({"init/" + k: v for k, v in init.items()})  # PEFT's own names: import_adapter accepts them
     return float(loss.detach())
 
 
-def make_samples(peft64, gen, pixels, grids, with_lora):
+def make_samples(peft64, hooks, gen, pixels, grids):
     """Greedy generate() of two image prompts, base model and adapted, in float64: 8 new tokens each, and the
     smallest gap between the best and second-best logit along the way (how safe the fp32 argmax is)."""
     out = []
     for parts in ([("text", 2), ("image", (0, 16)), ("text", 3)], [("image", (2, 8)), ("text", 2), ("image", (1, 24))]):
         tokens, images = sequence(gen, 100, parts)
-        for adapted in ((False, True) if with_lora else (False,)):
+        for adapted in (False, True):
             kwargs = dict(input_ids=torch.tensor([tokens]), max_new_tokens=8, do_sample=False,
                           pixel_values=torch.cat([pixels[im["image"]] for im in images]).double(),
                           image_grid_thw=torch.tensor([grids[im["image"]] for im in images]),
@@ -197,8 +195,10 @@ def make_samples(peft64, gen, pixels, grids, with_lora):
                 if adapted:
                     result = peft64.generate(**kwargs)
                 else:
+                    hooks["on"] = False
                     with peft64.disable_adapter():
                         result = peft64.generate(**kwargs)
+                    hooks["on"] = True
             gaps = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in result.scores]
             out.append({"tokens": tokens, "images": images, "adapted": adapted,
                         "generated": result.sequences[0, len(tokens):].tolist(), "min_gap": min(gaps)})
