@@ -64,6 +64,7 @@ serve: deps build-server default-model
 fixtures: build
 	$(PYTHON) tests/reference/make_fixtures.py $(BUILD)/fixtures
 	$(PYTHON) tests/reference/make_hf_fixtures.py $(BUILD)/fixtures
+	$(PYTHON) tests/reference/make_vision_fixtures.py $(BUILD)/fixtures
 
 # Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
 # then the sanitizer build of the torch-free unit tests and a short run of every fuzz target.

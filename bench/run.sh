@@ -10,7 +10,8 @@
 # Opt-in parts (env vars, off by default): BENCH_MOE=1 (Qwen3-MoE, 2 layers), BENCH_QWEN35=1 (Qwen3.5, 4 layers),
 # BENCH_HEADLINE=1 (the QLoRA headline, bench/qlora_headline.py: a Qwen3-30B-A3B-shaped Q4_K_M-like GGUF, ~20 GB
 # written once into ~/.cache/tinkerd/bench/ (needs 25 GB free), llama-bench decode vs tinkerd serving it with
-# quantised base weights through the tinker SDK; BENCH_HEADLINE_ARGS adds flags, e.g. "--tiny").
+# quantised base weights through the tinker SDK; BENCH_HEADLINE_ARGS adds flags, e.g. "--tiny"), BENCH_VISION=1
+# (the Qwen3-VL-2B-shaped vision tower, bench/vision_bench.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -101,4 +102,15 @@ if [[ "${BENCH_HEADLINE:-0}" != 0 ]]; then
     fi
     # shellcheck disable=SC2086 # BENCH_HEADLINE_ARGS is a list of flags
     "$PYTHON" bench/qlora_headline.py --build "$BUILD" "${HEADLINE_BIN[@]}" ${BENCH_HEADLINE_ARGS:-}
+fi
+
+# The vision tower (issue 27, docs/vision.md): a Qwen3-VL-2B-shaped random checkpoint (the full vision tower, 4 text
+# layers; ~2 GB bf16 written once), base forwards with a 224² / 448² / 896² image (BENCH_VISION_SIDES) against the
+# same datum in text, and the peak RSS. Opt in with BENCH_VISION=1.
+if [[ "${BENCH_VISION:-0}" != 0 ]]; then
+    echo "bench: Qwen3-VL-2B-shaped vision tower (bench/vision_model.py, bench/vision_bench)" >&2
+    "$PYTHON" bench/vision_model.py "$MODELS/qwen3-vl-2b-shaped"
+    # shellcheck disable=SC2086 # a list of sides
+    "$BUILD/bench/vision_bench" "$MODELS/qwen3-vl-2b-shaped" 3 ${BENCH_VISION_SIDES:-224 448 896} |
+        tee "$BUILD/bench/vision_results.jsonl"
 fi

@@ -43,6 +43,12 @@ torch::Tensor rope_inv_freq(const model::ModelConfig & c) {
 RopeTables::RopeTables(const model::ModelConfig & config, torch::ScalarType dtype, torch::Device device)
     : inv_freq_(rope_inv_freq(config)), dtype_(dtype), device_(device) {
     grow(std::max<int64_t>(config.max_position_embeddings, 1));
+    if (config.mrope_section.size() == 3) {
+        const int64_t half = inv_freq_.size(0);
+        torch::Tensor j = torch::arange(half).repeat({2});  // [Dr]: each column's frequency
+        height_columns_ = ((j % 3 == 1) & (j < 3 * config.mrope_section[1])).to(device_);
+        width_columns_ = ((j % 3 == 2) & (j < 3 * config.mrope_section[2])).to(device_);
+    }
 }
 
 void RopeTables::grow(int64_t n_positions) {
@@ -58,6 +64,20 @@ std::pair<torch::Tensor, torch::Tensor> RopeTables::lookup(const torch::Tensor &
         grow(max_position + 1);  // beyond the trained context: allowed, the caller decided the limit
     }
     return {cos_.index_select(0, positions).unsqueeze(1), sin_.index_select(0, positions).unsqueeze(1)};
+}
+
+std::pair<torch::Tensor, torch::Tensor> RopeTables::lookup_mrope(const torch::Tensor & positions,
+                                                                 int64_t max_position) {
+    TORCH_CHECK(height_columns_.defined(), "lookup_mrope: the model has no mrope_section");
+    if (max_position >= cos_.size(0)) {
+        grow(max_position + 1);
+    }
+    const auto pick = [&](const torch::Tensor & table) {
+        torch::Tensor t = table.index_select(0, positions[0]), h = table.index_select(0, positions[1]);
+        torch::Tensor w = table.index_select(0, positions[2]);                                     // [T, Dr] each
+        return torch::where(width_columns_, w, torch::where(height_columns_, h, t)).unsqueeze(1);  // [T, 1, Dr]
+    };
+    return {pick(cos_), pick(sin_)};
 }
 
 torch::Tensor apply_rope(const torch::Tensor & x, const torch::Tensor & cos, const torch::Tensor & sin) {

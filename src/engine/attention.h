@@ -25,11 +25,16 @@ class RopeTables {
     // Tables for the given positions [T] -> cos, sin [T, 1, Dr] (broadcast over heads). max_position: the largest
     // of them, known on the host (the tables grow to it without reading positions back from the device).
     std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor & positions, int64_t max_position);
+    // Interleaved multimodal RoPE (Qwen3-VL; config.mrope_section non-empty): positions [3, T] (temporal,
+    // height, width); rotary frequency j takes its angle from the height position where j % 3 == 1 and
+    // j < 3·section[1], from the width position where j % 3 == 2 and j < 3·section[2], else the temporal one.
+    std::pair<torch::Tensor, torch::Tensor> lookup_mrope(const torch::Tensor & positions, int64_t max_position);
 
   private:
     void grow(int64_t n_positions);
-    torch::Tensor inv_freq_;   // [Dr/2] float64
-    torch::Tensor cos_, sin_;  // [n, Dr]
+    torch::Tensor inv_freq_;                        // [Dr/2] float64
+    torch::Tensor cos_, sin_;                       // [n, Dr]
+    torch::Tensor height_columns_, width_columns_;  // [Dr] bool: the mrope columns (undefined without mrope)
     torch::ScalarType dtype_;
     torch::Device device_;
 };

@@ -224,10 +224,14 @@ Result<void> EngineImpl::visit_gradients(AdapterId id, const std::function<void(
     return {};
 }
 
-// Finds key with the given shape in tensors, or names what is wrong.
+// Finds key with the given shape in tensors, or names what is wrong. A PEFT adapter of an image-text model
+// (Qwen3-VL, Qwen3.5) names the text layers "model.language_model.layers.": accepted for "model.layers.".
 static Result<torch::Tensor> lookup_import(const std::map<std::string, HostTensor> & tensors, const std::string & key,
                                            const torch::Tensor & like) {
     auto it = tensors.find(key);
+    if (const size_t at = key.find(".model.layers."); it == tensors.end() && at != std::string::npos) {
+        it = tensors.find(key.substr(0, at) + ".model.language_model.layers." + key.substr(at + 14));
+    }
     if (it == tensors.end()) {
         return invalid_argument("adapter tensor '" + key + "' is missing");
     }

@@ -2,6 +2,7 @@
 // adapters, optimizer, import/export) and forward_backward.cpp (packing, losses, gradients).
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 
@@ -54,6 +55,8 @@ class EngineImpl final : public Engine {
     Result<Adapter *> find_adapter(AdapterId id);
     Result<LossConfig> validate_input(const ForwardBackwardInput & input, bool backward);
     PackedBatch pack(std::vector<PlannedInput> & planned) const;
+    void add_image_rows(const Datum & datum, int64_t first, BatchImages & images, std::vector<int64_t> & image_rows,
+                        std::array<std::vector<int64_t>, 3> & mrope) const;
     // Runs the planned inputs; fills results for each of them.
     void run_planned(std::vector<PlannedInput> & planned, bool backward,
                      std::vector<Result<ForwardBackwardOutput>> & results);

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "engine/engine_impl.h"
 #include "engine/host_access.h"
+#include "engine/image_layout.h"
 #include "engine/torch_convert.h"
 
 namespace tinkerd::engine {
@@ -41,6 +42,7 @@ Result<LossConfig> EngineImpl::validate_input(const ForwardBackwardInput & input
         if (!status.ok()) {
             return invalid_argument(where + status.error().message);
         }
+        TRY_STATUS(check_images(datum.tokens, datum.images, config(), where));
     }
     return loss;
 }
@@ -50,16 +52,21 @@ PackedBatch EngineImpl::pack(std::vector<PlannedInput> & planned) const {
     std::stable_sort(planned.begin(), planned.end(), [](const PlannedInput & a, const PlannedInput & b) {
         return a.input->adapter < b.input->adapter;
     });
-    std::vector<int64_t> tokens, positions;
+    std::vector<int64_t> tokens, positions, image_rows;
+    std::array<std::vector<int64_t>, 3> mrope;  // temporal, height, width of every row
     PackedBatch batch;
     for (PlannedInput & p : planned) {
         p.first_row = static_cast<int64_t>(tokens.size());
         for (const Datum & datum : p.input->datums) {
-            batch.layout.offsets.push_back(static_cast<int64_t>(tokens.size()));
-            batch.layout.lengths.push_back(static_cast<int64_t>(datum.tokens.size()));
-            for (size_t t = 0; t < datum.tokens.size(); ++t) {
-                tokens.push_back(datum.tokens[t]);
-                positions.push_back(static_cast<int64_t>(t));
+            const auto first = static_cast<int64_t>(tokens.size()), n = static_cast<int64_t>(datum.tokens.size());
+            batch.layout.offsets.push_back(first);
+            batch.layout.lengths.push_back(n);
+            tokens.insert(tokens.end(), datum.tokens.begin(), datum.tokens.end());
+            for (int64_t t = 0; t < n; ++t) {
+                positions.push_back(t);
+            }
+            if (config().has_vision()) {  // text models: 1-D positions only
+                add_image_rows(datum, first, batch.images, image_rows, mrope);
             }
         }
         const int64_t end = static_cast<int64_t>(tokens.size());
@@ -72,7 +79,31 @@ PackedBatch EngineImpl::pack(std::vector<PlannedInput> & planned) const {
     auto device = transformer_->device();
     batch.tokens = torch::tensor(tokens, torch::kInt64).to(device);
     batch.positions = torch::tensor(positions, torch::kInt64).to(device);
+    if (!batch.images.empty()) {
+        batch.images.rows = torch::tensor(image_rows, torch::kInt64).to(device);
+        batch.mrope_positions =
+            torch::stack({torch::tensor(mrope[0], torch::kInt64), torch::tensor(mrope[1], torch::kInt64),
+                          torch::tensor(mrope[2], torch::kInt64)})
+                .to(device);  // [3, T]
+    }
     return batch;
+}
+
+// A datum's images and their token rows (packed from `first`), and its rows' mrope positions (the 1-D position
+// thrice for a datum without images; only used when the batch holds an image).
+void EngineImpl::add_image_rows(const Datum & datum, int64_t first, BatchImages & images,
+                                std::vector<int64_t> & image_rows, std::array<std::vector<int64_t>, 3> & mrope) const {
+    const auto n = static_cast<int64_t>(datum.tokens.size());
+    const MropePositions p = mrope_positions(n, datum.images, std::max<int64_t>(config().vision.spatial_merge_size, 1));
+    mrope[0].insert(mrope[0].end(), p.temporal.begin(), p.temporal.end());
+    mrope[1].insert(mrope[1].end(), p.height.begin(), p.height.end());
+    mrope[2].insert(mrope[2].end(), p.width.begin(), p.width.end());
+    for (const ImageInput & image : datum.images) {
+        images.images.push_back(&image);
+        for (int64_t k = 0; k < image_token_count(image, config()); ++k) {
+            image_rows.push_back(first + image.token_offset + k);
+        }
+    }
 }
 
 // Every row's target ids as one [T, Kmax] index (2-D targets use K columns, 1-D ones column 0; unused

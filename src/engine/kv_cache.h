@@ -47,6 +47,10 @@ class SequenceCache {
     // conv inputs [Cc, K-1] (oldest first) and delta-rule state [HV, Dk, Dv].
     torch::Tensor & conv_state(int64_t layer) { return conv_[layer]; }
     torch::Tensor & recurrent_state(int64_t layer) { return recurrent_[layer]; }
+    // Added to length() for the rope position of the next token: after a prompt with images, mrope positions
+    // advance slower than tokens (image_layout.h), so later tokens continue from the prompt's next position.
+    int64_t position_offset() const { return position_offset_; }
+    void set_position_offset(int64_t offset) { position_offset_ = offset; }
     // Commits n written tokens after every layer has written them.
     void advance(int64_t n) { length_ += n; }
     // A deep copy (its own tensors) with the same length and capacity.
@@ -57,6 +61,7 @@ class SequenceCache {
     std::vector<torch::Tensor> k_, v_;             // per attention layer [KV, capacity, D]; undefined otherwise
     std::vector<torch::Tensor> conv_, recurrent_;  // per linear-attention layer; undefined otherwise
     int64_t length_ = 0, capacity_ = 0;
+    int64_t position_offset_ = 0;
 };
 
 // The attention of one cached forward: new rows of several sequences, sequence s owning rows

@@ -190,6 +190,7 @@ void SampleLoop::prefill(std::vector<PrefillJob> & jobs) {
     for (PrefillJob & job : jobs) {
         batch.lengths.push_back(static_cast<int64_t>(job.tokens.size()));
         batch.caches.push_back(job.target ? job.target : &job.fresh_cache);
+        batch.images.push_back(&job.request->request.prompt_images);  // a prefill is a whole context from 0
         tokens.insert(tokens.end(), job.tokens.begin(), job.tokens.end());
         row_adapters.insert(row_adapters.end(), job.tokens.size(), job.request->adapter);
     }

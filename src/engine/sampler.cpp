@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 
+#include "engine/image_layout.h"
+
 namespace tinkerd::engine {
 
 Result<void> validate_sample_request(const SampleRequest & r, const model::ModelConfig & config) {
@@ -20,6 +22,7 @@ Result<void> validate_sample_request(const SampleRequest & r, const model::Model
                                     " is outside the vocabulary [0, " + std::to_string(config.vocab_size) + ")");
         }
     }
+    TRY_STATUS(check_images(r.prompt, r.prompt_images, config, "prompt: "));
     if (r.num_samples < 1 || r.num_samples > MAX_NUM_SAMPLES) {
         return invalid_argument("num_samples must be in [1, " + std::to_string(MAX_NUM_SAMPLES) + "], got " +
                                 std::to_string(r.num_samples));

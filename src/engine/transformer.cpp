@@ -106,6 +106,13 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         return norm.error();
     }
     weights_.final_norm = std::move(norm).value();
+    if (c.has_vision()) {
+        auto vision = VisionTower::load(loader, c, act_, device_);
+        if (!vision.ok()) {
+            return vision.error();
+        }
+        vision_ = std::move(vision).value();
+    }
     if (family_->norm_weight_offset() != 0.0) {
         weights_.final_norm = weights_.final_norm + family_->norm_weight_offset();  // not in place: may be mapped
     }
@@ -199,44 +206,43 @@ int64_t Transformer::activation_bytes_per_token() const {
 }
 
 torch::Tensor Transformer::hidden_states(const PackedBatch & batch) {
-    torch::Tensor x = embed_tokens(batch.tokens);  // [T, C]
-    const auto & lengths = batch.layout.lengths;   // positions restart at 0 in each sequence
+    VisionFeatures features;
+    torch::Tensor x = input_embeddings(batch.tokens, batch.images, features);  // [T, C]
+    const auto & lengths = batch.layout.lengths;  // positions restart at 0 in each sequence (mrope: never past it)
     const int64_t max_position = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end()) - 1;
-    auto [cos, sin] = rope_.lookup(batch.positions, max_position);  // [T, 1, D]
+    auto [cos, sin] = batch.mrope_positions.defined() ? rope_.lookup_mrope(batch.mrope_positions, max_position)
+                                                      : rope_.lookup(batch.positions, max_position);  // [T, 1, D]
     const bool training = torch::GradMode::is_enabled() && !layer_params(batch.segments, 0).empty();
     const bool checkpoint = training && should_checkpoint(batch.tokens.size(0), activation_bytes_per_token());
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
         if (!checkpoint) {
-            x = layer_forward(layer, x, batch, cos, sin);
+            x = add_deepstack(layer_forward(layer, x, batch, cos, sin), features, batch.images, layer);
             continue;
         }
         auto run = [this, layer, batch, cos, sin](const torch::Tensor & in) {
             return layer_forward(layer, in, batch, cos, sin);  // [T, C]
         };
-        x = checkpointed(run, x, layer_params(batch.segments, layer));
+        x = add_deepstack(checkpointed(run, x, layer_params(batch.segments, layer)), features, batch.images, layer);
     }
     return rms_norm(x, weights_.final_norm, config_.rms_norm_eps);
 }
 
 torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
     torch::NoGradGuard no_grad;  // sampling never needs a graph
-    std::vector<int64_t> positions;
     for (size_t s = 0; s < batch.caches.size(); ++s) {
-        const int64_t start = batch.caches[s]->length();
-        batch.caches[s]->reserve(start + batch.lengths[s]);
-        for (int64_t t = 0; t < batch.lengths[s]; ++t) {
-            positions.push_back(start + t);
-        }
+        batch.caches[s]->reserve(batch.caches[s]->length() + batch.lengths[s]);
     }
     const CachedAttention attention(batch.lengths, batch.caches, device_);
-    torch::Tensor x = embed_tokens(batch.tokens);  // [T, C]
-    const int64_t max_position = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
-    auto [cos, sin] = rope_.lookup(torch::tensor(positions, torch::kInt64).to(device_), max_position);  // [T, 1, D]
+    BatchImages images;
+    auto [cos, sin] = cached_rope(batch, images);  // [T, 1, D]
+    VisionFeatures features;
+    torch::Tensor x = input_embeddings(batch.tokens, images, features);  // [T, C]
     const CachedMixerContext ctx{batch.segments, batch.lengths, batch.caches, attention, cos, sin};
     for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
         const LayerWeights & w = weights_.layers[layer];
         torch::Tensor h = rms_norm(x, w.input_norm, config_.rms_norm_eps);  // [T, C]
         x = layer_output(layer, x, family_->cached_token_mixer(w, config_, h, ctx, layer), batch.segments);
+        x = add_deepstack(x, features, images, layer);
     }
     for (size_t s = 0; s < batch.caches.size(); ++s) {
         batch.caches[s]->advance(batch.lengths[s]);

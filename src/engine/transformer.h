@@ -14,16 +14,26 @@
 #include "engine/attention.h"
 #include "engine/kv_cache.h"
 #include "engine/lora.h"
+#include "engine/vision_tower.h"
 #include "engine/weights.h"
 
 namespace tinkerd::engine {
 
+// The images of a batch: their features replace the embeddings of their image tokens (docs/vision.md).
+struct BatchImages {
+    std::vector<const ImageInput *> images;  // in row order, each checked (image_layout.h)
+    torch::Tensor rows;                      // [Nv] int64: the rows of their tokens, in the same order
+    bool empty() const { return images.empty(); }
+};
+
 // Token rows of one engine call: sequences back to back, adapters in contiguous segments.
 struct PackedBatch {
-    torch::Tensor tokens;     // [T] int64
-    torch::Tensor positions;  // [T] int64, restarting at 0 for each sequence
+    torch::Tensor tokens;           // [T] int64
+    torch::Tensor positions;        // [T] int64, restarting at 0 for each sequence
+    torch::Tensor mrope_positions;  // [3, T] int64 when the batch holds images (image_layout.h), else undefined
     SequenceLayout layout;
     std::vector<RowSegment> segments;
+    BatchImages images;
 };
 
 // New tokens of several sequences for an incremental (KV-cached) forward: sequence s owns rows
@@ -33,6 +43,9 @@ struct CachedBatch {
     std::vector<int64_t> lengths;         // new tokens per sequence (prefill: the prompt; decode: 1)
     std::vector<SequenceCache *> caches;  // one per sequence; the new K/V are appended
     std::vector<RowSegment> segments;     // adapters of the rows, contiguous
+    // Per sequence: its images when its new rows are a whole context from position 0 (a prefill), else nullptr.
+    // A sequence with images gets mrope positions, and its cache the offset its later positions continue from.
+    std::vector<const std::vector<ImageInput> *> images;
 };
 
 class Transformer {
@@ -82,6 +95,16 @@ class Transformer {
     // The residual stream after adding the token mixer's output mixed [T, C], then the MLP.
     torch::Tensor layer_output(int64_t layer, const torch::Tensor & x, const torch::Tensor & mixed,
                                const std::vector<RowSegment> & segments) const;
+    // The input rows [T, C]: token embeddings, with the images' features in their tokens' rows; features gets
+    // the deepstack features the first layers add (empty without images).
+    torch::Tensor input_embeddings(const torch::Tensor & tokens, const BatchImages & images,
+                                   VisionFeatures & features) const;
+    // x after layer's deepstack addition: x + the layer's features at the image rows (x itself past them).
+    static torch::Tensor add_deepstack(const torch::Tensor & x, const VisionFeatures & features,
+                                       const BatchImages & images, int64_t layer);
+    // The rope tables of a cached forward's rows (mrope where a sequence holds images or its cache an offset)
+    // and its image rows; sets the caches' position offsets after an image prefill.
+    std::pair<torch::Tensor, torch::Tensor> cached_rope(const CachedBatch & batch, BatchImages & images);
 
     model::ModelConfig config_;
     std::unique_ptr<DecoderFamily> family_;
@@ -93,6 +116,7 @@ class Transformer {
     torch::Tensor lm_head_exact_;  // [V, C] fp32 copy of a bf16 lm_head on GPUs only (CPU: fp32 math in place)
     RopeTables rope_;
     std::shared_ptr<const CacheShape> cache_shape_;
+    std::unique_ptr<VisionTower> vision_;  // image-text checkpoints only
 };
 
 }  // namespace tinkerd::engine

@@ -31,8 +31,8 @@ std::string WeightLoader::resolve(const std::string & name) const {
 }
 
 Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std::vector<int64_t> & shape,
-                                          torch::ScalarType dtype, bool product_weight) const {
-    const std::string name = resolve(hf_name);
+                                          torch::ScalarType dtype, bool product_weight, bool resolve_name) const {
+    const std::string name = resolve_name ? resolve(hf_name) : hf_name;
     auto view = file_->get(name);
     if (!view.ok()) {
         return not_found("missing tensor '" + name + "' in the checkpoint");
@@ -87,6 +87,10 @@ Result<torch::Tensor> WeightLoader::matrix(const std::string & name, std::vector
 
 Result<torch::Tensor> WeightLoader::act_matrix(const std::string & name, std::vector<int64_t> shape) const {
     return fetch(name, shape, act_);
+}
+
+Result<torch::Tensor> WeightLoader::exact(const std::string & name, std::vector<int64_t> shape, bool as_matrix) const {
+    return fetch(name, shape, as_matrix ? compute_ : act_, false, false);
 }
 
 Result<torch::Tensor> WeightLoader::vector(const std::string & name, int64_t size) const {

@@ -98,6 +98,9 @@ class WeightLoader {
     // A small vector (norm weights, biases) in the activation dtype.
     Result<torch::Tensor> vector(const std::string & name, int64_t size) const;
     bool contains(const std::string & name) const { return file_->contains(resolve(name)); }
+    // A tensor named exactly as the checkpoint names it (no text-model prefix: "model.visual.…"), in the compute
+    // dtype (as_matrix, never quantised) or the activation dtype.
+    Result<torch::Tensor> exact(const std::string & name, std::vector<int64_t> shape, bool as_matrix) const;
     // Lets the kernel drop the mapped pages of a tensor that was copied elsewhere (no-op unless t aliases them).
     void release(const torch::Tensor & t) const { release_mapped(*file_, t); }
 
@@ -108,7 +111,7 @@ class WeightLoader {
                                     torch::ScalarType dtype, bool product_weight) const;
     // product_weight: a matrix of base_linear products (matrix()), which --base-quant q8_0 quantises.
     Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape, torch::ScalarType dtype,
-                                bool product_weight = false) const;
+                                bool product_weight = false, bool resolve_name = true) const;
 
     std::shared_ptr<model::SafetensorsFile> file_;
     torch::ScalarType compute_;

@@ -32,4 +32,8 @@ Result<void> parse_moe(const json & obj, ModelConfig & config);
 // The Gated DeltaNet layout and sizes of a Qwen3.5 text config (no-op for other families).
 Result<void> parse_hybrid(const json & obj, ModelConfig & config);
 
+// The vision tower, image token ids and mrope sections of an image-text checkpoint (model_config_vision.cpp):
+// top is the whole config.json, text the text model's part (no-op without "vision_config").
+Result<void> parse_vision(const json & top, const json & text, ModelConfig & config);
+
 }  // namespace tinkerd::model::config_json

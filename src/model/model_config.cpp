@@ -87,6 +87,10 @@ bool is_qwen3_5(const std::string & architecture) {
            architecture == "Qwen3_5MoeForConditionalGeneration" || architecture == "Qwen3_5MoeForCausalLM";
 }
 
+bool is_qwen3_vl(const std::string & architecture) {
+    return architecture == "Qwen3VLForConditionalGeneration" || architecture == "Qwen3VLMoeForConditionalGeneration";
+}
+
 // Sets architecture, family and the family-specific flags (attention_bias, qk_norm).
 Result<void> parse_architecture(const json & obj, ModelConfig & config) {
     if (!is_present(obj, "architectures") || !obj.at("architectures").is_array() || obj.at("architectures").empty() ||
@@ -102,8 +106,11 @@ Result<void> parse_architecture(const json & obj, ModelConfig & config) {
     } else if (config.architecture == "Qwen2ForCausalLM") {
         config.family = ArchFamily::QWEN2;
         config.attention_bias = true;
-    } else if (config.architecture == "Qwen3ForCausalLM" || config.architecture == "Qwen3MoeForCausalLM") {
-        config.family = config.architecture == "Qwen3ForCausalLM" ? ArchFamily::QWEN3 : ArchFamily::QWEN3_MOE;
+    } else if (config.architecture == "Qwen3ForCausalLM" || config.architecture == "Qwen3MoeForCausalLM" ||
+               is_qwen3_vl(config.architecture)) {
+        const bool moe =
+            config.architecture == "Qwen3MoeForCausalLM" || config.architecture == "Qwen3VLMoeForConditionalGeneration";
+        config.family = moe ? ArchFamily::QWEN3_MOE : ArchFamily::QWEN3;
         config.attention_bias = attention_bias.value();
         config.qk_norm = true;
     } else if (is_qwen3_5(config.architecture)) {
@@ -114,7 +121,8 @@ Result<void> parse_architecture(const json & obj, ModelConfig & config) {
         return unsupported(CONFIG_PREFIX + ("unsupported architecture '" + config.architecture +
                                             "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                                             "Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and "
-                                            "their ForConditionalGeneration text models)"));
+                                            "their ForConditionalGeneration models, Qwen3VLForConditionalGeneration, "
+                                            "Qwen3VLMoeForConditionalGeneration)"));
     }
     return {};
 }
@@ -323,8 +331,9 @@ Result<ModelConfig> parse_model_config(const std::string & json_text) {
     }
     ModelConfig config;
     TRY_STATUS(parse_architecture(obj, config));
-    // Qwen3.5 checkpoints (image-text-to-text) describe their text model under "text_config".
-    const bool nested = is_qwen3_5(config.architecture) && is_present(obj, "text_config");
+    // Qwen3.5 and Qwen3-VL checkpoints (image-text-to-text) describe their text model under "text_config".
+    const bool nested =
+        (is_qwen3_5(config.architecture) || is_qwen3_vl(config.architecture)) && is_present(obj, "text_config");
     if (nested && !obj.at("text_config").is_object()) {
         return invalid_argument(CONFIG_PREFIX + std::string("field 'text_config' must be an object"));
     }
@@ -338,6 +347,7 @@ Result<ModelConfig> parse_model_config(const std::string & json_text) {
     TRY_STATUS(parse_misc(body, config));
     TRY_STATUS(parse_moe(body, config));
     TRY_STATUS(parse_hybrid(body, config));
+    TRY_STATUS(parse_vision(obj, body, config));
     return config;
 }
 

@@ -11,7 +11,7 @@
 namespace tinkerd::model {
 
 // Which family's code runs the model (one file per family in src/engine/arch/).
-enum class ArchFamily { LLAMA, QWEN2, QWEN3, QWEN3_MOE, QWEN3_5, QWEN3_5_MOE };
+enum class ArchFamily { LLAMA, QWEN2, QWEN3, QWEN3_MOE, QWEN3_5, QWEN3_5_MOE };  // Qwen3-VL: QWEN3(_MOE)
 
 struct RopeScaling {
     std::string type;  // "" (none) or "llama3"
@@ -19,6 +19,20 @@ struct RopeScaling {
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     int64_t original_max_position_embeddings = 8192;
+};
+
+// The vision tower of an image-text checkpoint (Qwen3-VL, Qwen3.5: "vision_config"); depth == 0 without one.
+struct VisionConfig {
+    int64_t depth = 0;              // vision blocks
+    int64_t hidden_size = 0;        // Cv
+    int64_t intermediate_size = 0;  // Fv
+    int64_t n_heads = 0;
+    int64_t in_channels = 3, patch_size = 16, temporal_patch_size = 2, spatial_merge_size = 2;
+    int64_t out_hidden_size = 0;            // the language model's hidden size
+    int64_t num_position_embeddings = 0;    // learned position table, a square grid
+    std::vector<int64_t> deepstack_layers;  // Qwen3-VL: blocks whose merged outputs join the first decoder layers
+    // One patch's values: in_channels * temporal_patch_size * patch_size^2.
+    int64_t patch_dim() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
 };
 
 struct ModelConfig {
@@ -60,6 +74,14 @@ struct ModelConfig {
     int64_t linear_conv_kernel = 0;
     bool attn_output_gate = false;
     double partial_rotary_factor = 1.0;
+
+    // Image-text checkpoints (docs/vision.md): the vision tower, the image placeholder token and the
+    // interleaved multimodal RoPE (mrope_section: rotary frequencies per temporal/height/width axis).
+    VisionConfig vision;
+    int64_t image_token_id = -1;
+    int64_t vision_start_token_id = -1;
+    std::vector<int64_t> mrope_section;  // 3 entries, or empty (plain 1-D RoPE)
+    bool has_vision() const { return vision.depth > 0; }
 
     bool is_sparse_layer(int64_t layer) const {
         return layer >= 0 && layer < static_cast<int64_t>(sparse_layers.size()) && sparse_layers[layer];

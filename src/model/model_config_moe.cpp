@@ -30,7 +30,8 @@ Result<void> parse_qwen3_5_moe_layers(const json & obj, ModelConfig & config) {
 Result<void> parse_qwen3_moe_layers(const json & obj, ModelConfig & config, int64_t sparse_step) {
     auto norm = optional_bool(obj, "norm_topk_prob", false);
     TRY_STATUS(norm);
-    config.norm_topk_prob = norm.value();
+    // Qwen3-VL-MoE's router (transformers' Qwen3VLMoeTextTopKRouter) always renormalises the top k.
+    config.norm_topk_prob = norm.value() || config.architecture == "Qwen3VLMoeForConditionalGeneration";
     config.sparse_layers.assign(config.n_layers, false);
     for (int64_t layer = 0; layer < config.n_layers; ++layer) {
         config.sparse_layers[layer] = (layer + 1) % sparse_step == 0;

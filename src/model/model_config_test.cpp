@@ -282,7 +282,8 @@ TEST(ModelConfig, RejectsUnsupportedArchitecture) {
     EXPECT_EQ(error.message,
               "config.json: unsupported architecture 'MistralForCausalLM' (supported: LlamaForCausalLM, "
               "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and "
-              "their ForConditionalGeneration text models)");
+              "their ForConditionalGeneration models, Qwen3VLForConditionalGeneration, "
+              "Qwen3VLMoeForConditionalGeneration)");
 }
 
 TEST(ModelConfig, NamesMissingField) {

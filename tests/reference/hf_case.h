@@ -51,6 +51,16 @@ struct HfCase {
     }
 };
 
+// A cross_entropy datum of a case's JSON: its tokens, targets and weights.
+inline engine::Datum ce_datum(const nlohmann::json & d) {
+    engine::Datum datum;
+    datum.tokens = d.at("tokens").get<std::vector<int64_t>>();
+    const auto n = static_cast<int64_t>(datum.tokens.size());
+    datum.loss_inputs["target_tokens"] = engine::make_host_tensor_i64({n}, d.at("targets").get<std::vector<int64_t>>());
+    datum.loss_inputs["weights"] = engine::make_host_tensor_f32({n}, d.at("weights").get<std::vector<float>>());
+    return datum;
+}
+
 inline HfCase load_hf_case(const std::string & name) {
     HfCase c;
     c.name = name;
@@ -71,13 +81,7 @@ inline HfCase load_hf_case(const std::string & name) {
     c.spec.train_mlp = has("gate_proj");
     c.spec.train_unembed = has("lm_head");
     for (const auto & d : j.at("datums")) {
-        engine::Datum datum;
-        datum.tokens = d.at("tokens").get<std::vector<int64_t>>();
-        const auto n = static_cast<int64_t>(datum.tokens.size());
-        datum.loss_inputs["target_tokens"] =
-            engine::make_host_tensor_i64({n}, d.at("targets").get<std::vector<int64_t>>());
-        datum.loss_inputs["weights"] = engine::make_host_tensor_f32({n}, d.at("weights").get<std::vector<float>>());
-        c.datums.push_back(std::move(datum));
+        c.datums.push_back(ce_datum(d));
     }
     c.expected_loss = j.at("expected_loss");
     if (!j.contains("max_abs_logit")) {

@@ -1,0 +1,175 @@
+// Vision reference (docs/vision.md): the engine replays make_vision_fixtures.py's tiny random Qwen3-VL with
+// pixel_values from transformers' own image processor, in fp32, and must give transformers' float64 per-token
+// logprobs (datums with 0-2 images of different grids packed in one batch) within 1e-4, PEFT's LoRA gradients
+// within 1e-4 of each tensor's largest entry, and generate()'s greedy tokens for image prompts.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "hf_case.h"
+
+namespace tinkerd::testing {
+namespace {
+
+struct VisionCase {
+    nlohmann::json json;
+    std::shared_ptr<model::SafetensorsFile> tensors;
+    std::vector<double> values(const std::string & name) const {
+        return engine::host_tensor_values(host_copy(tensors->get(name).value()));
+    }
+};
+
+VisionCase load_case(const std::string & name) {
+    const std::string dir = fixtures_dir() + "/vision/" + name;
+    std::ifstream in(dir + "/case.json");
+    if (!in) {
+        throw std::runtime_error("missing vision fixture " + dir +
+                                 "/case.json: run `make fixtures` (tests/reference/make_vision_fixtures.py)");
+    }
+    VisionCase c{nlohmann::json::parse(in), nullptr};
+    c.tensors = model::SafetensorsFile::open(dir + "/tensors.safetensors").value();
+    return c;
+}
+
+std::vector<engine::ImageInput> images_of(const VisionCase & c, const nlohmann::json & placements) {
+    std::vector<engine::ImageInput> images;
+    for (const auto & p : placements) {
+        const int index = p.at("image");
+        const auto grid = c.json.at("grids").at(index).get<std::vector<int64_t>>();
+        engine::ImageInput image;
+        image.token_offset = p.at("token_offset");
+        image.grid_t = grid[0], image.grid_h = grid[1], image.grid_w = grid[2];
+        for (double v : c.values("pixels/" + std::to_string(index))) {
+            image.pixel_values.push_back(static_cast<float>(v));
+        }
+        images.push_back(std::move(image));
+    }
+    return images;
+}
+
+engine::ForwardBackwardInput ce_input(const VisionCase & c, engine::AdapterId id) {
+    engine::ForwardBackwardInput in;
+    in.adapter = id;
+    in.loss_fn = "cross_entropy";
+    for (const auto & d : c.json.at("datums")) {
+        engine::Datum datum = ce_datum(d);
+        datum.images = images_of(c, d.at("images"));
+        in.datums.push_back(std::move(datum));
+    }
+    return in;
+}
+
+class VisionReference : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        c_ = load_case(GetParam());
+        auto loaded = engine::Engine::load(c_.json.at("model_dir"), {engine::ComputeDType::FP32, 2});
+        ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+        engine_ = std::move(loaded).value();
+    }
+    engine::AdapterId imported_adapter() {
+        const auto targets = c_.json.at("targets").get<std::vector<std::string>>();
+        auto has = [&](const char * t) { return std::find(targets.begin(), targets.end(), t) != targets.end(); };
+        engine::LoraSpec spec;
+        spec.rank = c_.json.at("rank");
+        spec.alpha = c_.json.at("alpha");
+        spec.train_attn = has("q_proj");
+        spec.train_mlp = has("gate_proj");
+        spec.train_unembed = has("lm_head");
+        const engine::AdapterId id = engine_->create_adapter(spec).value();
+        std::map<std::string, engine::HostTensor> init;
+        for (const std::string & name : c_.tensors->names()) {
+            if (name.rfind("init/", 0) == 0) {
+                init[name.substr(5)] = host_copy(c_.tensors->get(name).value());
+            }
+        }
+        auto status = engine_->import_adapter(id, init, false);
+        EXPECT_TRUE(status.ok()) << status.error().message;
+        return id;
+    }
+    VisionCase c_;
+    std::unique_ptr<engine::Engine> engine_;
+};
+
+TEST_P(VisionReference, BaseLogprobsMatchTransformers) {
+    auto out = engine_->forward_backward({ce_input(c_, engine::BASE_MODEL)}, false);
+    ASSERT_TRUE(out[0].ok()) << out[0].error().message;
+    const auto & datums = c_.json.at("datums");
+    const int64_t vocab = engine_->config().vocab_size;
+    double worst = 0;
+    for (size_t d = 0; d < datums.size(); ++d) {
+        const auto full = c_.values("base_logprobs/" + std::to_string(d));  // [N, V]
+        const auto targets = datums[d].at("targets").get<std::vector<int64_t>>();
+        const auto got = engine::host_tensor_values(out[0]->logprobs[d]);
+        for (size_t i = 0; i < targets.size(); ++i) {
+            worst = std::max(worst, std::fabs(got[i] - full[i * vocab + targets[i]]));
+        }
+    }
+    std::printf("[vision] %s base logprobs: max |fp32 - transformers fp64| = %.3g\n", GetParam().c_str(), worst);
+    EXPECT_LE(worst, 1e-4);
+}
+
+TEST_P(VisionReference, LoraLogprobsAndGradientsMatchPeft) {
+    const engine::AdapterId id = imported_adapter();
+    auto out = engine_->forward_backward({ce_input(c_, id)}, true);
+    ASSERT_TRUE(out[0].ok()) << out[0].error().message;
+    double lp_worst = 0, grad_worst = 0;
+    for (size_t d = 0; d < out[0]->logprobs.size(); ++d) {
+        lp_worst = std::max(lp_worst, max_abs_diff(engine::host_tensor_values(out[0]->logprobs[d]),
+                                                   c_.values("logprobs/" + std::to_string(d))));
+    }
+    auto grads = engine_->export_gradients(id);
+    ASSERT_TRUE(grads.ok()) << grads.error().message;
+    size_t compared = 0;
+    for (const std::string & name : c_.tensors->names()) {
+        if (name.rfind("grad/", 0) != 0) {
+            continue;
+        }
+        auto it = grads->find(name.substr(5));
+        ASSERT_NE(it, grads->end()) << "the engine has no gradient " << name.substr(5);
+        grad_worst = std::max(grad_worst, max_rel_diff(engine::host_tensor_values(it->second), c_.values(name)));
+        ++compared;
+    }
+    std::printf("[vision] %s LoRA: logprobs max abs %.3g, %zu gradients max rel %.3g, loss %.6f vs %.6f\n",
+                GetParam().c_str(), lp_worst, compared, grad_worst, -out[0]->metrics.at("loss:sum"),
+                -c_.json.at("expected_loss").get<double>());
+    EXPECT_LE(lp_worst, 1e-4);
+    EXPECT_LE(grad_worst, 1e-4);
+    EXPECT_GT(compared, 0u);
+    EXPECT_NEAR(out[0]->metrics.at("loss:sum"), c_.json.at("expected_loss").get<double>(), 1e-3);
+}
+
+TEST_P(VisionReference, GreedySamplesMatchGenerate) {
+    const engine::AdapterId id = imported_adapter();
+    std::vector<engine::SampleRequest> requests;
+    for (const auto & s : c_.json.at("samples")) {
+        engine::SampleRequest r;
+        r.adapter = s.at("adapted").get<bool>() ? id : engine::BASE_MODEL;
+        r.prompt = s.at("tokens").get<std::vector<int64_t>>();
+        r.prompt_images = images_of(c_, s.at("images"));
+        r.params.max_tokens = 8;
+        r.params.temperature = 0;
+        r.params.stop_at_eos = false;
+        r.num_samples = 2;  // the prompt's cache (and its position offset) forked into two sequences
+        requests.push_back(std::move(r));
+    }
+    auto results = engine_->sample(requests);
+    const auto & samples = c_.json.at("samples");
+    for (size_t i = 0; i < results.size(); ++i) {
+        ASSERT_TRUE(results[i].ok()) << results[i].error().message;
+        for (const engine::SampledSequence & seq : results[i]->sequences) {
+            EXPECT_EQ(seq.tokens, samples[i].at("generated").get<std::vector<int64_t>>())
+                << "sample " << i << " (smallest top-2 logit gap " << samples[i].at("min_gap").get<double>() << ")";
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, VisionReference,
+                         ::testing::Values("vision_qwen3_vl_tiny", "vision_qwen3_vl_moe_tiny", "vision_qwen3_5_tiny"));
+
+}  // namespace
+}  // namespace tinkerd::testing
