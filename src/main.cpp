@@ -299,8 +299,8 @@ int run_sampling_replica(Flags & flags, const tinkerd::engine::EngineOptions & o
     return tinkerd::dist::run_replica_process(engines, stops, flags.replicas, flags.dist.timeout_seconds);
 }
 
-// The image processor of a vision-language model (image chunks are prepared with it); null for a
-// text-only model, or when its processor settings are unusable (logged: image chunks are then refused).
+// The image processor of a model whose engine loaded a vision tower (image chunks are prepared with it);
+// null when its processor settings are unusable (logged: image chunks are then refused).
 std::shared_ptr<const tinkerd::vision::ProcessorConfig> vision_processor(const std::string & name,
                                                                          const std::string & dir) {
     auto vision = tinkerd::vision::load_processor_config(dir);
@@ -329,8 +329,8 @@ std::vector<tinkerd::api::ServedModelSpec> served_models(const Flags & flags, co
         } else {
             LOG_INF("main", "%s: /v1/chat/completions unavailable: %s", name.c_str(), chat.missing_reason.c_str());
         }
-        served.push_back(
-            {name, engines[i].get(), tokenizers[i].get(), std::move(chat), vision_processor(name, dir), {}});
+        auto vision = engines[i]->config().has_vision() ? vision_processor(name, dir) : nullptr;
+        served.push_back({name, engines[i].get(), tokenizers[i].get(), std::move(chat), std::move(vision), {}});
         for (size_t r = 0; i < replicas.size() && r < replicas[i].size(); ++r) {
             auto * replica = replicas[i][r].get();
             served.back().sampling_replicas.push_back(

@@ -67,7 +67,9 @@ void SamplingService::submit(ServedModel & model, SampleSubmission s) {
             output_.push_tokens(sink, std::move(tokens));
         };
     }
-    ServedModel::SamplingReplica * replica = s.live_adapter ? nullptr : pick_replica(model);
+    // Replicas' codecs do not carry images yet (src/dist): image prompts sample on rank 0.
+    const bool has_images = !job.request.prompt_images.empty();
+    ServedModel::SamplingReplica * replica = s.live_adapter || has_images ? nullptr : pick_replica(model);
     ++in_flight_;
     if (replica != nullptr) {
         submit_to_replica(model, *replica, std::move(job), std::move(s.sink));

@@ -20,7 +20,7 @@ import wire_codec  # noqa: E402
 
 WIRE_SCENARIOS = ["codec", "protocol", "crash", "load", "hostile", "disk_full", "dp", "dp_fault", "replicas"]
 SDK_SCENARIOS = ["sdk_sft", "sdk_resume", "sdk_sample", "sdk_rl", "sdk_tenants", "sdk_dpo", "sdk_rest",
-                 "sdk_snapshots", "sdk_moe", "sdk_qwen35", "sdk_seqgap", "sdk_meta"]
+                 "sdk_snapshots", "sdk_moe", "sdk_qwen35", "sdk_seqgap", "sdk_meta", "sdk_vision"]
 SCENARIOS = WIRE_SCENARIOS + SDK_SCENARIOS + ["openai", "metrics", "console", "openapi", "postgres"]
 SCENARIO_TIMEOUT = 280  # seconds; the SDK retries some failures for minutes: fail before ctest kills us
 

@@ -72,7 +72,7 @@ def build_model(case, case_dir):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
-    model_dir = os.path.join(case_dir, "model")
+    model_dir = os.path.abspath(os.path.join(case_dir, "model"))  # the test runs from another directory
     model.save_pretrained(model_dir, safe_serialization=True)
     return model, model_dir
 
