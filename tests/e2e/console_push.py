@@ -101,3 +101,13 @@ def check_fallback(env, tag):
         for sock in held:
             sock.close()
     return "refused with %d streams open; polled step %d -> %d" % (len(held), points, points + 1)
+
+
+def check_both(env, check_fits):
+    """At the browser's width (1280 px here; scenario_console's phone case calls the two checks at 390)."""
+    pushed = check_push(env, "1280")
+    check_fits(env.browser, "the run page on the push stream")
+    env.shot("run-pushed.png")
+    polled = check_fallback(env, "1280")
+    check_fits(env.browser, "the run page while polling")
+    return "%s; %s" % (pushed, polled)

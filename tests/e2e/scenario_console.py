@@ -230,15 +230,6 @@ def check_run_details(env):
     return "LoRA config, 2 axes, CSV %d rows, JSON %d points, live checkpoint" % (len(rows), len(data["points"]))
 
 
-def check_push_and_fallback(env):
-    pushed = console_push.check_push(env, "1280")
-    check_fits(env.browser, "the run page on the push stream")
-    env.shot("run-pushed.png")
-    polled = console_push.check_fallback(env, "1280")
-    check_fits(env.browser, "the run page while polling")
-    return "%s; %s" % (pushed, polled)
-
-
 def check_compare(env):
     """Two runs ticked on the runs list open one chart with both loss curves, aligned by step, and a legend."""
     b = env.browser
@@ -544,7 +535,8 @@ def run(ctx):
                         check_run_details, env),
                ctx.case("delete a checkpoint through the UI", check_delete_checkpoint, env),
                ctx.case("publish and archive download through the UI", check_publish_and_archive, env),
-               ctx.case("run page: pushed step and checkpoint, polling when refused", check_push_and_fallback, env),
+               ctx.case("run page: pushed step and checkpoint, polling when refused", console_push.check_both, env,
+                        check_fits),
                ctx.case("compare two runs", check_compare, env),
                ctx.case("playground: default model, refusal, chat, completion, side by side", check_playground, env),
                ctx.case("server and sessions views", check_status_views, env),
