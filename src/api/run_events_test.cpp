@@ -1,8 +1,8 @@
 // In-process tests of GET /api/v1/training_runs/{run_id}/events (run_events.cpp, event_streams.cpp) through a
-// real http::Server and the blocking test client: a recorded point and a saved checkpoint arrive as events,
-// a reconnect with Last-Event-ID (or since_step) sends no point twice, another tenant's run is a 404, the
-// stream limit answers 429 and frees a slot when a client goes, heartbeats flow, and stopping the server
-// or the App with streams open neither hangs nor leaves a stream unended.
+// real http::Server and the blocking test client: a recorded point and a saved (then deleted) checkpoint
+// arrive as events, a reconnect with Last-Event-ID (or since_step) sends no point twice, another tenant's
+// run is a 404, the stream limit answers 429 and frees a slot when a client goes, heartbeats flow, and
+// stopping the server or the App with streams open neither hangs nor leaves a stream unended.
 #include <map>
 #include <string>
 #include <vector>
@@ -139,6 +139,12 @@ TEST_F(RunEventsTest, NewPointsAndCheckpointsArriveAsTheyAreRecorded) {
     }
     ASSERT_TRUE(listed);
     EXPECT_EQ(listed->data["checkpoints"][0]["checkpoint_id"], "weights/pushed");
+
+    auto deleted = call("/api/v1/training_runs/" + model + "/checkpoints/weights/pushed", "", "tml-alice", "DELETE");
+    ASSERT_EQ(deleted.status, 200) << deleted.body;
+    auto emptied = next(client, "checkpoints");
+    ASSERT_TRUE(emptied);
+    EXPECT_TRUE(emptied->data["checkpoints"].empty());
 }
 
 TEST_F(RunEventsTest, AReconnectResumesWithoutDuplicates) {
