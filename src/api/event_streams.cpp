@@ -49,13 +49,11 @@ EventStreams::~EventStreams() {
 }
 
 std::shared_ptr<EventStreams::Stream> EventStreams::reserve(std::string topic, Refresh refresh) {
-    std::lock_guard lock(mutex_);
-    size_t taken = slots_taken_->load();
-    do {
-        if (stopping_ || taken >= options_.max_streams) {
-            return nullptr;
-        }
-    } while (!slots_taken_->compare_exchange_weak(taken, taken + 1));
+    std::lock_guard lock(mutex_);  // only reserve() adds, under the lock; a release may subtract meanwhile
+    if (stopping_ || slots_taken_->load() >= options_.max_streams) {
+        return nullptr;
+    }
+    slots_taken_->fetch_add(1);
     auto stream = std::make_shared<Stream>();
     stream->topic = std::move(topic);
     stream->refresh = std::move(refresh);

@@ -58,7 +58,7 @@ class EventStreams {
     void feed(const std::vector<std::shared_ptr<Stream>> & due, const std::vector<std::shared_ptr<Stream>> & all);
 
     const EventStreamOptions options_;
-    mutable std::mutex mutex_;  // guards everything below but thread_
+    mutable std::mutex mutex_;  // guards streams_, woken_, stopping_ (the slot count is atomic)
     std::condition_variable wake_;
     std::vector<std::shared_ptr<Stream>> streams_;      // attached ones (dropped by the thread once released)
     std::shared_ptr<std::atomic<size_t>> slots_taken_;  // reserved, not yet released (a Stream frees its own)
