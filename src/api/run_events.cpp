@@ -53,6 +53,17 @@ Result<std::optional<int64_t>> last_event_id_of(const http::Request & req) {
                             "'");
 }
 
+// Every slot taken (or push turned off): 429, as the server's other capacity refusals, and poll instead.
+http::Response no_slot_response(size_t max_streams) {
+    const std::string why =
+        max_streams == 0 ? "push streams are off (--max-event-streams 0)"
+                         : "too many event streams open (" + std::to_string(max_streams) + ", --max-event-streams)";
+    http::Response busy =
+        error_response(unavailable(why + "; poll GET /api/v1/training_runs/{run_id}/metrics instead"));
+    busy.headers = {{"Retry-After", RETRY_AFTER_SECONDS}};
+    return busy;
+}
+
 }  // namespace
 
 void TinkerRoutes::run_events(Call & call, http::Respond respond) {
@@ -74,11 +85,7 @@ void TinkerRoutes::run_events(Call & call, http::Respond respond) {
     }
     auto stream = events_->reserve(row->run_id, [this, feed] { return refresh_run_feed(*feed); });
     if (!stream) {
-        http::Response busy = error_response(
-            unavailable("too many event streams open (" + std::to_string(events_->max_streams()) +
-                        ", --max-event-streams); poll GET /api/v1/training_runs/{run_id}/metrics instead"));
-        busy.headers = {{"Retry-After", RETRY_AFTER_SECONDS}};
-        return respond(std::move(busy));
+        return respond(no_slot_response(events_->max_streams()));
     }
     http::Response response;
     response.content_type = "text/event-stream";

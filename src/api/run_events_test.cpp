@@ -221,6 +221,15 @@ TEST_F(RunEventsTest, TheStreamLimitAnswers429AndAClosedStreamFreesItsSlot) {
     EXPECT_EQ(head->status, 200);
 }
 
+TEST_F(RunEventsTest, NoStreamsWhenPushIsOff) {
+    options_.max_event_streams = 0;
+    restart();
+    auto busy = refused(trained_run(), "");
+    ASSERT_TRUE(busy);
+    EXPECT_EQ(busy->status, 429);
+    EXPECT_NE(busy->body.find("push streams are off"), std::string::npos) << busy->body;
+}
+
 TEST_F(RunEventsTest, QuietStreamsGetHeartbeats) {
     options_.event_heartbeat = 300ms;
     restart();
