@@ -353,6 +353,7 @@ tinkerd::api::AppOptions app_options(const Flags & flags) {
     o.snapshot_ttl_seconds = flags.snapshot_ttl_seconds;
     o.snapshot_disk_bytes = static_cast<int64_t>(flags.snapshot_disk_mib) << 20;
     o.max_metric_points = static_cast<int64_t>(flags.max_metric_points);
+    o.max_event_streams = static_cast<size_t>(flags.max_event_streams);
     return o;
 }
 

@@ -81,13 +81,16 @@ Result<std::unique_ptr<App>> App::create(AppOptions options, Auth auth, std::vec
     app->db_ = std::move(db).value();
     app->remove_interrupted_writes();
     app->futures_ = std::make_unique<scheduler::FutureTable>(future_table_options(app->db_.get()));
+    app->events_ = std::make_unique<EventStreams>(
+        EventStreamOptions{app->options_.max_event_streams, app->options_.event_tick, app->options_.event_heartbeat});
     app->telemetry_ = std::make_unique<Telemetry>(*app->db_, app->options_.max_metric_points);
+    app->telemetry_->on_points_written([events = app->events_.get()](const auto & runs) { events->wake(runs); });
     app->registry_ = std::make_unique<Registry>(*app->db_);
     app->sampling_ = std::make_unique<SamplingService>(*app->registry_, *app->db_, *app->output_stage_,
                                                        app->options_.max_queued_samples, app->telemetry_.get());
     app->tinker_ = std::make_unique<TinkerRoutes>(
         app->options_, TinkerDeps{app->db_.get(), app->disk_reserve_.get(), app->futures_.get(), app->registry_.get(),
-                                  app->sampling_.get(), app->telemetry_.get()});
+                                  app->sampling_.get(), app->telemetry_.get(), app->events_.get()});
     TRY_STATUS(app->tinker_->recover_from_last_process());
     app->add_models(std::move(models));
     app->openai_ = std::make_unique<OpenAiRoutes>(app->auth_, *app->registry_, *app->db_, *app->sampling_);
@@ -200,6 +203,9 @@ void App::remove_interrupted_writes() {
 
 App::~App() {
     stop();
+    if (events_) {
+        events_->stop();  // even if never started: its refreshes use tinker_ and db_
+    }
     output_stage_->stop();                  // its sinks use futures_ and db_, which outlive it
     store::set_disk_full_handler(nullptr);  // it points at disk_reserve_, about to go
 }
@@ -222,6 +228,7 @@ void App::stop() {
     if (!started_) {
         return;
     }
+    events_->stop();  // first: every push stream ends cleanly, and no new one opens
     tinker_->stop_sweeper();
     for (const auto & model : registry_->models()) {
         for (const auto & replica : model->replicas) {

@@ -12,6 +12,7 @@
 
 #include "api/app_options.h"
 #include "api/auth.h"
+#include "api/event_streams.h"
 #include "api/openai_routes.h"
 #include "api/output_stage.h"
 #include "api/registry.h"
@@ -45,6 +46,7 @@ class App {
 
     // Introspection for logs and tests.
     size_t waiting_polls() const { return futures_->waiting_polls(); }
+    size_t open_event_streams() const { return events_->open_streams(); }
     // What makes GET /openapi.json lie about the route table (openapi_problems); empty when none.
     std::vector<std::string> openapi_problems() const;
 
@@ -64,6 +66,8 @@ class App {
     // Formats and answers sampling events off the engine threads (stopped after the workers; declared
     // after futures_ and db_ so it is gone before them).
     std::unique_ptr<OutputStage> output_stage_ = std::make_unique<OutputStage>();
+    // The console's push streams; declared before telemetry_ (destroyed after it: its writer wakes them).
+    std::unique_ptr<EventStreams> events_;
     std::unique_ptr<Telemetry> telemetry_;       // request, token and sampler counters; run metric points
     std::unique_ptr<Registry> registry_;         // served models, runs, snapshot cache, sessions, archive tokens
     std::unique_ptr<SamplingService> sampling_;  // requests -> SampleJobs on the workers; 429 capacity

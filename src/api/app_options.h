@@ -32,6 +32,9 @@ struct AppOptions {
     double snapshot_ttl_seconds = 3600;                 // unnamed sampler snapshots outlive their session this long
     int64_t snapshot_disk_bytes = 10240LL << 20;        // budget of DATA_DIR/snapshots (--snapshot-disk-mib)
     int64_t max_metric_points = 2000;                   // per run and op, before old points are thinned
+    size_t max_event_streams = 64;                      // --max-event-streams: open push streams (GET …/events)
+    std::chrono::milliseconds event_tick{2000};         // each push stream re-reads its run at least this often
+    std::chrono::milliseconds event_heartbeat{15000};   // a keepalive comment after this long without an event
     engine::KernelChoice kernels;                       // --matmul's choice (main sets it), reported by server_status
 };
 

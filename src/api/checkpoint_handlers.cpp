@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "api/event_streams.h"
 #include "api/tinker_routes.h"
 #include "common/heap_release.h"
 #include "common/log.h"
@@ -78,6 +79,7 @@ void TinkerRoutes::store_checkpoint(const RunState & run, const CheckpointSave &
     LOG_INF("api", "checkpoint %s written (%.1f MiB, %.1f ms)", path.str().c_str(), *size / 1048576.0,
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
     futures_->complete(request_id, json{{"path", path.str()}, {"type", save.result_type}}.dump());
+    events_->wake({path.run_id});  // a push stream on the run sends its new checkpoint list (never blocks)
 }
 
 Result<json> TinkerRoutes::save_weights(Call & call) {

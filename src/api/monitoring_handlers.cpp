@@ -17,6 +17,8 @@ namespace {
 
 constexpr int64_t MAX_LISTED = 100;  // samplers and sessions in server_status
 
+}  // namespace
+
 Result<int64_t> since_step_of(const http::Request & req) {
     auto it = req.query.find("since_step");
     if (it == req.query.end()) {
@@ -33,9 +35,11 @@ Result<int64_t> since_step_of(const http::Request & req) {
     return invalid_argument("since_step: expected a non-negative integer, got '" + it->second.substr(0, 64) + "'");
 }
 
-json point_json(const store::MetricPoint & p) {
+json metric_point_json(const store::MetricPoint & p) {
     return json{{"step", p.step}, {"op", p.op}, {"time", p.time}, {"duration_s", p.duration_s}, {"values", p.values}};
 }
+
+namespace {
 
 int64_t file_bytes(const std::string & path) {
     std::error_code ec;
@@ -77,7 +81,7 @@ Result<json> TinkerRoutes::run_metrics(Call & call) {
     }
     json list = json::array();
     for (const auto & p : *points) {
-        list.push_back(point_json(p));
+        list.push_back(metric_point_json(p));
     }
     return json{{"training_run_id", row->run_id}, {"downsampled", *downsampled}, {"points", list}};
 }

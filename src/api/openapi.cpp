@@ -170,6 +170,12 @@ const json & openapi_parameters() {
                                    "accessible: also other tenants' published runs")},
             {"since_step", query("since_step", count, "Only points from this optimizer step on")},
             {"project_id", query("project_id", {{"type", "string"}}, "Only checkpoints of this project's sessions")},
+            {"last_event_id",
+             {{"name", "Last-Event-ID"},
+              {"in", "header"},
+              {"required", false},
+              {"schema", {{"type", "string"}, {"pattern", "^[0-9]{1,18}$"}}},
+              {"description", "Resume a stream after the `metrics` event with this id (no point is sent twice)"}}},
         };
     }();
     return parameters;

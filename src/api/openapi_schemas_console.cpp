@@ -90,6 +90,18 @@ RouteDoc console_route_doc(const std::string & method_and_pattern) {
             route_doc("console", "A training run's recorded metrics, oldest first", "", "TrainingRunMetrics");
         metrics.query = {"since_step"};
         out["GET /api/v1/training_runs/{run_id}/metrics"] = metrics;
+        RouteDoc events =
+            route_doc("console", "A training run's live events (Server-Sent Events: metrics, checkpoints, run)", "", "",
+                      KeyCheck::TINKER);
+        events.query = {"since_step", "last_event_id"};
+        events.response_media = {"text/event-stream"};
+        events.description =
+            "Pushes what the console's run page polls for: `event: metrics` (new points, `id:` = the last point's "
+            "number; resume with Last-Event-ID), `event: checkpoints` (the run's list, when it changes), `event: run` "
+            "(the run as GET /api/v1/training_runs/{run_id} answers it, plus `loaded`, when it changes), and a "
+            "`: keepalive` comment every 15 s. 429 (code unavailable) when --max-event-streams streams are open "
+            "(docs/console.md).";
+        out["GET /api/v1/training_runs/{run_id}/events"] = events;
         out["GET /api/v1/server_status"] = route_doc(
             "console", "Models, queues, KV cache, throughput; the caller's samplers and sessions", "", "ServerStatus");
         RouteDoc prometheus =

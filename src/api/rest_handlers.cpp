@@ -2,6 +2,7 @@
 // sessions and samplers, straight from the database; plus the one-time archive download itself.
 #include <chrono>
 
+#include "api/event_streams.h"
 #include "api/tinker_routes.h"
 #include "common/log.h"
 #include "common/redact.h"
@@ -178,6 +179,7 @@ Result<json> TinkerRoutes::delete_checkpoint(Call & call) {
     TRY_STATUS(deleted);
     TRY_STATUS(store::remove_checkpoint(checkpoint->dir));
     LOG_INF("api", "deleted checkpoint %s", path->str().c_str());
+    events_->wake({path->run_id});
     return json::object();
 }
 
@@ -189,6 +191,7 @@ Result<json> TinkerRoutes::publish_checkpoint(Call & call) {
         return checkpoint.error();
     }
     TRY_STATUS(db_->set_checkpoint_public(path->run_id, path->checkpoint_id(), true));
+    events_->wake({path->run_id});
     return json::object();
 }
 
@@ -200,6 +203,7 @@ Result<json> TinkerRoutes::unpublish_checkpoint(Call & call) {
         return checkpoint.error();
     }
     TRY_STATUS(db_->set_checkpoint_public(path->run_id, path->checkpoint_id(), false));
+    events_->wake({path->run_id});
     return json::object();
 }
 
@@ -222,6 +226,7 @@ Result<json> TinkerRoutes::set_checkpoint_ttl(Call & call) {
         expires_at = now_seconds() + static_cast<double>(**ttl);
     }
     TRY_STATUS(db_->set_checkpoint_expiry(path->run_id, path->checkpoint_id(), expires_at));
+    events_->wake({path->run_id});
     return json::object();
 }
 

@@ -83,6 +83,10 @@ class Telemetry {
     // monitoring routes call it before reading the metrics tables, so that a client that saw an op's
     // result, or a sample's answer, finds its point and its counts.
     void flush() { writer_.flush(); }
+    // After each batch of metric points is in the store, with their runs (TelemetryWriter::on_points_written).
+    void on_points_written(std::function<void(const std::set<std::string> &)> callback) {
+        writer_.on_points_written(std::move(callback));
+    }
     // The p50 / p95 latencies of a tenant's `samplers` most recently used samplers (sampler id ->
     // quantiles), interpolated in the stored histograms (after a flush): the same numbers in this process and
     // after a restart.

@@ -63,6 +63,11 @@ void TelemetryWriter::stop() {
     }
 }
 
+void TelemetryWriter::on_points_written(std::function<void(const std::set<std::string> &)> callback) {
+    std::lock_guard lock(mutex_);
+    on_points_written_ = std::move(callback);
+}
+
 int64_t TelemetryWriter::dropped() const {
     std::lock_guard lock(mutex_);
     return dropped_;
@@ -79,8 +84,16 @@ void TelemetryWriter::loop() {
         if (!queue_.points.empty() || !queue_.usage.empty()) {
             store::TelemetryBatch batch = std::exchange(queue_, {});
             const uint64_t handled = queued_seq_;
+            const auto notify = on_points_written_;
             lock.unlock();
             write(batch);
+            if (notify && !batch.points.empty()) {
+                std::set<std::string> runs;
+                for (const auto & p : batch.points) {
+                    runs.insert(p.run_id);
+                }
+                notify(runs);
+            }
             lock.lock();
             written_seq_ = handled;
             written_.notify_all();

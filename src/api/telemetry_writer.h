@@ -7,7 +7,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "store/database.h"
@@ -38,6 +41,9 @@ class TelemetryWriter {
     // Writes what is queued, then ends the thread; later records are dropped. Idempotent.
     void stop();
     int64_t dropped() const;
+    // Called on the writer thread after each batch with points, with the runs they belong to (push streams
+    // wake on it). It must not block. Set it before the first record.
+    void on_points_written(std::function<void(const std::set<std::string> &)> callback);
 
   private:
     template <typename Push>
@@ -56,6 +62,7 @@ class TelemetryWriter {
     uint64_t written_seq_ = 0;  // records ever handled by the thread
     int64_t dropped_ = 0;
     bool stopping_ = false;
+    std::function<void(const std::set<std::string> &)> on_points_written_;
     std::thread thread_;
 };
 

@@ -25,7 +25,8 @@ TinkerRoutes::TinkerRoutes(AppOptions options, TinkerDeps deps)
       futures_(deps.futures),
       registry_(deps.registry),
       sampling_(deps.sampling),
-      telemetry_(deps.telemetry) {}
+      telemetry_(deps.telemetry),
+      events_(deps.events) {}
 
 void TinkerRoutes::start() {
     sweeper_ = std::thread([this] { sweeper_loop(); });
@@ -191,6 +192,8 @@ void TinkerRoutes::add_rest_routes() {
              route_doc(tag, "A run's checkpoints", "", "CheckpointList"));
     add_sync("GET", "training_runs/{run_id}/metrics", &TinkerRoutes::run_metrics,
              console_route_doc("GET /api/v1/training_runs/{run_id}/metrics"));
+    add_async("GET", "training_runs/{run_id}/events", &TinkerRoutes::run_events,
+              console_route_doc("GET /api/v1/training_runs/{run_id}/events"), false);
     add_sync("GET", "server_status", &TinkerRoutes::server_status, console_route_doc("GET /api/v1/server_status"));
     add_sync("POST", ckpt + "/publish", &TinkerRoutes::publish_checkpoint,
              route_doc(tag, "Publish a checkpoint (other tenants may read it)", "", "Empty"));

@@ -31,6 +31,13 @@
 namespace tinkerd::api {
 
 class PrometheusText;
+class EventStreams;
+struct RunFeed;
+
+// monitoring_handlers.cpp, shared with run_events.cpp: the since_step query parameter (0 when absent; 400
+// naming it when not a non-negative integer) and a metric point as the API answers it.
+Result<int64_t> since_step_of(const http::Request & req);
+json metric_point_json(const store::MetricPoint & p);
 using scheduler::guarded_engine_call;
 using AdapterId = engine::AdapterId;
 
@@ -52,6 +59,7 @@ struct TinkerDeps {
     Registry * registry = nullptr;
     SamplingService * sampling = nullptr;
     Telemetry * telemetry = nullptr;
+    EventStreams * events = nullptr;  // the open Server-Sent-Event streams (run_events.cpp)
 };
 
 class TinkerRoutes {
@@ -168,6 +176,11 @@ class TinkerRoutes {
     void write_http_metrics(PrometheusText & out) const;
     void write_model_metrics(PrometheusText & out) const;
 
+    // run_events.cpp: a run's live events (Server-Sent Events), fed by the EventStreams thread.
+    void run_events(Call & call, http::Respond respond);
+    std::string refresh_run_feed(RunFeed & feed);
+    std::string metrics_event(RunFeed & feed);
+
     // futures_handler.cpp: retrieve_future and the ordered submission of operations.
     void retrieve_future(Call & call, http::Respond respond);
     // Submits `op` as (run, seq_id) under a new future of `request_type`; answers {"request_id", "model_id"}.
@@ -242,6 +255,7 @@ class TinkerRoutes {
     std::mutex sample_cancel_mutex_;
     std::map<std::string, std::pair<std::string, std::shared_ptr<std::atomic<bool>>>> running_samples_;
     Telemetry * telemetry_;
+    EventStreams * events_;
     std::atomic<bool> recovery_pending_{false};  // a full disk postponed recover_from_last_process
 
     std::thread snapshot_writer_;

@@ -93,6 +93,8 @@ TEST(CommandLine, EveryFlagReachesItsField) {
                                 "11",
                                 "--max-metric-points",
                                 "12",
+                                "--max-event-streams",
+                                "0",
                                 "--dist-timeout-seconds",
                                 "13",
                                 "--dist-keepalive-seconds",
@@ -124,6 +126,7 @@ TEST(CommandLine, EveryFlagReachesItsField) {
     EXPECT_DOUBLE_EQ(o.snapshot_ttl_seconds, 0);
     EXPECT_EQ(o.snapshot_disk_mib, 11);
     EXPECT_EQ(o.max_metric_points, 12);
+    EXPECT_EQ(o.max_event_streams, 0);
     EXPECT_DOUBLE_EQ(o.dist.timeout_seconds, 13);
     EXPECT_DOUBLE_EQ(o.dist.keepalive_seconds, 0);
     EXPECT_EQ(o.replicas.count, 2);

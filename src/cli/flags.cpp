@@ -177,6 +177,7 @@ std::vector<FlagDef> make_table() {
         seconds("--snapshot-ttl-seconds", FIELD(snapshot_ttl_seconds), false),
         integer("--snapshot-disk-mib", FIELD(snapshot_disk_mib), 0, MAX_MIB),
         integer("--max-metric-points", FIELD(max_metric_points), 4),
+        integer("--max-event-streams", FIELD(max_event_streams), 0, 100000),
         integer("--dp", FIELD(dist.dp), 1, 256),
         text("--dist-init", FIELD(dist.init), {"tcp://", "file://"}, "tcp://HOST:PORT (or file://PATH on one machine)"),
         integer("--rank", FIELD(dist.rank), 0),

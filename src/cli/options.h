@@ -37,6 +37,7 @@ struct Options {
     double snapshot_ttl_seconds = 3600;
     long long snapshot_disk_mib = 10240;
     long long max_metric_points = 2000;
+    long long max_event_streams = 64;
     dist::DistFlags dist;
     dist::ReplicaFlags replicas;
 };

@@ -102,6 +102,12 @@ struct MetricPoint {
     int64_t merged = 1;                    // how many recorded ops this point stands for (downsampling)
 };
 
+// A point with its row id: ids grow as points are written, so "ids above N" is what arrived since N.
+struct NumberedPoint {
+    int64_t point_id = 0;
+    MetricPoint point;
+};
+
 // Requests and tokens sampled by one sampler of a tenant (a sampler id, or the model an OpenAI call named).
 struct SamplerUsageRow {
     std::string sampler_id;
@@ -268,6 +274,11 @@ class Database {
     // A run's points with step >= since_step, ordered by time; and whether any was merged.
     Result<std::vector<MetricPoint>> metric_points(const std::string & run_id, int64_t since_step);
     Result<bool> metrics_downsampled(const std::string & run_id);
+    // For a push stream (api/run_events.cpp): a run's points with point_id in (after_id, upto_id] and
+    // step >= since_step, ordered by time; and the run's largest point_id (0 when it has none).
+    Result<std::vector<NumberedPoint>> metric_points_after(const std::string & run_id, int64_t after_id,
+                                                           int64_t upto_id, int64_t since_step);
+    Result<int64_t> last_metric_point_id(const std::string & run_id);
     // Adds `delta`'s requests and tokens to its sampler's row (created when missing) and, with a
     // `latency_bucket`, one request to that bucket of the sampler's latency histogram; one transaction.
     Result<void> add_sampler_usage(const SamplerUsageRow & delta, std::optional<int> latency_bucket = std::nullopt);

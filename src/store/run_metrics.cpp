@@ -5,6 +5,7 @@
 // retention rule. Every transaction runs under the connection's mutex.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -286,21 +287,42 @@ Result<int64_t> Database::prune_metrics(double before) {
 }
 
 Result<std::vector<MetricPoint>> Database::metric_points(const std::string & run_id, int64_t since_step) {
-    Lock lock(impl_->mutex);
-    auto stmt = impl_->prepare("SELECT " TINKERD_METRIC_COLUMNS
-                               " FROM run_metrics WHERE run_id = ?1 AND step >= ?2"
-                               " ORDER BY time, point_id",
-                               "metric_points");
-    TRY_STATUS(stmt);
-    stmt->bind_text(1, run_id).bind_int(2, since_step);
-    auto stored = collect<StoredPoint>(*stmt, read_point);
-    TRY_STATUS(stored);
+    auto numbered = metric_points_after(run_id, 0, std::numeric_limits<int64_t>::max(), since_step);
+    TRY_STATUS(numbered);
     std::vector<MetricPoint> points;
-    points.reserve(stored->size());
-    for (auto & s : *stored) {
-        points.push_back(std::move(s.point));
+    points.reserve(numbered->size());
+    for (auto & n : *numbered) {
+        points.push_back(std::move(n.point));
     }
     return points;
+}
+
+Result<std::vector<NumberedPoint>> Database::metric_points_after(const std::string & run_id, int64_t after_id,
+                                                                 int64_t upto_id, int64_t since_step) {
+    Lock lock(impl_->mutex);
+    auto stmt = impl_->prepare("SELECT " TINKERD_METRIC_COLUMNS
+                               " FROM run_metrics WHERE run_id = ?1 AND point_id > ?2 AND point_id <= ?3"
+                               " AND step >= ?4 ORDER BY time, point_id",
+                               "metric_points_after");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, run_id).bind_int(2, after_id).bind_int(3, upto_id).bind_int(4, since_step);
+    auto stored = collect<StoredPoint>(*stmt, read_point);
+    TRY_STATUS(stored);
+    std::vector<NumberedPoint> points;
+    points.reserve(stored->size());
+    for (auto & s : *stored) {
+        points.push_back(NumberedPoint{s.point_id, std::move(s.point)});
+    }
+    return points;
+}
+
+Result<int64_t> Database::last_metric_point_id(const std::string & run_id) {
+    Lock lock(impl_->mutex);
+    auto stmt =
+        impl_->prepare("SELECT COALESCE(MAX(point_id), 0) FROM run_metrics WHERE run_id = ?1", "last_metric_point_id");
+    TRY_STATUS(stmt);
+    stmt->bind_text(1, run_id);
+    return count_of(*stmt);
 }
 
 Result<bool> Database::metrics_downsampled(const std::string & run_id) {

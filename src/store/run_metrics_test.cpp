@@ -3,7 +3,7 @@
 // and weighted means preserved, sampler usage summed per (tenant, sampler) across a reopen, and sampler
 // latency histograms (counts per bucket, in the usage's transaction) summed and kept across a reopen; a
 // telemetry batch (one transaction) thinned to the bound at once with its usage summed per sampler; and
-// the retention rule (prune_metrics) on runs, checkpoints and samplers.
+// the retention rule (prune_metrics) on runs, checkpoints and samplers; numbered points after an id (push streams).
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -78,6 +78,27 @@ TEST_P(RunMetricsTest, PointsComeBackInTimeOrderAfterReopen) {
     EXPECT_EQ(points(1).size(), 2u);  // since_step
     EXPECT_TRUE(db_->metric_points("other-run", 0)->empty());
     EXPECT_FALSE(db_->metrics_downsampled("run-1").value());
+}
+
+// What a push stream reads: points numbered in the order they were written, those after an id (and up to
+// another, and from a step) only, and the run's last id.
+TEST_P(RunMetricsTest, NumberedPointsResumeAfterAnId) {
+    EXPECT_EQ(db_->last_metric_point_id("run-1").value(), 0);
+    record("forward_backward", 0, 10.0, 3.0);
+    record("optim_step", 1, 11.0, 0.0);
+    const int64_t first_two = db_->last_metric_point_id("run-1").value();
+    record("forward_backward", 1, 12.0, 2.5);
+    const int64_t last = db_->last_metric_point_id("run-1").value();
+    EXPECT_GT(last, first_two);
+    auto after = db_->metric_points_after("run-1", first_two, last, 0);
+    ASSERT_TRUE(after.ok()) << after.error().message;
+    ASSERT_EQ(after->size(), 1u);
+    EXPECT_EQ((*after)[0].point_id, last);
+    EXPECT_DOUBLE_EQ((*after)[0].point.values.at("loss:sum"), 2.5);
+    EXPECT_EQ(db_->metric_points_after("run-1", 0, first_two, 0)->size(), 2u);
+    EXPECT_EQ(db_->metric_points_after("run-1", 0, last, 1)->size(), 2u);  // since_step
+    EXPECT_TRUE(db_->metric_points_after("run-1", last, last + 100, 0)->empty());
+    EXPECT_EQ(db_->last_metric_point_id("other-run").value(), 0);
 }
 
 TEST_P(RunMetricsTest, NonFiniteValuesAreLeftOut) {

@@ -4,7 +4,9 @@
 # holds a long tinker:// path), then drives headless Chromium (console_browser.py): the run is listed, its
 # loss curve has one point per step and grows while training goes on (live refresh), a checkpoint saved
 # while its page is open appears without a reload, its LoRA configuration and user_metadata show, a
-# second metric goes on a right-hand axis, the points download as CSV and JSON, two runs are compared on
+# second metric goes on a right-hand axis, the points download as CSV and JSON, a step and a checkpoint
+# arrive by the push stream without polling and the page polls when its stream is refused
+# (console_push.py), two runs are compared on
 # one chart, a checkpoint deleted through the UI is gone from the API, one published and given a TTL
 # through it is so in the API and its archive link downloads, the playground defaults to a model that can
 # chat, shows a refusal as an error bubble (the prompt marked not sent and left out of the conversation),
@@ -21,6 +23,7 @@ import urllib.error
 import urllib.request
 
 import console_browser
+import console_push
 import sdk_common as sdk
 import tiny_chat_model
 from harness import check, shared_path
@@ -55,6 +58,8 @@ class Env:
     def __init__(self, ctx, srv, tc, run_id, browser):
         self.ctx, self.srv, self.tc, self.run_id, self.browser = ctx, srv, tc, run_id, browser
         self.other_id = None  # a second run, for the comparison
+        self.key = KEY
+        self.steps = 0  # optimizer steps trained on the run so far
         self.base = "http://127.0.0.1:%d/" % srv.port
         self.artifacts = os.path.join(ctx.build_dir, "e2e-artifacts", "console")
         self.batch = [sdk.datum([9707, 1879, 0, 12522, 5193, 264], [1879, 0, 12522, 5193, 264, 882]),
@@ -64,6 +69,7 @@ class Env:
         return self.browser.screenshot(self.artifacts, name)
 
     def train(self, steps):
+        self.steps += steps
         return [sdk.step(self.tc, self.batch, LR)[0].metrics["loss:sum"] for _ in range(steps)]
 
 
@@ -79,7 +85,8 @@ def start(ctx):
     config.pop("chat_template", None)
     with open(os.path.join(plain_dir, "tokenizer_config.json"), "w") as f:
         json.dump(config, f)
-    srv = ctx.start_server(extra=["--model", "%s=%s" % (PLAIN, plain_dir), "--model", "%s=%s" % (MODEL, model_dir)],
+    srv = ctx.start_server(extra=["--model", "%s=%s" % (PLAIN, plain_dir), "--model", "%s=%s" % (MODEL, model_dir),
+                                  "--max-event-streams", str(console_push.MAX_EVENT_STREAMS)],
                            name="tinkerd-console")
     svc = sdk.service(srv, api_key=KEY)
     tc = sdk.resolved(svc.create_lora_training_client(base_model=MODEL, rank=8, seed=0,
@@ -456,7 +463,7 @@ def check_phone(env):
           "the runs list is still a table at phone width")
     env.shot("phone-runs.png")
     b.get(env.base + "#/run/" + env.run_id)
-    b.wait("the chart at phone width", lambda: chart_points(env) == STEPS + MORE_STEPS)
+    b.wait("the chart at phone width", lambda: chart_points(env) == env.steps)
     b.wait_css('[data-checkpoint="sampler_weights/s1"]', "the sampler checkpoint's row")
     second_metric(b)
     chart_width = b.run_js("return document.querySelector('svg.chart').getBoundingClientRect().width;")
@@ -466,6 +473,9 @@ def check_phone(env):
                  "the run page's LoRA config, metadata and controls")
     check_inside(b, "#checkpoints button, #checkpoints [data-checkpoint]", "the checkpoints' names and actions")
     env.shot("phone-run.png")
+    pushed = console_push.check_push(env, "390")
+    polled = console_push.check_fallback(env, "390")
+    check_fits(b, "the run page while polling")
     b.get(env.base + "#/compare/" + ",".join((env.run_id, env.other_id)))
     b.wait("the comparison at phone width", lambda: [c for c in b.css("#compare-chart svg.chart") if c.get_attribute("data-series") == "2"])
     check_fits(b, "the compare page")
@@ -482,7 +492,8 @@ def check_phone(env):
         b.wait_css("#" + table_id)
         check_fits(b, "the %s view" % view)
     b.set_size(1280, 800)
-    return "no horizontal overflow at %d px on runs, run, compare, playground, server, sessions" % width
+    return "no horizontal overflow at %d px on runs, run, compare, playground, server, sessions; %s; %s" % (
+        width, pushed, polled)
 
 
 def check_sign_in(ctx, browser):
@@ -524,6 +535,8 @@ def run(ctx):
                         check_run_details, env),
                ctx.case("delete a checkpoint through the UI", check_delete_checkpoint, env),
                ctx.case("publish and archive download through the UI", check_publish_and_archive, env),
+               ctx.case("run page: pushed step and checkpoint, polling when refused", console_push.check_both, env,
+                        check_fits),
                ctx.case("compare two runs", check_compare, env),
                ctx.case("playground: default model, refusal, chat, completion, side by side", check_playground, env),
                ctx.case("server and sessions views", check_status_views, env),

@@ -1,5 +1,6 @@
 // The console's only way to the server: JSON calls with the signed-in key (X-API-Key), errors as ApiError
-// with the server's message, the dev-mode probe, and the OpenAI streams read as Server-Sent Events.
+// with the server's message, the dev-mode probe, the OpenAI streams and a run's push stream read as
+// Server-Sent Events (fetch and a stream reader, never EventSource: the key stays in a header).
 const KEY_STORAGE = "tinkerd.apiKey";
 // In dev mode (no --api-keys) the server accepts any tml- key: if this one works, nobody needs to sign in.
 const DEV_KEY = "tml-console-dev";
@@ -61,19 +62,16 @@ export async function probeDevMode() {
   }
 }
 
-// Streams POST /v1/chat/completions or /v1/completions (`path`, stream: true): calls onChunk(parsed
-// chunk) per SSE event until [DONE]. Throws ApiError when the request is refused before the stream
-// starts, or when an error event arrives in the stream.
-export async function streamOpenAI(path, body, onChunk, signal) {
-  const response = await fetch(path, {
-    method: "POST", signal, headers: headers(true), body: JSON.stringify({...body, stream: true}),
-  });
-  if (!response.ok) {
-    const text = await response.text();
-    let data = null;
-    try { data = JSON.parse(text); } catch (e) { data = null; }
-    throw new ApiError(response.status, errorText(data, text || response.statusText));
-  }
+async function refusal(response) {
+  const text = await response.text();
+  let data = null;
+  try { data = JSON.parse(text); } catch (e) { data = null; }
+  return new ApiError(response.status, errorText(data, text || response.statusText));
+}
+
+// Reads a Server-Sent-Events body: onEvent({name, id, data: [data lines]}) per event that has data
+// (comments, such as heartbeats, are skipped), until the body ends or onEvent returns true.
+async function readEvents(response, onEvent) {
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -83,16 +81,52 @@ export async function streamOpenAI(path, body, onChunk, signal) {
     buffer += decoder.decode(value, {stream: true});
     let end;
     while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const event = buffer.slice(0, end);
+      const event = {name: "message", id: null, data: []};
+      for (const line of buffer.slice(0, end).split("\n")) {
+        if (line.startsWith("event:")) event.name = line.slice(6).trim();
+        else if (line.startsWith("id:")) event.id = line.slice(3).trim();
+        else if (line.startsWith("data:")) event.data.push(line.slice(5).trim());
+      }
       buffer = buffer.slice(end + 2);
-      for (const line of event.split("\n")) {
-        if (!line.startsWith("data:")) continue;
-        const data = line.slice(5).trim();
-        if (data === "[DONE]") return;
-        const chunk = JSON.parse(data);
-        if (chunk && chunk.error) throw new ApiError(500, errorText(chunk, "the stream failed"));
-        onChunk(chunk);
+      if (event.data.length && onEvent(event)) {
+        reader.cancel().catch(() => {});
+        return;
       }
     }
   }
+}
+
+// Streams POST /v1/chat/completions or /v1/completions (`path`, stream: true): calls onChunk(parsed
+// chunk) per SSE event until [DONE]. Throws ApiError when the request is refused before the stream
+// starts, or when an error event arrives in the stream.
+export async function streamOpenAI(path, body, onChunk, signal) {
+  const response = await fetch(path, {
+    method: "POST", signal, headers: headers(true), body: JSON.stringify({...body, stream: true}),
+  });
+  if (!response.ok) throw await refusal(response);
+  await readEvents(response, (event) => {
+    for (const data of event.data) {
+      if (data === "[DONE]") return true;
+      const chunk = JSON.parse(data);
+      if (chunk && chunk.error) throw new ApiError(500, errorText(chunk, "the stream failed"));
+      onChunk(chunk);
+    }
+    return false;
+  });
+}
+
+// Server-Sent Events of GET `path` (e.g. /api/v1/training_runs/{id}/events): onOpen() once the server
+// accepted, then onEvent(name, parsed data, id) per event until the stream ends. Throws ApiError when
+// refused (429 when the server's stream limit is reached).
+export async function streamEvents(path, {lastEventId, signal, onOpen, onEvent}) {
+  const h = headers(false);
+  h.Accept = "text/event-stream";
+  if (lastEventId) h["Last-Event-ID"] = lastEventId;
+  const response = await fetch(path, {signal, headers: h, cache: "no-store"});
+  if (!response.ok) throw await refusal(response);
+  onOpen();
+  await readEvents(response, (event) => {
+    onEvent(event.name, JSON.parse(event.data.join("\n")), event.id);
+    return false;
+  });
 }

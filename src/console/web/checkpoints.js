@@ -1,7 +1,7 @@
 // A run's checkpoints on its page: name (with its user_metadata), kind, time, size, TTL, public; and the actions the REST API
 // offers: publish / unpublish, set or clear the TTL, delete (asks to confirm in place), and a one-time
 // archive download link. Every action re-reads the list from the server afterwards, and the run page's
-// live refresh re-reads it too (a save_state made while the page is open appears without a reload).
+// live refresh (pushed or polled) redraws it too (a save_state made while the page is open appears without a reload).
 import {api} from "./api.js";
 import {el, clear, table, message, fmtBytes, fmtAgo, fmtDuration, toSeconds, nowSeconds} from "./dom.js";
 
@@ -79,23 +79,26 @@ function rowOf(runId, checkpoint, act) {
   ];
 }
 
-// The section and reload(): the run page calls it with each live refresh; the table is rebuilt only when
-// the list changed, so a TTL being typed or an archive link survives the refreshes in between.
+// The section, reload() (the run page's polling calls it) and show(list) (a list pushed by the server); the
+// table is rebuilt only when the list changed, so a TTL being typed or an archive link survives the
+// refreshes in between.
 export function checkpointsSection(runId) {
   const box = el("div", {id: "checkpoints"});
   const status = el("p", {class: "muted", role: "status", id: "checkpoint-status"});
   let shown = null;  // the list drawn, as JSON
+  const render = (list, force) => {
+    const signature = JSON.stringify(list);
+    if (!force && signature === shown) return;
+    shown = signature;
+    clear(box).append(list.length === 0 ? message("No checkpoints yet (save_state / save_weights_for_sampler make them).")
+      : table("Checkpoints", ["Checkpoint", "Kind", "Saved", "Size", "TTL", "Visibility", "Actions"],
+        list.map((c) => rowOf(runId, c, act)), {class: "checkpoints stack"}));
+    box.dataset.count = String(list.length);
+  };
   const load = async (force) => {
     try {
       const data = await api("/api/v1/training_runs/" + encodeURIComponent(runId) + "/checkpoints");
-      const list = data.checkpoints || [];
-      const signature = JSON.stringify(list);
-      if (!force && signature === shown) return;
-      shown = signature;
-      clear(box).append(list.length === 0 ? message("No checkpoints yet (save_state / save_weights_for_sampler make them).")
-        : table("Checkpoints", ["Checkpoint", "Kind", "Saved", "Size", "TTL", "Visibility", "Actions"],
-          list.map((c) => rowOf(runId, c, act)), {class: "checkpoints stack"}));
-      box.dataset.count = String(list.length);
+      render(data.checkpoints || [], force);
     } catch (e) {
       shown = null;
       clear(box).append(message("Cannot list checkpoints: " + e.message, "error"));
@@ -112,5 +115,5 @@ export function checkpointsSection(runId) {
   };
   load(true);
   const section = el("section", {"aria-labelledby": "checkpoints-title"}, el("h2", {id: "checkpoints-title"}, "Checkpoints"), status, box);
-  return {section, reload: () => load(false)};
+  return {section, reload: () => load(false), show: (list) => render(list, false)};
 }

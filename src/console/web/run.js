@@ -1,15 +1,17 @@
 // A run's page (#/run/<id>): its facts, LoRA configuration (targets, rank, seed, optimizer) and
 // user_metadata, live metric charts (any recorded metric, a second one on a right-hand axis, log scale,
 // smoothing, CSV / JSON download of every point) and its checkpoints (checkpoints.js). While "Live" is
-// on, the curves (only the steps since the last one held are fetched), the facts and the checkpoint list
-// refresh together every few seconds.
+// on, the curves, the facts and the checkpoint list follow the run's push stream (live.js: new points,
+// the checkpoint list and the run as the server sends them); without it they poll every few seconds (only
+// the steps since the last one held are fetched). The title's data-live-mode says which ("push" or
+// "poll") and data-pushed-events counts the pushed events applied.
 import {api, ApiError} from "./api.js";
 import {el, clear, message, fmtNumber, fmtAgo, download} from "./dom.js";
 import {lineChart, chartLegend} from "./chart.js";
 import {DEFAULT_METRIC, fetchMetrics, mergePoints, lastStep, metricKeys, seriesOf, lastLoss, stepCount, pointsCsv, pointsJson} from "./metrics.js";
 import {loadedModelIds, runState, stateBadge} from "./runs.js";
 import {checkpointsSection} from "./checkpoints.js";
-import {poll} from "./live.js";
+import {live} from "./live.js";
 
 const REFRESH_MS = 3000;
 const NO_SECOND = "";
@@ -88,7 +90,8 @@ function metricsSection(state) {
     clear(chartBox).append(lineChart(series, {log: state.log, smoothing: state.smoothing, width: width > 0 ? width : undefined}));
     if (series.length > 1) chartBox.append(chartLegend(series));
     summary.textContent = series.map((s) => s.points.length + " points of " + s.label).join(", ") +
-      (state.downsampled ? " (older points downsampled)" : "") + (state.live ? "; live, every " + REFRESH_MS / 1000 + " s" : "; paused");
+      (state.downsampled ? " (older points downsampled)" : "") +
+      (!state.live ? "; paused" : state.mode === "push" ? "; live (pushed by the server)" : "; live, every " + REFRESH_MS / 1000 + " s");
   };
   select.addEventListener("change", () => { state.metric = select.value; redraw(); });
   second.addEventListener("change", () => { state.second = second.value; redraw(); });
@@ -117,9 +120,36 @@ async function refreshPoints(state) {
   state.downsampled = state.downsampled || fresh.downsampled;
 }
 
+function eventsPath(state) {
+  const since = lastStep(state.points);
+  const base = "/api/v1/training_runs/" + encodeURIComponent(state.runId) + "/events";
+  return since === null ? base : base + "?since_step=" + since;
+}
+
+// A pushed event into the page's state: new points (merged from since_step on the stream's first event),
+// the checkpoint list, the run (with whether it is loaded).
+function applyEvent(page, name, data) {
+  const {state} = page;
+  if (name === "metrics") {
+    const fresh = Array.isArray(data.points) ? data.points : [];
+    state.points = data.since_step === null || data.since_step === undefined ? state.points.concat(fresh)
+      : mergePoints(state.points, fresh, data.since_step);
+    state.downsampled = state.downsampled || Boolean(data.downsampled);
+  } else if (name === "checkpoints") {
+    page.checkpoints.show(data.checkpoints || []);
+  } else if (name === "run") {
+    page.run = data;
+    page.loaded = new Set(data.loaded ? [state.runId] : []);
+  } else {
+    return;
+  }
+  page.title.dataset.pushedEvents = String(Number(page.title.dataset.pushedEvents || 0) + 1);
+  if (state.live) page.redraw();
+}
+
 export function showRun(container, runId) {
-  const state = {runId, points: [], metric: DEFAULT_METRIC, second: NO_SECOND, log: false, smoothing: 0, live: true, downsampled: false};
-  let stopPolling = null;
+  const state = {runId, points: [], metric: DEFAULT_METRIC, second: NO_SECOND, log: false, smoothing: 0, live: true, downsampled: false, mode: "poll"};
+  let stopLive = null;
   let stopped = false;
   const start = async () => {
     let run;
@@ -129,25 +159,32 @@ export function showRun(container, runId) {
       clear(container).append(el("h1", {}, "Run"), message(e instanceof ApiError && e.status === 404 ? "No run " + runId + " (or it is not yours)." : "Cannot load the run: " + e.message, "error"));
       return;
     }
-    let loaded = await loadedModelIds();
-    const factsBox = el("div", {}, facts(run, state.points, loaded));
+    const page = {state, run, loaded: await loadedModelIds()};
+    const factsBox = el("div", {}, facts(run, state.points, page.loaded));
     const charts = metricsSection(state);
-    const checkpoints = checkpointsSection(runId);
-    clear(container).append(el("p", {}, el("a", {href: "#/runs"}, "← All runs")),
-      el("h1", {class: "mono run-title"}, runId),
+    page.checkpoints = checkpointsSection(runId);
+    page.title = el("h1", {class: "mono run-title", id: "run-title", "data-live-mode": "", "data-pushed-events": "0"}, runId);
+    page.redraw = () => {
+      charts.redraw();
+      clear(factsBox).append(facts(page.run, state.points, page.loaded));
+    };
+    clear(container).append(el("p", {}, el("a", {href: "#/runs"}, "← All runs")), page.title,
       el("p", {}, el("a", {href: "#/playground/" + encodeURIComponent(runId)}, "Chat with this run's live weights")), factsBox,
-      el("div", {class: "two-col"}, loraConfig(run), metadata(run)), charts.section, checkpoints.section);
+      el("div", {class: "two-col"}, loraConfig(run), metadata(run)), charts.section, page.checkpoints.section);
     charts.redraw();
     if (stopped) return;
-    let first = true;
-    stopPolling = poll(async () => {
-      if (first) { first = false; return; }  // the page was just drawn from fresh data
-      if (!state.live) return;
-      [loaded] = await Promise.all([loadedModelIds(), refreshPoints(state), checkpoints.reload()]);
-      charts.redraw();
-      clear(factsBox).append(facts(run, state.points, loaded));
-    }, REFRESH_MS);
+    stopLive = live({
+      path: () => eventsPath(state),
+      onEvent: (name, data) => applyEvent(page, name, data),
+      onMode: (mode) => { state.mode = mode; page.title.dataset.liveMode = mode; charts.redraw(); },
+      tick: async () => {
+        if (!state.live) return;
+        [page.loaded] = await Promise.all([loadedModelIds(), refreshPoints(state), page.checkpoints.reload()]);
+        page.redraw();
+      },
+      ms: REFRESH_MS,
+    });
   };
   start();
-  return () => { stopped = true; if (stopPolling) stopPolling(); };
+  return () => { stopped = true; if (stopLive) stopLive(); };
 }
