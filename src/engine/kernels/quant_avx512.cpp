@@ -60,10 +60,9 @@ TINKERD_AVX512 __m512 lookup32(__m512i idx, __mmask16 high, __m512 lo, __m512 hi
     return _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(idx, lo), high, idx, hi);
 }
 
-// The levels scale * k - min for k = base lanes (mul then sub, as the scalar dequantiser), scale and min
-// read from memory by broadcast loads (the K-quants' stored dl / ml).
-TINKERD_AVX512 __m512 levels_sub_at(const float * scale, const float * min, __m512 base) {
-    return _mm512_sub_ps(_mm512_mul_ps(broadcast_load(scale), base), broadcast_load(min));
+// The levels scale * k - min for k = base lanes (mul then sub, as the scalar dequantiser).
+TINKERD_AVX512 __m512 levels_sub(float scale, float min, __m512 base) {
+    return _mm512_sub_ps(_mm512_mul_ps(splat(scale), base), splat(min));
 }
 
 // The levels scale * k + min.
@@ -137,37 +136,30 @@ struct Q5_1 {  // y = d * q + m
     }
 };
 
-// The K-quants' per-sub-block scales dl[j] = d * scale_j and mins ml[j] = dmin * min_j (j < 8) (6-bit fields packed in
-// 12 bytes as gguf's scale_min_k4: see gguf/dequant.cpp), all 16 in one vector: the fields are unpacked four
-// at a time in 32-bit words, then converted and multiplied as the scalar dequantiser does (same values).
-TINKERD_AVX512 void k_scales(const uint8_t * b, float * dl, float * ml) {
-    uint32_t a, m, c;  // scale bytes 0-3, 4-7, 8-11
-    std::memcpy(&a, b + 4, 4);
-    std::memcpy(&m, b + 8, 4);
-    std::memcpy(&c, b + 12, 4);
-    const uint32_t sc_lo = a & 0x3F3F3F3Fu, mn_lo = m & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
-    const uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((m >> 2) & 0x30303030u);
-    const __m128i fields = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(mn_lo),
-                                          static_cast<int>(mn_hi));  // scales 0-7, mins 0-7 as bytes
-    const __m512d d = _mm512_castps_pd(_mm512_set1_ps(load_half(b)));
-    const __m512 dm = _mm512_castpd_ps(_mm512_insertf64x4(d, _mm256_castps_pd(_mm256_set1_ps(load_half(b + 2))), 1));
-    const __m512 values = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(fields)));
-    _mm256_storeu_ps(dl, _mm512_castps512_ps256(values));
-    _mm256_storeu_ps(ml, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(values), 1)));
+// The K-quants' per-sub-block scales d * scale_j and mins dmin * min_j (6-bit fields packed in 12 bytes
+// as gguf's scale_min_k4: see gguf/dequant.cpp).
+TINKERD_AVX512 void k_scales(const uint8_t * b, float (&dl)[8], float (&ml)[8]) {
+    const float d = load_half(b), dmin = load_half(b + 2);
+    const uint8_t * s = b + 4;
+    for (int j = 0; j < 4; ++j) {
+        dl[j] = d * static_cast<float>(s[j] & 63);
+        ml[j] = dmin * static_cast<float>(s[j + 4] & 63);
+        dl[j + 4] = d * static_cast<float>((s[j + 8] & 0x0F) | ((s[j] >> 6) << 4));
+        ml[j + 4] = dmin * static_cast<float>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
 }
 
 struct Q4_K {  // sub-block j = 2c + s: nibble s of bytes c*32 .. c*32+31; y = dl_j * q - ml_j
     static constexpr int64_t kElems = 256, kBytes = 144;
     template <class E>
     static TINKERD_AVX512 void decode(const uint8_t * b, E & emit) {
-        alignas(32) float dl[8], ml[8];
+        float dl[8], ml[8];
         k_scales(b, dl, ml);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
             const __m512i q0 = load_u8x16(b + 16 + 32 * c), q1 = load_u8x16(b + 32 + 32 * c);
-            const __m512 t0 = levels_sub_at(dl + 2 * c, ml + 2 * c, iota16());
-            const __m512 t1 = levels_sub_at(dl + 2 * c + 1, ml + 2 * c + 1, iota16());
+            const __m512 t0 = levels_sub(dl[2 * c], ml[2 * c], iota16());
+            const __m512 t1 = levels_sub(dl[2 * c + 1], ml[2 * c + 1], iota16());
             emit(4 * c, lookup16(q0, t0));
             emit(4 * c + 1, lookup16(q1, t0));
             emit(4 * c + 2, lookup16(_mm512_srli_epi32(q0, 4), t1));
@@ -180,7 +172,7 @@ struct Q5_K {  // as Q4_K, with the fifth bit of value l of sub-block j at bit j
     static constexpr int64_t kElems = 256, kBytes = 176;
     template <class E>
     static TINKERD_AVX512 void decode(const uint8_t * b, E & emit) {
-        alignas(32) float dl[8], ml[8];
+        float dl[8], ml[8];
         k_scales(b, dl, ml);
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16));
         const __m512 iota_hi = _mm512_add_ps(iota16(), splat(16.0f));
@@ -190,18 +182,24 @@ struct Q5_K {  // as Q4_K, with the fifth bit of value l of sub-block j at bit j
             const __m512i q0 = _mm512_srli_epi32(load_u8x16(b + 48 + 32 * c), shift);
             const __m512i q1 = _mm512_srli_epi32(load_u8x16(b + 64 + 32 * c), shift);
             const __mmask32 high = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << j)));
-            const __m512 lo = levels_sub_at(dl + j, ml + j, iota16()), hi = levels_sub_at(dl + j, ml + j, iota_hi);
+            const __m512 lo = levels_sub(dl[j], ml[j], iota16()), hi = levels_sub(dl[j], ml[j], iota_hi);
             emit(2 * j, lookup32(q0, static_cast<__mmask16>(high), lo, hi));
             emit(2 * j + 1, lookup32(q1, static_cast<__mmask16>(high >> 16), lo, hi));
         }
     }
 };
 
-// Q6_K: 16 values (q - 32 as int8 bytes, group I of the 64 in q) times their scale d * scale_e/16.
-template <int I>
-TINKERD_AVX512 __m512 q6_group(__m512i q, const float * scale) {
-    const __m512i v = _mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, I));
-    return _mm512_mul_ps(broadcast_load(scale), _mm512_cvtepi32_ps(v));
+// 16 int8 at p sign-extended to 32-bit lanes, as one load-and-extend (asm: GCC would otherwise fold the
+// store that filled p into lane extracts of the register, an extra shuffle per 16 values).
+TINKERD_AVX512 __m512i load_i8x16(const int8_t * p) {
+    __m512i r;
+    __asm__("vpmovsxbd %1, %0" : "=v"(r) : "m"(*reinterpret_cast<const __m128i *>(p)));
+    return r;
+}
+
+// Q6_K: 16 values (q - 32 as int8, at p) times their scale d * scale_e/16.
+TINKERD_AVX512 __m512 q6_group(const int8_t * p, const float * scale) {
+    return _mm512_mul_ps(broadcast_load(scale), _mm512_cvtepi32_ps(load_i8x16(p)));
 }
 
 // 64 six-bit values minus 32 as int8: the nibbles of ql (already shifted down) with bits 2k, 2k+1 of qh
@@ -212,12 +210,15 @@ TINKERD_AVX512 __m512i q6_values(__m512i ql, __m512i qh, __m512i shifts) {
     return _mm512_sub_epi8(q, _mm512_set1_epi8(32));
 }
 
+// The 64 values q (int8, q - 32) through a 64-byte stack buffer, 16 at a time with their scales ds[0..3].
 template <class E>
 TINKERD_AVX512 void q6_emit(__m512i q, const float * ds, int v, E & emit) {
-    emit(v, q6_group<0>(q, ds));
-    emit(v + 1, q6_group<1>(q, ds + 1));
-    emit(v + 2, q6_group<2>(q, ds + 2));
-    emit(v + 3, q6_group<3>(q, ds + 3));
+    alignas(64) int8_t buf[64];
+    _mm512_store_si512(buf, q);
+    emit(v, q6_group(buf, ds));
+    emit(v + 1, q6_group(buf + 16, ds + 1));
+    emit(v + 2, q6_group(buf + 32, ds + 2));
+    emit(v + 3, q6_group(buf + 48, ds + 3));
 }
 
 struct Q6_K {  // value h*128 + k*32 + l: nibble k/2 of ql[h*64 + (k%2)*32 + l], bits 2k.. of qh[h*32 + l]
