@@ -23,6 +23,20 @@ FULL = dict(layers=48, hidden=2048, experts=128, used=8, expert_ffn=768, ffn=614
 TINY = dict(FULL, layers=2, hidden=256, experts=8, used=2, expert_ffn=256, ffn=768, heads=4, kv_heads=2,
             head_dim=64)
 
+
+def proxy(layers):
+    """The full widths and type mix with fewer layers (bench/qlora_decode_proxy.py): a decode proxy that loads
+    without the full file's 19.9 GB; a token's layer work scales with layers, the embedding and lm_head not."""
+    return dict(FULL, layers=int(layers))
+
+
+def file_name(shape):
+    """The cache file's name for a shape: FULL, TINY or a proxy(L)."""
+    base = "qwen3-30b-a3b-random-q4_k_m"
+    if shape == TINY:
+        return base + "-tiny.gguf"
+    return base + ("" if shape == FULL else f"-{shape['layers']}l") + ".gguf"
+
 # Per-block fp16 scales that give weights of roughly N(0, 0.02) magnitude from uniformly random blocks:
 # Q4_K: w = d * sc * q - dmin * m with 6-bit sc, m (mean ~31.5) and 4-bit q (mean 7.5), so dmin = 7.5 d
 # centres it; Q6_K: w = d * scale * (q - 32) with int8 scales (|mean| ~64) and 6-bit q.

@@ -263,8 +263,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a SIGTERM still stops the server (finally)
     quant_flags = [] if args.dequantised else [BASE_QUANT_FLAG, BASE_QUANT_VALUE]
     shape = headline_gguf.TINY if args.tiny else headline_gguf.FULL
-    name = "qwen3-30b-a3b-random-q4_k_m" + ("-tiny" if args.tiny else "") + ".gguf"
-    model = pathlib.Path(args.out_dir) / name
+    model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape)
     file_size = headline_gguf.write(model, shape, args.tokenizer)
     llama, tink, peak = {}, {}, 0
     if not args.skip_llamacpp:

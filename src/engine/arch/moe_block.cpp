@@ -3,12 +3,15 @@
 #include "engine/arch/moe_block.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "engine/arch/family.h"
 #include "engine/fused_ops.h"
 #include "engine/host_access.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_matmul.h"
+#include "engine/kernels/quant_moe.h"
 
 namespace tinkerd::engine {
 
@@ -260,6 +263,23 @@ torch::Tensor add_shared_expert(const torch::Tensor & y, const LayerWeights & w,
     return y + gate * shared;
 }
 
+// The grouped quantised path (kernels::quantised_moe_forward) applies: experts kept quantised as the GGUF
+// stacks them, few tokens (decode), no expert LoRA in any segment, and no gradient to carry back through x;
+// TINKERD_GROUPED_MOE=0 turns it off (benchmarks' A/B).
+bool grouped_quantised(const LayerWeights & w, const torch::Tensor & x, const std::vector<SegmentLora> & loras) {
+    static const bool off =
+        std::getenv("TINKERD_GROUPED_MOE") && std::string(std::getenv("TINKERD_GROUPED_MOE")) == "0";
+    if (off || !w.experts_gate.defined() || !kernels::is_quantised(w.experts_gate) ||
+        !kernels::is_quantised(w.experts_up) || !kernels::is_quantised(w.experts_down) || !x.device().is_cpu() ||
+        x.size(0) > kernels::kGroupedMoeMaxTokens) {
+        return false;
+    }
+    if (torch::GradMode::is_enabled() && x.requires_grad()) {
+        return false;
+    }
+    return std::none_of(loras.begin(), loras.end(), [](const SegmentLora & l) { return l.a_gate.defined(); });
+}
+
 }  // namespace
 
 torch::Tensor moe_forward(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & x,
@@ -269,6 +289,12 @@ torch::Tensor moe_forward(const LayerWeights & w, const model::ModelConfig & c, 
         return torch::zeros_like(x);  // [0, C]
     }
     const Routing routing = route_tokens(x, w.router, c.n_experts_per_token, c.norm_topk_prob);
+    const std::vector<SegmentLora> loras = segment_loras(segments, layer);
+    if (grouped_quantised(w, x, loras)) {
+        const torch::Tensor y = kernels::quantised_moe_forward(x, w.experts_gate, w.experts_up, w.experts_down,
+                                                               routing.experts, routing.weights);  // [T, C]
+        return add_shared_expert(y, w, x, segments, layer);
+    }
     const Dispatch d = dispatch(routing.experts, c.n_experts);
     const auto index_options = torch::TensorOptions().dtype(torch::kInt64);
     const torch::Tensor rows = torch::tensor(d.tokens, index_options).to(x.device());  // [T·k]
@@ -282,7 +308,6 @@ torch::Tensor moe_forward(const LayerWeights & w, const model::ModelConfig & c, 
     const auto w_groups =
         routing.weights.reshape({-1}).index_select(0, slots).split_with_sizes(group_sizes, 0);  // [n_e]
     const auto token_groups = rows.split_with_sizes(group_sizes, 0);
-    const std::vector<SegmentLora> loras = segment_loras(segments, layer);
     DownParts down_parts;
     std::vector<torch::Tensor> outs;  // [n_e, C] per expert, weighted
     for (size_t i = 0; i < d.groups.size(); ++i) {

@@ -189,11 +189,17 @@ struct Q5_K {  // as Q4_K, with the fifth bit of value l of sub-block j at bit j
     }
 };
 
-// Q6_K: 16 values (q - 32 as int8 bytes, group I of the 64 in q) times their scale d * scale_e/16.
-template <int I>
-TINKERD_AVX512 __m512 q6_group(__m512i q, const float * scale) {
-    const __m512i v = _mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, I));
-    return _mm512_mul_ps(broadcast_load(scale), _mm512_cvtepi32_ps(v));
+// 16 int8 at p sign-extended to 32-bit lanes, as one load-and-extend (asm: GCC would otherwise fold the
+// store that filled p into lane extracts of the register, an extra shuffle per 16 values).
+TINKERD_AVX512 __m512i load_i8x16(const int8_t * p) {
+    __m512i r;
+    __asm__("vpmovsxbd %1, %0" : "=v"(r) : "m"(*reinterpret_cast<const __m128i *>(p)));
+    return r;
+}
+
+// Q6_K: 16 values (q - 32 as int8, at p) times their scale d * scale_e/16.
+TINKERD_AVX512 __m512 q6_group(const int8_t * p, const float * scale) {
+    return _mm512_mul_ps(broadcast_load(scale), _mm512_cvtepi32_ps(load_i8x16(p)));
 }
 
 // 64 six-bit values minus 32 as int8: the nibbles of ql (already shifted down) with bits 2k, 2k+1 of qh
@@ -204,12 +210,15 @@ TINKERD_AVX512 __m512i q6_values(__m512i ql, __m512i qh, __m512i shifts) {
     return _mm512_sub_epi8(q, _mm512_set1_epi8(32));
 }
 
+// The 64 values q (int8, q - 32) through a 64-byte stack buffer, 16 at a time with their scales ds[0..3].
 template <class E>
 TINKERD_AVX512 void q6_emit(__m512i q, const float * ds, int v, E & emit) {
-    emit(v, q6_group<0>(q, ds));
-    emit(v + 1, q6_group<1>(q, ds + 1));
-    emit(v + 2, q6_group<2>(q, ds + 2));
-    emit(v + 3, q6_group<3>(q, ds + 3));
+    alignas(64) int8_t buf[64];
+    _mm512_store_si512(buf, q);
+    emit(v, q6_group(buf, ds));
+    emit(v + 1, q6_group(buf + 16, ds + 1));
+    emit(v + 2, q6_group(buf + 32, ds + 2));
+    emit(v + 3, q6_group(buf + 48, ds + 3));
 }
 
 struct Q6_K {  // value h*128 + k*32 + l: nibble k/2 of ql[h*64 + (k%2)*32 + l], bits 2k.. of qh[h*32 + l]

@@ -15,6 +15,10 @@ enum class QuantIsa { scalar, avx2, avx512 };
 // The best QuantIsa this CPU runs (avx512: avx512f/bw/vl + f16c; avx2: avx2 + fma + f16c).
 QuantIsa quant_cpu_isa();
 
+// The ISA the products use now: quant_cpu_isa() capped by the matmul kernels' setting (kernels::kernel_isa,
+// TINKERD_MATMUL_KERNELS); defined in quant_matmul.cpp.
+QuantIsa quant_isa();
+
 bool quant_type_supported(gguf::GgmlType type);
 
 // The type whose block is bb bytes among the supported ones (block sizes are all distinct), or false.

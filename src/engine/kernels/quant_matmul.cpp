@@ -21,17 +21,6 @@ namespace {
 constexpr int64_t kScratchFloats = int64_t{1} << 18;  // 1 MiB of fp32 weights per block: a share of L2
 constexpr int64_t kFusedRows = 16;                    // below this many rows of x, the fused kernels
 
-detail::QuantIsa quant_isa() {
-    switch (kernel_isa()) {
-        case KernelIsa::avx512:
-            return detail::QuantIsa::avx512;
-        case KernelIsa::avx2:
-            return detail::QuantIsa::avx2;
-        default:
-            return detail::QuantIsa::scalar;
-    }
-}
-
 int64_t block_elements(gguf::GgmlType type) {
     gguf::BlockLayout layout;
     gguf::ggml_block_layout(static_cast<uint32_t>(type), layout);
@@ -67,7 +56,7 @@ void forward_blocks(const torch::Tensor & x, const torch::Tensor & w, torch::Ten
         for (int64_t o0 = begin; o0 < end; o0 += step) {
             const int64_t rows = std::min(step, end - o0);
             float * wf = scratch(rows, in);  // [rows, in]
-            detail::dequant_rows(type, wp + o0 * row_bytes, row_bytes, rows, in, wf, in, quant_isa());
+            detail::dequant_rows(type, wp + o0 * row_bytes, row_bytes, rows, in, wf, in, detail::quant_isa());
             torch::Tensor y_block = y.narrow(1, o0, rows);  // [T, rows], row stride out
             at::mm_out(y_block, x, scratch_tensor(wf, rows, in).t());
         }
@@ -82,7 +71,7 @@ void forward_fused(const torch::Tensor & x, const torch::Tensor & w, torch::Tens
     float * yp = host_data<float>(y, "quantised products");
     const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 16) / std::max<int64_t>(1, row_bytes));
     at::parallel_for(0, out, grain, [&](int64_t begin, int64_t end) {
-        detail::quant_forward_rows(type, xp, T, in, blocks(w), row_bytes, begin, end, yp, out, quant_isa());
+        detail::quant_forward_rows(type, xp, T, in, blocks(w), row_bytes, begin, end, yp, out, detail::quant_isa());
     });
 }
 
@@ -100,7 +89,7 @@ void backward_blocks(const torch::Tensor & dy, const torch::Tensor & w, torch::T
             const int64_t rows = std::min(step, out - o0);
             float * wf = scratch(rows, cols);  // [rows, cols]
             detail::dequant_rows(type, wp + o0 * row_bytes + begin * block_bytes, row_bytes, rows, cols, wf, cols,
-                                 quant_isa());
+                                 detail::quant_isa());
             const torch::Tensor dy_block = dy.narrow(1, o0, rows);  // [T, rows]
             if (o0 == 0) {
                 at::mm_out(dx_cols, dy_block, scratch_tensor(wf, rows, cols));
@@ -123,6 +112,19 @@ torch::Tensor with_leading(const torch::Tensor & result, std::vector<int64_t> le
 }
 
 }  // namespace
+
+namespace detail {
+QuantIsa quant_isa() {
+    switch (kernel_isa()) {
+        case KernelIsa::avx512:
+            return QuantIsa::avx512;
+        case KernelIsa::avx2:
+            return QuantIsa::avx2;
+        default:
+            return QuantIsa::scalar;
+    }
+}
+}  // namespace detail
 
 bool is_quantised(const torch::Tensor & w) {
     gguf::GgmlType type;
@@ -182,7 +184,7 @@ torch::Tensor dequantise(const torch::Tensor & w) {
     const torch::Tensor rows = w.contiguous().view({-1, w.size(-2), w.size(-1)});  // [R, in/blk, bb]
     torch::Tensor out = torch::empty({rows.size(0), quantised_in(w)}, torch::kFloat);
     detail::dequant_rows(quantised_type(w), blocks(rows), quantised_row_bytes(w), rows.size(0), out.size(1),
-                         host_data<float>(out, "dequantise"), out.size(1), quant_isa());
+                         host_data<float>(out, "dequantise"), out.size(1), detail::quant_isa());
     return out.view(logical_shape(w));
 }
 
@@ -196,7 +198,7 @@ torch::Tensor quantised_rows(const torch::Tensor & w, const torch::Tensor & inde
     const uint8_t * wp = blocks(w);
     for (int64_t i = 0; i < n; ++i) {
         TORCH_CHECK(ip[i] >= 0 && ip[i] < V, "token id ", ip[i], " outside the vocabulary of ", V);
-        detail::dequant_rows(type, wp + ip[i] * row_bytes, row_bytes, 1, in, op + i * in, in, quant_isa());
+        detail::dequant_rows(type, wp + ip[i] * row_bytes, row_bytes, 1, in, op + i * in, in, detail::quant_isa());
     }
     return out;
 }
