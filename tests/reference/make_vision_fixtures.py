@@ -210,7 +210,7 @@ def main():
     parser.add_argument("out_dir")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    out_dir = os.path.join(args.out_dir, "vision")
+    out_dir = os.path.join(os.path.abspath(args.out_dir), "vision")  # case.json names the model dir absolutely
     for case in CASES:
         make_case(case, out_dir)
 
