@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/attention.h"
+#include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
 
@@ -12,8 +13,9 @@ namespace {
 constexpr double LAYER_NORM_EPS = 1e-6;
 }
 
+// The engine's base-weight product (kernels/matmul.h: bf16 weights with fp32 math on the CPU) plus the bias.
 torch::Tensor VisionTower::Linear::operator()(const torch::Tensor & x) const {
-    return torch::linear(x.to(weight.scalar_type()), weight).to(bias.scalar_type()) + bias;
+    return kernels::base_linear(x, weight) + bias;  // [n, out]
 }
 
 Result<VisionTower::Linear> VisionTower::load_linear(const WeightLoader & loader, const std::string & prefix,
