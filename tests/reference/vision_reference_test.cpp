@@ -168,6 +168,38 @@ TEST_P(VisionReference, GreedySamplesMatchGenerate) {
     }
 }
 
+// Two image prompts under a KV budget that forces the newer one out when both caches grow: it resumes later by
+// re-prefilling its prompt (images recomputed) and tokens, and must continue exactly as without the preemption.
+TEST_P(VisionReference, PreemptedImageRequestContinuesWithTheSameTokens) {
+    const model::ModelConfig & c = engine_->config();
+    if (c.linear_attention_layers.size() > 0) {
+        GTEST_SKIP() << "the budget below counts attention-only caches";
+    }
+    std::vector<engine::SampleRequest> requests;
+    for (size_t i : {0, 2}) {  // the two prompts, base model
+        const auto & s = c_.json.at("samples").at(i);
+        engine::SampleRequest r;
+        r.prompt = s.at("tokens").get<std::vector<int64_t>>();
+        r.prompt_images = images_of(c_, s.at("images"));
+        r.params.max_tokens = 40;
+        r.params.temperature = 0;
+        r.params.stop_at_eos = false;
+        requests.push_back(std::move(r));
+    }
+    // prompts of 23 and 38 tokens: admitted together with 39 + 54 tokens of cache; each grows by 17 after 16 tokens
+    const int64_t bytes_per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim * 4;
+    auto tight = engine::Engine::load(c_.json.at("model_dir"), {engine::ComputeDType::FP32, 2, 100 * bytes_per_token});
+    ASSERT_TRUE(tight.ok()) << tight.error().message;
+    auto free_run = engine_->sample(requests);
+    auto tight_run = (*tight)->sample(requests);
+    EXPECT_GT((*tight)->sample_stats().preemptions, 0);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        ASSERT_TRUE(free_run[i].ok() && tight_run[i].ok());
+        EXPECT_EQ(tight_run[i]->sequences[0].tokens, free_run[i]->sequences[0].tokens) << "request " << i;
+        EXPECT_EQ(free_run[i]->sequences[0].tokens.size(), 40u);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, VisionReference,
                          ::testing::Values("vision_qwen3_vl_tiny", "vision_qwen3_vl_moe_tiny", "vision_qwen3_5_tiny"));
 
