@@ -200,6 +200,26 @@ TEST_P(VisionReference, PreemptedImageRequestContinuesWithTheSameTokens) {
     }
 }
 
+// The image paths in device-strict mode (tensors on torch's meta device: any host read outside host_access.h
+// throws, as it would crash on a GPU): a forward_backward with images and an image prompt's sampling run and
+// give results of the right shapes.
+TEST_P(VisionReference, ImagePathsRunInDeviceStrictMode) {
+    auto meta =
+        engine::Engine::load(c_.json.at("model_dir"), {engine::ComputeDType::FP32, 2, int64_t{1} << 30, "meta"});
+    ASSERT_TRUE(meta.ok()) << meta.error().message;
+    auto out = (*meta)->forward_backward({ce_input(c_, engine::BASE_MODEL)}, false);
+    ASSERT_TRUE(out[0].ok()) << out[0].error().message;
+    EXPECT_EQ(out[0]->logprobs.size(), c_.json.at("datums").size());
+    engine::SampleRequest r;
+    r.prompt = c_.json.at("samples").at(0).at("tokens").get<std::vector<int64_t>>();
+    r.prompt_images = images_of(c_, c_.json.at("samples").at(0).at("images"));
+    r.params.max_tokens = 3;
+    r.params.temperature = 0;
+    auto sampled = (*meta)->sample({r});
+    ASSERT_TRUE(sampled[0].ok()) << sampled[0].error().message;
+    EXPECT_EQ(sampled[0]->sequences[0].tokens.size(), 3u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, VisionReference,
                          ::testing::Values("vision_qwen3_vl_tiny", "vision_qwen3_vl_moe_tiny", "vision_qwen3_5_tiny"));
 
