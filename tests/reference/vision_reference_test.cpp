@@ -1,7 +1,8 @@
-// Vision reference (docs/vision.md): the engine replays make_vision_fixtures.py's tiny random Qwen3-VL with
-// pixel_values from transformers' own image processor, in fp32, and must give transformers' float64 per-token
-// logprobs (datums with 0-2 images of different grids packed in one batch) within 1e-4, PEFT's LoRA gradients
-// within 1e-4 of each tensor's largest entry, and generate()'s greedy tokens for image prompts.
+// Vision reference (docs/vision.md): the engine replays make_vision_fixtures.py's tiny random Qwen3-VL, Qwen3-VL-MoE,
+// Qwen3.5 and Qwen3.5-MoE with pixel_values from transformers' own image processor, in fp32, and must give
+// transformers' float64 per-token logprobs (datums with 0-2 images of different grids packed in one batch) within
+// 1e-4, PEFT's LoRA gradients within 1e-4 of each tensor's largest entry (Qwen3.5: 3e-4, see logprob_tolerance),
+// generate()'s greedy tokens for image prompts, the same tokens after a preemption, and run in device-strict mode.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
