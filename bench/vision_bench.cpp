@@ -98,7 +98,8 @@ int main(int argc, char ** argv) {
     std::mt19937 rng(7);
     for (int64_t side : sides) {
         const eng::Datum image = make_datum(engine, side, true, rng), text = make_datum(engine, side, false, rng);
-        forward_seconds(engine, text, 1);  // warm-up
+        forward_seconds(engine, text, 1);  // warm-up of both paths (kernel choices, first-touch pages)
+        forward_seconds(engine, image, 1);
         const double with_image = forward_seconds(engine, image, repeats);
         const double text_only = forward_seconds(engine, text, repeats);
         const int64_t tokens =

@@ -4,6 +4,7 @@
 #include "engine/image_layout.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/attention.h"
 #include "engine/test_models.h"
@@ -117,6 +118,38 @@ TEST(CheckImages, TextOnlyModelRefusesImagesInTrainingAndSampling) {
     auto sampled = (*engine)->sample_submit(request);
     ASSERT_FALSE(sampled.ok());
     EXPECT_NE(sampled.error().message.find("prompt: holds images"), std::string::npos) << sampled.error().message;
+}
+
+// A text-only export of an image-text model keeps vision_config but has no model.visual.* tensors: it loads and
+// serves text, and refuses images as a text model does.
+TEST(CheckImages, VisionConfigWithoutTowerServesTextOnly) {
+    testing::ScopedTempDir dir;
+    const std::string text = testing::tiny_config_json(testing::TinyFamily::QWEN3);
+    const model::ModelConfig parsed = model::parse_model_config(text).value();
+    const int64_t half = parsed.head_dim / 2;
+    nlohmann::json j = nlohmann::json::parse(text);
+    j["rope_parameters"] = {{"rope_type", "default"},
+                            {"rope_theta", parsed.rope_theta},
+                            {"mrope_section", {half / 2, half / 4, half - half / 2 - half / 4}}};
+    j["vision_config"] = {{"depth", 1},
+                          {"hidden_size", 8},
+                          {"intermediate_size", 8},
+                          {"num_heads", 2},
+                          {"out_hidden_size", parsed.hidden_size},
+                          {"num_position_embeddings", 4}};
+    j["image_token_id"] = 5;
+    testing::write_model_dir(dir.path(), j.dump(),
+                             testing::tiny_model_tensors(testing::TinyFamily::QWEN3, model::DType::F32, 3));
+    ASSERT_TRUE(model::parse_model_config(j.dump())->has_vision());
+    auto engine = Engine::load(dir.path(), {ComputeDType::FP32, 1});
+    ASSERT_TRUE(engine.ok()) << engine.error().message;
+    EXPECT_FALSE((*engine)->config().has_vision());
+    SampleRequest request;
+    request.prompt = {1, 5, 3};
+    request.prompt_images = {image_at(1, 2, 2, vision_config())};
+    auto sampled = (*engine)->sample_submit(request);
+    ASSERT_FALSE(sampled.ok());
+    EXPECT_NE(sampled.error().message.find("has no vision tower"), std::string::npos) << sampled.error().message;
 }
 
 }  // namespace

@@ -106,7 +106,13 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         return norm.error();
     }
     weights_.final_norm = std::move(norm).value();
-    if (c.has_vision()) {
+    if (c.has_vision() && !file->contains("model.visual.patch_embed.proj.weight") &&
+        !file->contains("model.language_model.visual.patch_embed.proj.weight")) {
+        // A text-only export of an image-text model (vision_config kept, no tower): it serves text; images get a 400.
+        LOG_WRN("engine", "config.json has a vision_config but the checkpoint has no vision tower: text only");
+        config_.vision = model::VisionConfig{};
+    }
+    if (config_.has_vision()) {
         auto vision = VisionTower::load(loader, c, act_, device_);
         if (!vision.ok()) {
             return vision.error();

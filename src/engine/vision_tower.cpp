@@ -5,15 +5,25 @@
 #include <algorithm>
 
 #include "engine/attention.h"
+#include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
 
 namespace {
 constexpr double LAYER_NORM_EPS = 1e-6;
+
+// LayerNorm over the last dim from plain ops (torch's fused kernel has no Meta implementation in libtorch, which the
+// device-strict mode needs): x [n, w] -> [n, w].
+torch::Tensor layer_norm(const torch::Tensor & x, const torch::Tensor & weight, const torch::Tensor & bias) {
+    torch::Tensor centred = x - x.mean(-1, true);
+    return centred * torch::rsqrt(centred.square().mean(-1, true) + LAYER_NORM_EPS) * weight + bias;
 }
 
+}  // namespace
+
+// The engine's base-weight product (kernels/matmul.h: bf16 weights with fp32 math on the CPU) plus the bias.
 torch::Tensor VisionTower::Linear::operator()(const torch::Tensor & x) const {
-    return torch::linear(x.to(weight.scalar_type()), weight).to(bias.scalar_type()) + bias;
+    return kernels::base_linear(x, weight) + bias;  // [n, out]
 }
 
 Result<VisionTower::Linear> VisionTower::load_linear(const WeightLoader & loader, const std::string & prefix,
@@ -150,7 +160,7 @@ std::pair<torch::Tensor, torch::Tensor> VisionTower::rotary_tables(
 torch::Tensor VisionTower::block_forward(const Block & block, const torch::Tensor & x, const torch::Tensor & cos,
                                          const torch::Tensor & sin, const std::vector<int64_t> & frame_lengths) const {
     const int64_t np = x.size(0), cv = config_.hidden_size, heads = config_.n_heads;
-    torch::Tensor h = torch::layer_norm(x, {cv}, block.norm1.weight, block.norm1.bias, LAYER_NORM_EPS);
+    torch::Tensor h = layer_norm(x, block.norm1.weight, block.norm1.bias);
     auto qkv = block.qkv(h).view({np, 3, heads, cv / heads}).unbind(1);  // 3 x [Np, Hv, Dv]
     torch::Tensor q = apply_rope(qkv[0].contiguous(), cos, sin), k = apply_rope(qkv[1].contiguous(), cos, sin);
     std::vector<torch::Tensor> outs;  // each frame attends to itself, without a mask
@@ -164,14 +174,14 @@ torch::Tensor VisionTower::block_forward(const Block & block, const torch::Tenso
         start += length;
     }
     torch::Tensor y = x + block.proj(torch::cat(outs));  // [Np, Cv]
-    h = torch::layer_norm(y, {cv}, block.norm2.weight, block.norm2.bias, LAYER_NORM_EPS);
+    h = layer_norm(y, block.norm2.weight, block.norm2.bias);
     return y + block.fc2(torch::gelu(block.fc1(h), "tanh"));
 }
 
 torch::Tensor VisionTower::merge(const Merger & merger, const torch::Tensor & x) const {
     const int64_t merged = x.size(1) * config_.spatial_merge_size * config_.spatial_merge_size;
     torch::Tensor h = merger.norm_after_merge ? x.reshape({-1, merged}) : x;
-    h = torch::layer_norm(h, {h.size(1)}, merger.norm.weight, merger.norm.bias, LAYER_NORM_EPS).reshape({-1, merged});
+    h = layer_norm(h, merger.norm.weight, merger.norm.bias).reshape({-1, merged});
     return merger.fc2(torch::gelu(merger.fc1(h)));  // [Nv, C]
 }
 

@@ -1,6 +1,10 @@
 // Image-text configs (model_config_vision.cpp): Qwen3-VL's vision_config, image token ids and mrope_section as
 // transformers 5 saves them, and the refusals (an mrope_section that does not fit the rotary dims, a missing
 // image_token_id, deepstack layers past the tower); a text-only config ignores its mrope_section.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -86,6 +90,33 @@ TEST(VisionConfig, TextOnlyConfigIgnoresMropeSection) {
     ASSERT_TRUE(c.ok()) << c.error().message;
     EXPECT_FALSE(c->has_vision());
     EXPECT_TRUE(c->mrope_section.empty());
+}
+
+// The published Qwen3.5 checkpoints' config.json files (tests/data/model_configs) carry their vision towers.
+TEST(VisionConfig, PublishedQwen35ConfigsHaveTheirVisionTowers) {
+    const char * source_dir = std::getenv("TINKERD_SOURCE_DIR");
+    ASSERT_NE(source_dir, nullptr) << "TINKERD_SOURCE_DIR is not set (ctest sets it)";
+    struct Expected {
+        const char * file;
+        int64_t depth, width, out;
+    };
+    for (const Expected & e :
+         {Expected{"Qwen3.5-4B.json", 24, 1024, 2560}, Expected{"Qwen3.5-27B.json", 27, 1152, 5120},
+          Expected{"Qwen3.5-35B-A3B.json", 27, 1152, 2048}}) {
+        std::ifstream in(std::string(source_dir) + "/tests/data/model_configs/" + e.file);
+        ASSERT_TRUE(in.good()) << e.file;
+        std::stringstream text;
+        text << in.rdbuf();
+        auto c = parse_model_config(text.str());
+        ASSERT_TRUE(c.ok()) << e.file << ": " << c.error().message;
+        EXPECT_TRUE(c->has_vision()) << e.file;
+        EXPECT_EQ(c->vision.depth, e.depth) << e.file;
+        EXPECT_EQ(c->vision.hidden_size, e.width) << e.file;
+        EXPECT_EQ(c->vision.out_hidden_size, e.out) << e.file;
+        EXPECT_TRUE(c->vision.deepstack_layers.empty()) << e.file;
+        EXPECT_EQ(c->image_token_id, 248056) << e.file;
+        EXPECT_EQ(c->mrope_section, (std::vector<int64_t>{11, 11, 10})) << e.file;
+    }
 }
 
 }  // namespace

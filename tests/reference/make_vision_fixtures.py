@@ -51,6 +51,14 @@ CASES = {
         text_config=dict(TEXT, num_hidden_layers=4, **DELTANET, rope_parameters=dict(
             ROPE, mrope_section=[2, 1, 1], partial_rotary_factor=0.5)),
         vision_config=dict(VISION, depth=2), **TOKENS), hm.ALL_TARGETS + ["in_proj_z", "out_proj", "lm_head"]),
+    # The same hybrid with every MLP sparse (4 experts of 24, top 2) and a shared expert of 20; attention LoRAs.
+    "vision_qwen3_5_moe_tiny": (2404, "Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", dict(
+        text_config=dict({k: v for k, v in TEXT.items() if k != "intermediate_size"}, num_hidden_layers=4,
+                         moe_intermediate_size=24, shared_expert_intermediate_size=20, num_experts=4,
+                         num_experts_per_tok=2, **DELTANET, rope_parameters=dict(
+                             ROPE, mrope_section=[2, 1, 1], partial_rotary_factor=0.5)),
+        vision_config=dict(VISION, depth=2), **TOKENS),
+        ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_z", "out_proj", "lm_head"]),
 }
 RANK = 4
 
@@ -210,7 +218,7 @@ def main():
     parser.add_argument("out_dir")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    out_dir = os.path.join(args.out_dir, "vision")
+    out_dir = os.path.join(os.path.abspath(args.out_dir), "vision")  # case.json names the model dir absolutely
     for case in CASES:
         make_case(case, out_dir)
 
