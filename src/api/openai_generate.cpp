@@ -29,16 +29,11 @@ Result<std::string> render_chat(const openai::GenerationRequest & r, const Serve
 }
 
 // The chat prompt's images: each image_token_id the template placed (one per image part, in order) becomes
-// the image's prepared placeholders (wire/image_chunks.h). A text-only model refuses image parts.
+// the image's prepared placeholders (wire/image_chunks.h); the model has a vision processor (checked before).
 std::optional<PromptError> expand_images(const openai::GenerationRequest & r, const ServedModel & model,
                                          OpenAiGeneration::Prompt & prompt) {
     if (r.images.empty()) {
         return std::nullopt;
-    }
-    if (model.vision == nullptr) {
-        return PromptError{
-            invalid_argument("model '" + model.name + "' is text-only: image_url parts are not supported"),
-            r.images[0].where};
     }
     std::vector<int64_t> tokens;
     int64_t budget = wire::kMaxRequestImagePatches;
@@ -75,6 +70,11 @@ std::variant<std::vector<OpenAiGeneration::Prompt>, PromptError> build_prompts(o
     const tokenizer::Tokenizer & tok = *model.tokenizer;
     std::vector<OpenAiGeneration::Prompt> prompts;
     if (r.chat) {
+        if (!r.images.empty() && model.vision == nullptr) {  // before the template sees list contents
+            return PromptError{
+                invalid_argument("model '" + model.name + "' is text-only: image_url parts are not supported"),
+                r.images[0].where};
+        }
         auto text = render_chat(r, model);
         if (!text.ok()) {
             return PromptError{text.error(), model.chat.chat_template ? "messages" : "model"};

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 
 import console_browser
+import console_image
 import console_push
 import sdk_common as sdk
 import tiny_chat_model
@@ -539,6 +540,8 @@ def run(ctx):
                         check_fits),
                ctx.case("compare two runs", check_compare, env),
                ctx.case("playground: default model, refusal, chat, completion, side by side", check_playground, env),
+               ctx.case("playground: attach an image", console_image.check_attach_image, env, send_prompt, pick,
+                        check_fits, MODEL),
                ctx.case("server and sessions views", check_status_views, env),
                ctx.case("keyboard navigation", check_keyboard, env),
                ctx.case("every view at phone width (390 px)", check_phone, env),
