@@ -1,6 +1,8 @@
 // One OpenAI generation request from body to engine: parse and validate (openai/), resolve `model`,
 // build each prompt's tokens (the model's chat template, or completions text / token ids), then answer
 // with a body once done or with an SSE stream, submitting one engine request per prompt (n samples each).
+#include <algorithm>
+
 #include "api/openai_generation.h"
 #include "api/openai_routes.h"
 #include "common/json_depth.h"
@@ -35,16 +37,21 @@ std::optional<PromptError> expand_images(const openai::GenerationRequest & r, co
     if (r.images.empty()) {
         return std::nullopt;
     }
+    const int64_t image_id = model.vision->image_token_id;
+    const auto placed = static_cast<size_t>(std::count(prompt.tokens.begin(), prompt.tokens.end(), image_id));
+    if (placed != r.images.size()) {  // e.g. "<|image_pad|>" typed in a message's text
+        return PromptError{
+            invalid_argument("the chat template placed " + std::to_string(placed) + " image tokens for " +
+                             std::to_string(r.images.size()) + " image_url parts"),
+            "messages"};
+    }
     std::vector<int64_t> tokens;
     int64_t budget = wire::kMaxRequestImagePatches;
     size_t next = 0;
     for (int64_t id : prompt.tokens) {
-        if (id != model.vision->image_token_id) {
+        if (id != image_id) {
             tokens.push_back(id);
             continue;
-        }
-        if (next == r.images.size()) {
-            break;
         }
         const openai::ImagePart & part = r.images[next++];
         auto bytes = wire::decode_base64(part.base64, part.where + ".image_url.url");
@@ -54,11 +61,6 @@ std::optional<PromptError> expand_images(const openai::GenerationRequest & r, co
         if (!added.ok()) {
             return PromptError{added.error(), part.where};
         }
-    }
-    if (next != r.images.size() || prompt.images.size() != r.images.size()) {
-        return PromptError{invalid_argument("the chat template placed " + std::to_string(next) + " image tokens for " +
-                                            std::to_string(r.images.size()) + " image_url parts"),
-                           "messages"};
     }
     prompt.tokens = std::move(tokens);
     return std::nullopt;

@@ -140,7 +140,7 @@ def check_wrong_expected_tokens_refused(tc):
 
 def check_openai_image_parts(srv):
     """The openai client's image_url parts: a data: URL is accepted and its image counts 4 prompt tokens more
-    than the text around it; a remote URL is a 400 naming the field."""
+    than the text around it; an image token typed in the text is refused; a remote URL is a 400 naming the field."""
     import openai
     client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % srv.port, api_key="tml-test")
     url = "data:image/png;base64," + base64.b64encode(colour_png((30, 200, 40), 77)).decode()
@@ -153,6 +153,14 @@ def check_openai_image_parts(srv):
         max_tokens=2, temperature=0)
     added = with_image.usage.prompt_tokens - text_only.usage.prompt_tokens
     check(added == 2 + 4, "an image part adds <|vision_start|>, 4 image tokens and <|vision_end|>: %d" % added)
+    try:  # an image token typed in the text makes two placeholders for one image: refused, never truncated
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": [
+                {"type": "text", "text": "<|image_pad|> colour?"}, {"type": "image_url", "image_url": {"url": url}}]}],
+            max_tokens=1)
+        check(False, "a typed <|image_pad|> beside one image was accepted")
+    except openai.BadRequestError as e:
+        check("placed 2 image tokens for 1 image_url parts" in str(e), "the refusal names both counts: %s" % e)
     try:
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": [
