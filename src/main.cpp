@@ -414,7 +414,9 @@ tinkerd::engine::EngineOptions engine_options(const Flags & flags) {
     o.kv_cache_bytes = static_cast<int64_t>(flags.kv_cache_mib) << 20;
     o.device_slot = tinkerd::dist::local_process_slot(flags.dist, flags.replicas);
     o.dtype = compute_dtype(flags.dtype);
-    o.quantise_q8_0 = flags.base_quant == "q8_0";
+    o.quantise_at_load = flags.base_quant == "q8_0"   ? tinkerd::engine::LoadQuant::Q8_0
+                         : flags.base_quant == "q4_k" ? tinkerd::engine::LoadQuant::Q4_K
+                                                      : tinkerd::engine::LoadQuant::NONE;
     return o;
 }
 

@@ -160,7 +160,7 @@ std::vector<FlagDef> make_table() {
         text("--api-keys", FIELD(api_keys_file)),
         choice("--dtype", FIELD(dtype), {"auto", "bf16", "fp32"}),
         choice("--matmul", FIELD(matmul), {"auto", "exact", "bf16"}),
-        choice("--base-quant", FIELD(base_quant), {"auto", "gguf", "dequant", "q8_0"}),
+        choice("--base-quant", FIELD(base_quant), {"auto", "gguf", "dequant", "q8_0", "q4_k"}),
         text("--device", FIELD(device)),
         integer("--threads", FIELD(threads), 0),
         integer("--io-threads", FIELD(io_threads), 1),

@@ -72,7 +72,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, cons
         return device.error();
     }
     try {
-        auto transformer = Transformer::load(model_dir, requested_dtype(options.dtype), *device, options.quantise_q8_0);
+        auto transformer =
+            Transformer::load(model_dir, requested_dtype(options.dtype), *device, options.quantise_at_load);
         if (!transformer.ok()) {
             return transformer.error();
         }

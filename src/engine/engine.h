@@ -21,6 +21,11 @@ namespace tinkerd::engine {
 // F16 -> fp32). FP64 is for gradient checks in tests only.
 enum class ComputeDType { AUTO, FP32, BF16, FP64 };
 
+// --base-quant q8_0 / q4_k: the base's product matrices quantised to GGUF blocks at load (CPU only;
+// kernels/quant_matmul.h). Q4_K needs rows of a multiple of 256 values; other rows take Q8_0 (multiple of 32),
+// and rows of neither stay as they are.
+enum class LoadQuant { NONE, Q8_0, Q4_K };
+
 struct EngineOptions {
     ComputeDType dtype = ComputeDType::AUTO;
     int n_threads = 0;                          // intra-op threads; 0 = every core
@@ -32,8 +37,7 @@ struct EngineOptions {
     // This process's place among those of one machine (--dp ranks, then sampling replicas): with "cuda"
     // (no index) process s takes GPU s modulo the GPUs there are, so each process has its own device.
     int device_slot = 0;
-    // --base-quant q8_0: every base matrix quantised to Q8_0 blocks at load (CPU; kernels/quant_matmul.h).
-    bool quantise_q8_0 = false;
+    LoadQuant quantise_at_load = LoadQuant::NONE;
 };
 
 // A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;

@@ -139,10 +139,10 @@ void write_pair(TinyFamily family, const std::vector<GgmlType> & types, const st
     write_model_dir(fdir, tiny_config_json(family, true), dequantised);
 }
 
-std::unique_ptr<Engine> load(const std::string & dir, bool quantise_q8_0 = false) {
+std::unique_ptr<Engine> load(const std::string & dir, engine::LoadQuant quantise = engine::LoadQuant::NONE) {
     engine::EngineOptions options;
     options.n_threads = 2;
-    options.quantise_q8_0 = quantise_q8_0;
+    options.quantise_at_load = quantise;
     auto loaded = Engine::load(dir, options);
     EXPECT_TRUE(loaded.ok()) << loaded.error().message;
     return loaded.ok() ? std::move(loaded).value() : nullptr;
@@ -248,11 +248,28 @@ void expect_same_model(Engine & q, Engine & f, const std::string & name) {
     EXPECT_LE(max_abs_diff(lq, lf), 1e-4) << name;
 }
 
-// --base-quant q8_0 on an F32 safetensors model: it computes what the model with the Q8_0-rounded weights does,
-// and rounding moves each weight by at most half its block's step plus the fp16 rounding of the step over up to
-// 127 steps: d·(1/2 + 127·2^-11) <= 0.563·max|x| / 127.
-TEST(QuantiseAtLoad, Q8_0ModelEqualsItsRoundedWeights) {
-    ScopedTempDir src("q8_src"), ref("q8_ref");
+// The weights an F32 matrix becomes under --base-quant q8_0 / q4_k (LoadQuant: Q4_K where rows are a multiple
+// of 256 values, else Q8_0), and the most rounding may move one of them:
+// Q8_0: half its block's step plus the fp16 rounding of the step over up to 127 steps, d·(1/2 + 127·2^-11)
+// <= 0.563·max|x| / 127; Q4_K: half a sub-block step, where the step is at most the sub-block's range / 15
+// plus one step of d's 6-bit grid (range / 945), plus half of dmin (max|x| / 126): under 0.6·range / 15
+// + max|x| / 126 with range <= 2·max|x|.
+struct Rounded {
+    torch::Tensor values;  // [out, in] as the engine multiplies them
+    double bound;
+};
+
+Rounded rounded_at_load(const torch::Tensor & w, engine::LoadQuant mode) {
+    const double amax = w.abs().max().item<double>();
+    if (mode == engine::LoadQuant::Q4_K && w.size(-1) % 256 == 0) {
+        return {engine::kernels::dequantise(engine::kernels::quantise_q4_k(w)), 0.6 * 2 * amax / 15 + amax / 126};
+    }
+    return {engine::kernels::dequantise(engine::kernels::quantise_q8_0(w)), amax / 127.0 * 0.563};
+}
+
+// An F32 safetensors model quantised at load computes what the model with the rounded weights does.
+void expect_quantised_at_load(engine::LoadQuant mode, const std::string & type) {
+    ScopedTempDir src("q_src"), ref("q_ref");
     auto tensors = tiny_model_tensors(TinyFamily::QWEN3_MOE, model::DType::F32, 11, true);
     write_model_dir(src.path(), tiny_config_json(TinyFamily::QWEN3_MOE, true), tensors);
     for (auto & [name, t] : tensors) {
@@ -260,16 +277,26 @@ TEST(QuantiseAtLoad, Q8_0ModelEqualsItsRoundedWeights) {
             continue;
         }
         const torch::Tensor w = torch::from_blob(t.bytes.data(), t.shape, torch::kFloat).clone();  // [out, in]
-        const torch::Tensor rounded = engine::kernels::dequantise(engine::kernels::quantise_q8_0(w));
-        const double bound = w.abs().max().item<double>() / 127.0 * 0.563;
-        EXPECT_LE((rounded - w).abs().max().item<double>(), bound) << name;
-        std::memcpy(t.bytes.data(), rounded.data_ptr<float>(), t.bytes.size());
+        const Rounded rounded = rounded_at_load(w, mode);
+        EXPECT_LE((rounded.values - w).abs().max().item<double>(), rounded.bound) << name;
+        EXPECT_GT((rounded.values - w).abs().max().item<double>(), 0.0) << name << ": not rounded at all";
+        std::memcpy(t.bytes.data(), rounded.values.data_ptr<float>(), t.bytes.size());
     }
     write_model_dir(ref.path(), tiny_config_json(TinyFamily::QWEN3_MOE, true), tensors);
-    auto q = load(src.path(), true), f = load(ref.path());
+    auto q = load(src.path(), mode), f = load(ref.path());
     ASSERT_TRUE(q && f);
-    EXPECT_NE(q->compute_dtype_name().find("Q8_0"), std::string::npos) << q->compute_dtype_name();
-    expect_same_model(*q, *f, "qwen3moe q8_0 at load");
+    EXPECT_NE(q->compute_dtype_name().find(type), std::string::npos) << q->compute_dtype_name();
+    expect_same_model(*q, *f, "qwen3moe " + type + " at load");
+}
+
+TEST(QuantiseAtLoad, Q8_0ModelEqualsItsRoundedWeights) {
+    expect_quantised_at_load(engine::LoadQuant::Q8_0, "Q8_0");
+}
+
+// The wide tiny model's rows are all multiples of 256, so every matrix takes Q4_K (SmolLM2's 576-wide rows, which
+// take Q8_0, are measured in docs/quantised-base.md).
+TEST(QuantiseAtLoad, Q4_KModelEqualsItsRoundedWeights) {
+    expect_quantised_at_load(engine::LoadQuant::Q4_K, "Q4_K");
 }
 
 std::vector<Case> cases() {

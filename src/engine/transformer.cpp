@@ -44,7 +44,7 @@ Transformer::Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamil
 
 Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model_dir,
                                                        std::optional<torch::ScalarType> requested, torch::Device device,
-                                                       bool quantise_q8_0) {
+                                                       LoadQuant quantise) {
     auto config = model::load_model_config(model_dir);
     if (!config.ok()) {
         return config.error();
@@ -69,18 +69,18 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const std::string & model
         requested ? *requested : (embed->dtype == model::DType::BF16 ? torch::kBFloat16 : torch::kFloat32);
     const torch::ScalarType act = compute == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
     std::unique_ptr<Transformer> t(new Transformer(*config, std::move(family), compute, act, device));
-    if (quantise_q8_0 && !device.is_cpu()) {
-        return unsupported("--base-quant q8_0 runs on the CPU only, not on " + device.str());
+    if (quantise != LoadQuant::NONE && !device.is_cpu()) {
+        return unsupported("--base-quant q8_0 / q4_k run on the CPU only, not on " + device.str());
     }
-    TRY_STATUS(t->load_weights(*file, quantise_q8_0));
+    TRY_STATUS(t->load_weights(*file, quantise));
     return t;
 }
 
-Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsFile> & file, bool quantise_q8_0) {
+Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsFile> & file, LoadQuant quantise) {
     file_ = file;
     WeightLoader loader(file, compute_, act_, device_);
     loader.choose_model_prefix();
-    loader.quantise_to_q8_0(quantise_q8_0);
+    loader.quantise_at_load(quantise);
     const auto & c = config_;
     auto embed = loader.matrix("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
     if (!embed.ok()) {

@@ -51,11 +51,11 @@ struct CachedBatch {
 class Transformer {
   public:
     // requested: dtype of the big matrices (bf16, fp32 or fp64); nullopt = the checkpoint's own (BF16 ->
-    // bf16, else fp32). Activations are fp32 (fp64 when the matrices are fp64). quantise_q8_0: the matrices
-    // become Q8_0 blocks at load (CPU only).
+    // bf16, else fp32). Activations are fp32 (fp64 when the matrices are fp64). quantise: the matrices
+    // become GGUF blocks at load (CPU only; LoadQuant in engine.h).
     static Result<std::unique_ptr<Transformer>> load(const std::string & model_dir,
                                                      std::optional<torch::ScalarType> requested, torch::Device device,
-                                                     bool quantise_q8_0 = false);
+                                                     LoadQuant quantise = LoadQuant::NONE);
 
     const model::ModelConfig & config() const { return config_; }
     const DecoderFamily & family() const { return *family_; }
@@ -84,7 +84,8 @@ class Transformer {
   private:
     Transformer(model::ModelConfig config, std::unique_ptr<DecoderFamily> family, torch::ScalarType compute,
                 torch::ScalarType act, torch::Device device);
-    Result<void> load_weights(const std::shared_ptr<model::SafetensorsFile> & file, bool quantise_q8_0 = false);
+    Result<void> load_weights(const std::shared_ptr<model::SafetensorsFile> & file,
+                              LoadQuant quantise = LoadQuant::NONE);
     torch::Tensor layer_forward(int64_t layer, const torch::Tensor & x, const PackedBatch & batch,
                                 const torch::Tensor & cos, const torch::Tensor & sin) const;
     // A rough upper bound of the activation bytes a training forward keeps per token (every layer), to decide

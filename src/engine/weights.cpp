@@ -51,10 +51,12 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std
                                 shape_string(shape));
     }
     torch::Tensor mapped = view_as_tensor(*view);
-    if (quantise_q8_0_ && product_weight && shape.back() % 32 == 0 && device_.is_cpu()) {
-        torch::Tensor blocks = kernels::quantise_q8_0(mapped);  // [..., in/32, 34]
-        file_->release_pages(view->data, view->n_bytes);
-        return blocks;
+    if (quantise_ != LoadQuant::NONE && product_weight && device_.is_cpu()) {
+        torch::Tensor blocks = quantise_loaded(mapped);  // [..., in/blk, bb]
+        if (blocks.defined()) {
+            file_->release_pages(view->data, view->n_bytes);
+            return blocks;
+        }
     }
     if (mapped.scalar_type() == dtype && device_.is_cpu()) {
         return mapped;  // zero-copy: stays in the page cache, counted once
@@ -62,6 +64,17 @@ Result<torch::Tensor> WeightLoader::fetch(const std::string & hf_name, const std
     torch::Tensor converted = mapped.to(device_, dtype).contiguous();
     file_->release_pages(view->data, view->n_bytes);  // the mapped original is no longer needed
     return converted;
+}
+
+torch::Tensor WeightLoader::quantise_loaded(const torch::Tensor & mapped) const {
+    const int64_t in = mapped.size(-1);
+    if (quantise_ == LoadQuant::Q4_K && in % 256 == 0) {
+        return kernels::quantise_q4_k(mapped);  // [..., in/256, 144]
+    }
+    if (in % 32 == 0) {
+        return kernels::quantise_q8_0(mapped);  // [..., in/32, 34]
+    }
+    return {};
 }
 
 Result<torch::Tensor> WeightLoader::quantised(const model::TensorView & view, const std::vector<int64_t> & shape,

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "common/status.h"
+#include "engine/engine.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 
@@ -84,9 +85,9 @@ class WeightLoader {
     // *ForConditionalGeneration keeps its text model under "model.language_model.". Chosen from the file:
     // "model.language_model." when it holds that embedding, else "model.".
     void choose_model_prefix();
-    // Matrices fetched in the compute dtype are quantised to Q8_0 blocks at load (--base-quant q8_0), where
-    // their rows are a multiple of 32 values; CPU only.
-    void quantise_to_q8_0(bool on) { quantise_q8_0_ = on; }
+    // Matrices fetched in the compute dtype are quantised to GGUF blocks at load (--base-quant q8_0 / q4_k:
+    // LoadQuant in engine.h says which rows take which type); CPU only.
+    void quantise_at_load(LoadQuant mode) { quantise_ = mode; }
     // The name in the checkpoint of a text-model tensor named as above.
     std::string resolve(const std::string & name) const;
 
@@ -109,7 +110,9 @@ class WeightLoader {
     // weight (matrix()), dequantised to dtype otherwise (a router). CPU only.
     Result<torch::Tensor> quantised(const model::TensorView & view, const std::vector<int64_t> & shape,
                                     torch::ScalarType dtype, bool product_weight) const;
-    // product_weight: a matrix of base_linear products (matrix()), which --base-quant q8_0 quantises.
+    // The blocks a matrix quantised at load becomes, or an undefined tensor when its rows fit no block type.
+    torch::Tensor quantise_loaded(const torch::Tensor & mapped) const;
+    // product_weight: a matrix of base_linear products (matrix()), which --base-quant q8_0 / q4_k quantise.
     Result<torch::Tensor> fetch(const std::string & name, const std::vector<int64_t> & shape, torch::ScalarType dtype,
                                 bool product_weight = false, bool resolve_name = true) const;
 
@@ -118,7 +121,7 @@ class WeightLoader {
     torch::ScalarType act_;
     torch::Device device_;
     std::string model_prefix_ = "model.";
-    bool quantise_q8_0_ = false;
+    LoadQuant quantise_ = LoadQuant::NONE;
 };
 
 std::string shape_string(const std::vector<int64_t> & shape);

@@ -13,6 +13,7 @@
 #include "engine/host_access.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quant_kernels.h"
+#include "gguf/quantise.h"
 
 namespace tinkerd::engine::kernels {
 
@@ -175,6 +176,25 @@ torch::Tensor quantise_q8_0(const torch::Tensor & w) {
                 const float q = std::nearbyint(v[i] * inv);
                 block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
             }
+        }
+    });
+    return blocks;
+}
+
+torch::Tensor quantise_q4_k(const torch::Tensor & w) {
+    TORCH_CHECK(w.dim() >= 1 && w.size(-1) % gguf::kQ4KBlockValues == 0,
+                "Q4_K needs rows of a multiple of 256 values, got ", w.sizes());
+    const torch::Tensor values = w.to(torch::kFloat).contiguous();  // [..., in]
+    const int64_t n_blocks = values.numel() / gguf::kQ4KBlockValues;
+    std::vector<int64_t> shape(w.sizes().begin(), w.sizes().end() - 1);
+    shape.push_back(w.size(-1) / gguf::kQ4KBlockValues);
+    shape.push_back(gguf::kQ4KBlockBytes);
+    torch::Tensor blocks = torch::empty(shape, torch::kUInt8);  // [..., in/256, 144]
+    const float * x = host_data<const float>(values, "quantise_q4_k");
+    uint8_t * out = host_data<uint8_t>(blocks, "quantise_q4_k");
+    at::parallel_for(0, n_blocks, 256, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            gguf::quantize_q4_k_block(x + b * gguf::kQ4KBlockValues, out + b * gguf::kQ4KBlockBytes);
         }
     });
     return blocks;

@@ -26,6 +26,11 @@ inline int64_t quantised_row_bytes(const torch::Tensor & w) {
 // (plus the fp16 rounding of d), about 0.4% of the block's largest value.
 torch::Tensor quantise_q8_0(const torch::Tensor & w);
 
+// w [..., in] (any float dtype, CPU; in a multiple of 256) as Q4_K blocks [..., in/256, 144] by
+// gguf::quantize_q4_k_block: each value within half its sub-block's step, or half of dmin at the bottom of a
+// sub-block's range (gguf/quantise.h).
+torch::Tensor quantise_q4_k(const torch::Tensor & w);
+
 // The whole weight in fp32 [..., out, in] (tests, start-up checks, GPUs).
 torch::Tensor dequantise(const torch::Tensor & w);
 // Rows `index` [n] (int64) of a [V, in] quantised matrix in fp32: [n, in] (the embedding lookup).
