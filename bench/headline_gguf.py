@@ -1,6 +1,7 @@
 """The QLoRA headline benchmark's model file (bench/qlora_headline.py): a Qwen3-30B-A3B-shaped qwen3moe GGUF
-with random but valid Q4_K_M-like blocks (Q4_K attention and expert gate/up, Q6_K expert down, embedding and
-output, F32 norms and router) and the real Qwen3 tokenizer, streamed tensor by tensor with gguf.GGUFWriter so
+with random but valid blocks, in one of two mixes (MIXES): "q4_k", every matrix Q4_K (17.6 GB), or "q4_k_m", a
+Q4_K_M-like mix (Q4_K attention and expert gate/up, Q6_K expert down, embedding and output: 19.9 GB); F32 norms
+and router, and the real Qwen3 tokenizer, streamed tensor by tensor with gguf.GGUFWriter so
 Python never holds more than one tensor. A sidecar JSON records the shape and the finished size."""
 import json
 import os
@@ -15,7 +16,7 @@ import gguf
 
 Q = gguf.GGMLQuantizationType
 ARCH = "qwen3moe"
-MIN_FREE_BYTES = 25 * 10**9  # refuse the full-size file below this much free disk
+DISK_MARGIN_BYTES = 4 * 10**9  # free disk kept beside the file being written
 
 # Qwen3-30B-A3B's text shapes, and a tiny cut of them (--tiny) for checking the writer and llama-bench quickly.
 FULL = dict(layers=48, hidden=2048, experts=128, used=8, expert_ffn=768, ffn=6144, heads=32, kv_heads=4,
@@ -30,9 +31,9 @@ def proxy(layers):
     return dict(FULL, layers=int(layers))
 
 
-def file_name(shape):
-    """The cache file's name for a shape: FULL, TINY or a proxy(L)."""
-    base = "qwen3-30b-a3b-random-q4_k_m"
+def file_name(shape, mix="q4_k_m"):
+    """The cache file's name for a shape (FULL, TINY or a proxy(L)) and mix."""
+    base = "qwen3-30b-a3b-random-" + mix
     if shape == TINY:
         return base + "-tiny.gguf"
     return base + ("" if shape == FULL else f"-{shape['layers']}l") + ".gguf"
@@ -47,27 +48,32 @@ def log(msg):
     print(f"headline_gguf: {msg}", file=sys.stderr, flush=True)
 
 
-def tensor_specs(s):
+# The matrices' types per mix: attention and expert gate/up, expert down, embedding and output.
+MIXES = {"q4_k": dict(main=Q.Q4_K, down=Q.Q4_K, ends=Q.Q4_K), "q4_k_m": dict(main=Q.Q4_K, down=Q.Q6_K, ends=Q.Q6_K)}
+
+
+def tensor_specs(s, mix="q4_k_m"):
     """(name, shape outermost first, type) of every tensor, in llama.cpp's order."""
     h, e, f, hd = s["hidden"], s["experts"], s["expert_ffn"], s["head_dim"]
-    specs = [("token_embd.weight", (s["vocab"], h), Q.Q6_K)]
+    m = MIXES[mix]
+    specs = [("token_embd.weight", (s["vocab"], h), m["ends"])]
     for b in range(s["layers"]):
         p = f"blk.{b}."
         specs += [
             (p + "attn_norm.weight", (h,), Q.F32),
-            (p + "attn_q.weight", (s["heads"] * hd, h), Q.Q4_K),
-            (p + "attn_k.weight", (s["kv_heads"] * hd, h), Q.Q4_K),
-            (p + "attn_v.weight", (s["kv_heads"] * hd, h), Q.Q4_K),
-            (p + "attn_output.weight", (h, s["heads"] * hd), Q.Q4_K),
+            (p + "attn_q.weight", (s["heads"] * hd, h), m["main"]),
+            (p + "attn_k.weight", (s["kv_heads"] * hd, h), m["main"]),
+            (p + "attn_v.weight", (s["kv_heads"] * hd, h), m["main"]),
+            (p + "attn_output.weight", (h, s["heads"] * hd), m["main"]),
             (p + "attn_q_norm.weight", (hd,), Q.F32),
             (p + "attn_k_norm.weight", (hd,), Q.F32),
             (p + "ffn_norm.weight", (h,), Q.F32),
             (p + "ffn_gate_inp.weight", (e, h), Q.F32),
-            (p + "ffn_gate_exps.weight", (e, f, h), Q.Q4_K),
-            (p + "ffn_up_exps.weight", (e, f, h), Q.Q4_K),
-            (p + "ffn_down_exps.weight", (e, h, f), Q.Q6_K),
+            (p + "ffn_gate_exps.weight", (e, f, h), m["main"]),
+            (p + "ffn_up_exps.weight", (e, f, h), m["main"]),
+            (p + "ffn_down_exps.weight", (e, h, f), m["down"]),
         ]
-    specs += [("output_norm.weight", (h,), Q.F32), ("output.weight", (s["vocab"], h), Q.Q6_K)]
+    specs += [("output_norm.weight", (h,), Q.F32), ("output.weight", (s["vocab"], h), m["ends"])]
     return specs
 
 
@@ -157,37 +163,45 @@ def sidecar(path):
     return pathlib.Path(str(path) + ".json")
 
 
-def is_complete(path, shape):
-    """The file is there, its sidecar names this shape, and the file has the size the sidecar recorded."""
+def is_complete(path, shape, mix):
+    """The file is there, its sidecar names this shape and mix, and the file has the size the sidecar recorded."""
     info = sidecar(path)
     if not path.exists() or not info.exists():
         return False
     meta = json.loads(info.read_text())
-    return meta.get("shape") == shape and meta.get("size") == path.stat().st_size
+    same = meta.get("shape") == shape and meta.get("mix", "q4_k_m") == mix
+    return same and meta.get("size") == path.stat().st_size
 
 
-def check_disk(folder, shape):
-    free = shutil.disk_usage(folder).free
-    if shape == FULL and free < MIN_FREE_BYTES:
-        raise SystemExit(f"headline_gguf: only {free / 1e9:.1f} GB free in {folder}; the full-size file needs "
-                         f"~19 GB and this script refuses below {MIN_FREE_BYTES / 1e9:.0f} GB")
+def data_bytes(shape, mix):
+    """The tensor data the file will hold (the header and tokenizer add a few MB)."""
+    return sum(int(np.prod(dims)) * 4 if qtype == Q.F32 else int(np.prod(byte_shape(dims, qtype)))
+               for _, dims, qtype in tensor_specs(shape, mix))
 
 
-def write(path, shape, tokenizer_dir, seed=0):
+def check_disk(folder, shape, mix):
+    free, need = shutil.disk_usage(folder).free, data_bytes(shape, mix) + DISK_MARGIN_BYTES
+    if free < need:
+        raise SystemExit(f"headline_gguf: only {free / 1e9:.1f} GB free in {folder}; the file needs "
+                         f"{data_bytes(shape, mix) / 1e9:.1f} GB and this script keeps {DISK_MARGIN_BYTES / 1e9:.0f} GB "
+                         "spare")
+
+
+def write(path, shape, tokenizer_dir, seed=0, mix="q4_k_m"):
     """Writes the GGUF at path (via path.tmp, renamed when done) unless complete already; returns its size."""
     path = pathlib.Path(path)
-    if is_complete(path, shape):
+    if is_complete(path, shape, mix):
         log(f"{path} is complete ({path.stat().st_size / 1e9:.2f} GB), not rewritten")
         return path.stat().st_size
     path.parent.mkdir(parents=True, exist_ok=True)
-    check_disk(path.parent, shape)
+    check_disk(path.parent, shape, mix)
     rng = np.random.default_rng(seed)
     log("dequantised sample mean/std: " + ", ".join(f"{k} {m:+.4f}/{sd:.4f}" for k, (m, sd) in
                                                    weight_stats(rng).items()))
     tmp = path.with_name(path.name + ".tmp")
     w = gguf.GGUFWriter(str(tmp), ARCH)
     write_metadata(w, shape, qwen3_tokenizer(pathlib.Path(tokenizer_dir), shape["vocab"]))
-    specs = tensor_specs(shape)
+    specs = tensor_specs(shape, mix)
     for name, dims, qtype in specs:
         if qtype == Q.F32:
             w.add_tensor_info(name, dims, np.dtype(np.float32), int(np.prod(dims)) * 4)
@@ -205,6 +219,6 @@ def write(path, shape, tokenizer_dir, seed=0):
     w.close()
     os.replace(tmp, path)
     size = path.stat().st_size
-    sidecar(path).write_text(json.dumps({"shape": shape, "size": size, "seed": seed}) + "\n")
+    sidecar(path).write_text(json.dumps({"shape": shape, "mix": mix, "size": size, "seed": seed}) + "\n")
     log(f"wrote {path}: {size / 1e9:.2f} GB in {time.monotonic() - start:.0f} s")
     return size

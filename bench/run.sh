@@ -8,8 +8,8 @@
 # on the same weights in this run, and its table (bench/sample_report.py). Raw JSON lines:
 # BUILD/bench/results.jsonl and BUILD/bench/sample_results.jsonl.
 # Opt-in parts (env vars, off by default): BENCH_MOE=1 (Qwen3-MoE, 2 layers), BENCH_QWEN35=1 (Qwen3.5, 4 layers),
-# BENCH_HEADLINE=1 (the QLoRA headline, bench/qlora_headline.py: a Qwen3-30B-A3B-shaped Q4_K_M-like GGUF, ~20 GB
-# written once into ~/.cache/tinkerd/bench/ (needs 25 GB free), llama-bench decode vs tinkerd serving it with
+# BENCH_HEADLINE=1 (the QLoRA headline, bench/qlora_headline.py: a Qwen3-30B-A3B-shaped all-Q4_K GGUF, ~18 GB
+# written once into ~/.cache/tinkerd/bench/ (needs its size + 4 GB free), llama-bench decode vs tinkerd serving it with
 # quantised base weights through the tinker SDK; BENCH_HEADLINE_ARGS adds flags, e.g. "--tiny"), BENCH_VISION=1
 # (the Qwen3-VL-2B-shaped vision tower, bench/vision_bench.cpp).
 set -euo pipefail
@@ -91,9 +91,10 @@ fi
 
 # The QLoRA headline (Qwen3-30B-A3B-shaped Q4_K_M-like GGUF, random weights): llama.cpp's llama-bench decode and
 # tinkerd's load / LoRA step / decode / peak RSS with the GGUF's base weights kept quantised. Opt in with
-# BENCH_HEADLINE=1 (~20 GB file written once; BENCH_HEADLINE_ARGS="--tiny" for a 2-layer check of the pipeline).
+# BENCH_HEADLINE=1 (~18 GB file written once; BENCH_HEADLINE_ARGS="--tiny" for a 2-layer check of the pipeline,
+# "--mix q4_k_m" for the 19.9 GB Q4_K_M-like file).
 if [[ "${BENCH_HEADLINE:-0}" != 0 ]]; then
-    echo "bench: QLoRA headline, Qwen3-30B-A3B-shaped Q4_K_M GGUF (bench/qlora_headline.py)" >&2
+    echo "bench: QLoRA headline, Qwen3-30B-A3B-shaped Q4_K GGUF (bench/qlora_headline.py)" >&2
     HEADLINE_BIN=()
     if [[ "$LLAMACPP" != 0 ]]; then
         HEADLINE_BIN=(--llamacpp-bin "$LLAMACPP_BIN")

@@ -65,7 +65,7 @@ struct ImageInput {
     int64_t token_offset = 0;                    // index of the image's first token in the sequence
     int64_t expected_tokens = 0;                 // tokens the image occupies (the client's count; 0 = not given)
     std::string format;                          // "png" | "jpeg", as sent
-    std::string data;                            // the encoded image, as sent
+    std::string data;                            // the encoded image, as sent (freed once prepared)
     int64_t grid_t = 0, grid_h = 0, grid_w = 0;  // patch grid before the spatial merge (prepared)
     // [grid_t * grid_h * grid_w, 3 * temporal_patch * patch * patch] in the HF processor's patch order (prepared)
     std::vector<float> pixel_values;

@@ -74,6 +74,24 @@ Result<void> apply_preprocessor_json(const json & pre, const std::string & file,
     return read_triple(pre, "image_std", config.std, file);
 }
 
+// The processor must cut the patches the vision tower (config.json's vision_config) was built for; otherwise
+// every image would fail later with "pixel_values of the wrong size", so the mismatch is named once at start-up.
+Result<void> check_same_patching(const ProcessorConfig & config, int64_t patch, int64_t temporal, int64_t merge,
+                                 const std::string & file) {
+    const struct {
+        const char * key;
+        int64_t processor, tower;
+    } pairs[] = {{"patch_size", config.patch_size, patch},
+                 {"temporal_patch_size", config.temporal_patch_size, temporal},
+                 {"merge_size", config.merge_size, merge}};
+    for (const auto & pair : pairs) {
+        if (pair.processor != pair.tower)
+            return unsupported(file + ": \"" + pair.key + "\" is " + std::to_string(pair.processor) +
+                               " but config.json's vision_config says " + std::to_string(pair.tower));
+    }
+    return {};
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const ProcessorConfig>> load_processor_config(const std::filesystem::path & model_dir) {
@@ -102,6 +120,7 @@ Result<std::shared_ptr<const ProcessorConfig>> load_processor_config(const std::
         if (!pre)
             return pre.error();
         TRY_STATUS(apply_preprocessor_json(*pre, pre_path.string(), *config));
+        TRY_STATUS(check_same_patching(*config, *patch, *temporal, *merge, pre_path.string()));
     }
     return std::shared_ptr<const ProcessorConfig>(std::move(config));
 }
@@ -200,6 +219,7 @@ Result<int64_t> prepare_image(engine::ImageInput & image, const ProcessorConfig 
     auto pixels = decode_image(image.data, image.format);
     if (!pixels)
         return Error{pixels.error().kind, where + ": " + pixels.error().message};
+    std::string().swap(image.data);  // the encoded bytes are not needed again: free them before the resize
     const int64_t width = pixels->width, height = pixels->height;
     if (override_width > 0 && override_height > 0)
         *pixels = resize_bicubic(*pixels, override_width, override_height);

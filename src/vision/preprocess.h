@@ -53,10 +53,10 @@ Result<int64_t> image_token_count(int64_t height, int64_t width, const Processor
 // Fills image.grid_{t,h,w} and image.pixel_values from the decoded pixels; returns the token count.
 Result<int64_t> preprocess(const RgbImage & pixels, const ProcessorConfig & config, engine::ImageInput & image);
 
-// Decodes image.data (image.format), optionally resized first to override_width x override_height
-// (SDK 0.38's ImageChunk.override_dimensions; 0 = none), preprocesses it, and checks image.expected_tokens
-// (when > 0) against the count: "expected_tokens is 64 but the image (640x480, resized to 640x480) gives
-// 300 tokens". Returns the token count. `where` names the chunk in errors ("data[0].model_input[1]").
+// Decodes image.data (image.format; the bytes are freed once decoded), optionally resized first to override_width x
+// override_height (SDK 0.38's ImageChunk.override_dimensions; 0 = none), preprocesses it, and checks
+// image.expected_tokens (when > 0) against the count: "expected_tokens is 64 but the image (640x480, resized to
+// 640x480) gives 300 tokens". Returns the token count. `where` names the chunk in errors ("data[0].model_input[1]").
 Result<int64_t> prepare_image(engine::ImageInput & image, const ProcessorConfig & config, const std::string & where,
                               int64_t override_width = 0, int64_t override_height = 0);
 

@@ -131,6 +131,11 @@ TEST(VisionConfig, TextModelsHaveNoProcessorAndBadSettingsAreNamed) {
     auto bilinear = load_processor_config(write_model_dir("vl2", vl, R"({"resample": 2})"));
     ASSERT_FALSE(bilinear.ok());
     EXPECT_NE(bilinear.error().message.find("\"resample\": only 3 (bicubic) is supported"), std::string::npos);
+    auto other_patch = load_processor_config(write_model_dir("vl3", vl, R"({"patch_size": 16})"));
+    ASSERT_FALSE(other_patch.ok());
+    EXPECT_NE(other_patch.error().message.find("\"patch_size\" is 16 but config.json's vision_config says 14"),
+              std::string::npos)
+        << other_patch.error().message;
 }
 
 TEST(VisionPreprocess, ExpectedTokensMismatchNamesBothCounts) {
@@ -138,16 +143,21 @@ TEST(VisionPreprocess, ExpectedTokensMismatchNamesBothCounts) {
     config.min_pixels = 1024;
     engine::ImageInput image;
     image.format = "png";
-    image.data = encode_png(64, 32, PNG_FORMAT_RGB, std::vector<uint8_t>(64 * 32 * 3, 5));
+    const std::string png = encode_png(64, 32, PNG_FORMAT_RGB, std::vector<uint8_t>(64 * 32 * 3, 5));
+    image.data = png;
     image.expected_tokens = 3;
     auto tokens = prepare_image(image, config, "data[0].model_input[1]");
     ASSERT_FALSE(tokens.ok());
     EXPECT_EQ(tokens.error().message,
               "data[0].model_input[1].expected_tokens: 3 but the image (64x32, resized to 64x32) gives 2 tokens");
+    image.data = png;
     image.expected_tokens = 2;
     auto ok = prepare_image(image, config, "x");
     ASSERT_TRUE(ok.ok());
     EXPECT_EQ(*ok, 2);
+    EXPECT_TRUE(image.data.empty()) << "the encoded bytes stay after preparation";
+    EXPECT_EQ(image.pixel_values.size(), size_t{8} * 3 * 2 * 16 * 16);
+    image.data = png;
     image.format = "bmp";
     EXPECT_EQ(prepare_image(image, config, "x").error().message,
               "x: image format 'bmp' is not supported (use \"png\" or \"jpeg\")");
