@@ -106,9 +106,8 @@ Result<ConsoleQuery> console_query_of(const http::Request & req) {
         return topics.error();
     }
     query.topics = *topics;
-    for (auto [name, topic] : {std::pair<const char *, const char *>{"run_ids", "metrics"},
-                               {"since_step", "metrics"},
-                               {"limit", "runs"}}) {
+    for (auto [name, topic] :
+         {std::pair<const char *, const char *>{"run_ids", "metrics"}, {"since_step", "metrics"}, {"limit", "runs"}}) {
         TRY_STATUS(only_with(req, name, query.topics, topic));
     }
     if (query.topics.count("metrics")) {

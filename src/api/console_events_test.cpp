@@ -176,8 +176,9 @@ TEST_F(ConsoleEventsTest, BadParametersAre400sNamingThemAndOthersRunsAre404) {
 TEST_F(ConsoleEventsTest, ConsoleAndRunStreamsShareTheStreamLimit) {
     const std::string model = trained_run();
     std::vector<std::unique_ptr<TestClient>> held;
-    for (const std::string target : {"/api/v1/training_runs/" + model + "/events", std::string("/api/v1/events?topics=runs"),
-                                     std::string("/api/v1/events?topics=status")}) {
+    for (const std::string target :
+         {"/api/v1/training_runs/" + model + "/events", std::string("/api/v1/events?topics=runs"),
+          std::string("/api/v1/events?topics=status")}) {
         held.push_back(std::make_unique<TestClient>(server_->port()));
         auto head = open_target(*held.back(), target);
         ASSERT_TRUE(head);

@@ -44,7 +44,7 @@ struct ConsoleFeed {
     int64_t runs_limit = 50;
     std::map<std::string, RunSummary> summaries;  // of the runs last listed
     std::string runs_sent;
-    std::string status_sent;     // without the clock-driven fields (uptime, session ages)
+    std::string status_sent;       // without the clock-driven fields (uptime, session ages)
     std::vector<RunFeed> metrics;  // topic metrics: one per run id
 };
 

@@ -46,8 +46,8 @@ class EventStreamTest : public AppTest {
     std::optional<http::test_util::Reply> open_target(TestClient & client, const std::string & target,
                                                       const std::string & headers = "",
                                                       const std::string & key = "tml-alice") {
-        EXPECT_TRUE(client.send_all(
-            http::test_util::make_request("GET", target, "", "X-API-Key: " + key + "\r\n" + headers)));
+        EXPECT_TRUE(
+            client.send_all(http::test_util::make_request("GET", target, "", "X-API-Key: " + key + "\r\n" + headers)));
         return client.read_head();
     }
     // A refused stream's whole reply (a JSON body with a Content-Length); no key header when `key` is "".
@@ -106,8 +106,10 @@ class EventStreamTest : public AppTest {
     // A run of `key`'s tenant (new_run's, for another key).
     std::string run_of(const std::string & key) {
         const std::string session = ok("create_session", {{"tags", json::array()}}, key)["session_id"];
-        json created = ok("create_model", {{"session_id", session}, {"model_seq_id", 0}, {"base_model", "fake"},
-                                           {"lora_config", {{"rank", 8}}}}, key);
+        json created =
+            ok("create_model",
+               {{"session_id", session}, {"model_seq_id", 0}, {"base_model", "fake"}, {"lora_config", {{"rank", 8}}}},
+               key);
         ok("retrieve_future", {{"request_id", created["request_id"]}}, key);
         return created["model_id"];
     }

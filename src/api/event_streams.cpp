@@ -171,7 +171,7 @@ void EventStreams::feed(const std::vector<std::shared_ptr<Stream>> & due,
         try {
             text = stream->refresh();
         } catch (const std::exception & e) {
-            LOG_WRN("api", "event stream on %s ended: %s", 
+            LOG_WRN("api", "event stream on %s ended: %s",
                     stream->topics.empty() ? "-" : stream->topics.begin()->c_str(), e.what());
             stream->end();
             continue;

@@ -21,7 +21,7 @@ export function poll(tick, ms) {
 }
 
 // Push with polling as the fallback: path() names the stream (asked again at each connection, so it can
-// carry the latest since_step), onEvent(name, data) applies an event, tick/ms poll instead, onMode("push" |
+// carry the latest since_step; null: poll, no stream fits), onEvent(name, data) applies an event, tick/ms poll instead, onMode("push" |
 // "poll") says which is in force. A stream that was open and drops is resumed with Last-Event-ID (no point
 // twice); a refusal or a failed connection means polling for the rest of the page's life. Returns stop().
 export function live({path, onEvent, tick, ms, onMode}) {
@@ -36,8 +36,13 @@ export function live({path, onEvent, tick, ms, onMode}) {
   };
   const connect = async () => {
     let opened = false;
+    const target = path();
+    if (!target) {
+      fallBack();
+      return;
+    }
     try {
-      await streamEvents(path(), {
+      await streamEvents(target, {
         lastEventId, signal: abort.signal,
         onOpen: () => { opened = true; onMode("push"); },
         onEvent: (name, data, id) => { if (id) lastEventId = id; onEvent(name, data); },
