@@ -93,7 +93,7 @@ def check_push(env, view, check_fits, tag):
     check("pushed by the server" in b.text(), "the %s view does not say it is pushed" % view)
     check_fits(b, "the %s view on the push stream" % view)
     env.shot("%s-pushed-%s.png" % (view, tag))
-    return "%s: %s pushed" % (view, what.split(" -> ")[0] if view == "sessions" else what)
+    return "%s: %s pushed (%d events)" % (view, what, now_pushed - pushed)
 
 
 def check_fallback(env, view, check_fits, tag):
@@ -114,7 +114,7 @@ def check_fallback(env, view, check_fits, tag):
     finally:
         for sock in held:
             sock.close()
-    return "%s: polled with %d streams held" % (view, len(held))
+    return "%s: %s by polling, %d streams held" % (view, what, len(held))
 
 
 def check_views(env, check_fits, width):
