@@ -1,6 +1,6 @@
 // EventStreams: slots (an atomic count each Stream gives back itself, so a client that goes away frees its
-// slot at once, from the I/O thread that saw it go), the feeding thread (wake-ups by topic, a periodic tick,
-// heartbeats) and stop(), which ends every stream with its terminating chunk.
+// slot at once, from the I/O thread that saw it go), the feeding thread (wake-ups by topic, coalesced for
+// ANY_TOPIC streams, a periodic tick, heartbeats) and stop(), which ends every stream with its terminating chunk.
 #include "api/event_streams.h"
 
 #include <algorithm>
@@ -16,12 +16,15 @@ using Clock = std::chrono::steady_clock;
 constexpr char HEARTBEAT[] = ": keepalive\n\n";
 
 struct EventStreams::Stream {
-    std::string topic;
+    std::set<std::string> topics;
+    bool any = false;  // on ANY_TOPIC
     Refresh refresh;
     std::shared_ptr<std::atomic<size_t>> slots;
     std::shared_ptr<http::StreamWriter> writer;  // set by attach(), before the thread sees the stream
     std::atomic<bool> released{false};
-    Clock::time_point last_write = Clock::now();  // the feeding thread's
+    Clock::time_point last_write = Clock::now();  // the feeding thread's, as the two below
+    Clock::time_point last_refresh{};             // when it was last due
+    bool pending = false;                         // woken, not refreshed yet (an ANY stream inside its gap)
 
     ~Stream() { release(); }
     // Gives the slot back (once), from any thread.
@@ -48,14 +51,15 @@ EventStreams::~EventStreams() {
     stop();
 }
 
-std::shared_ptr<EventStreams::Stream> EventStreams::reserve(std::string topic, Refresh refresh) {
+std::shared_ptr<EventStreams::Stream> EventStreams::reserve(std::set<std::string> topics, Refresh refresh) {
     std::lock_guard lock(mutex_);  // only reserve() adds, under the lock; a release may subtract meanwhile
     if (stopping_ || slots_taken_->load() >= options_.max_streams) {
         return nullptr;
     }
     slots_taken_->fetch_add(1);
     auto stream = std::make_shared<Stream>();
-    stream->topic = std::move(topic);
+    stream->any = topics.count(ANY_TOPIC) > 0;
+    stream->topics = std::move(topics);
     stream->refresh = std::move(refresh);
     stream->slots = slots_taken_;
     return stream;
@@ -73,7 +77,7 @@ void EventStreams::attach(const std::shared_ptr<Stream> & stream, std::shared_pt
         std::lock_guard lock(mutex_);
         if (!stopping_ && !stream->writer->closed()) {
             streams_.push_back(stream);
-            woken_.insert(stream->topic);
+            woken_.insert(stream->topics.begin(), stream->topics.end());
             wake_.notify_one();
             return;
         }
@@ -117,9 +121,10 @@ size_t EventStreams::open_streams() const {
 
 void EventStreams::loop() {
     auto next_tick = Clock::now() + options_.tick;
+    auto wake_at = next_tick;
     std::unique_lock lock(mutex_);
     while (!stopping_) {
-        wake_.wait_until(lock, next_tick, [&] { return stopping_ || !woken_.empty(); });
+        wake_.wait_until(lock, wake_at, [&] { return stopping_ || !woken_.empty(); });
         if (stopping_) {
             return;
         }
@@ -127,19 +132,33 @@ void EventStreams::loop() {
         if (tick) {
             next_tick = Clock::now() + options_.tick;
         }
-        std::erase_if(streams_, [](const auto & s) { return s->released.load() || s->writer->closed(); });
-        std::vector<std::shared_ptr<Stream>> due;
-        for (const auto & s : streams_) {
-            if (tick || woken_.count(s->topic)) {
-                due.push_back(s);
-            }
-        }
-        woken_.clear();
+        wake_at = next_tick;
+        const std::vector<std::shared_ptr<Stream>> due = due_streams(tick, wake_at);
         const std::vector<std::shared_ptr<Stream>> all = streams_;
         lock.unlock();
         feed(due, all);
         lock.lock();
     }
+}
+
+std::vector<std::shared_ptr<EventStreams::Stream>> EventStreams::due_streams(bool tick, Clock::time_point & wake_at) {
+    std::erase_if(streams_, [](const auto & s) { return s->released.load() || s->writer->closed(); });
+    const auto now = Clock::now();
+    std::vector<std::shared_ptr<Stream>> due;
+    for (const auto & s : streams_) {
+        s->pending = s->pending || (s->any && !woken_.empty()) ||
+                     std::any_of(s->topics.begin(), s->topics.end(), [&](const auto & t) { return woken_.count(t); });
+        const auto ready_at = s->any ? s->last_refresh + options_.coalesce : s->last_refresh;
+        if (tick || (s->pending && now >= ready_at)) {
+            s->pending = false;
+            s->last_refresh = now;
+            due.push_back(s);
+        } else if (s->pending) {
+            wake_at = std::min(wake_at, ready_at);
+        }
+    }
+    woken_.clear();
+    return due;
 }
 
 void EventStreams::feed(const std::vector<std::shared_ptr<Stream>> & due,
@@ -152,7 +171,8 @@ void EventStreams::feed(const std::vector<std::shared_ptr<Stream>> & due,
         try {
             text = stream->refresh();
         } catch (const std::exception & e) {
-            LOG_WRN("api", "event stream on %s ended: %s", stream->topic.c_str(), e.what());
+            LOG_WRN("api", "event stream on %s ended: %s",
+                    stream->topics.empty() ? "-" : stream->topics.begin()->c_str(), e.what());
             stream->end();
             continue;
         }

@@ -102,6 +102,23 @@ RouteDoc console_route_doc(const std::string & method_and_pattern) {
             "`: keepalive` comment every 15 s. 429 (code unavailable) when --max-event-streams streams are open "
             "(docs/console.md).";
         out["GET /api/v1/training_runs/{run_id}/events"] = events;
+        RouteDoc console_events = route_doc(
+            "console", "The console views' live events (Server-Sent Events: runs, status, several runs' metrics)", "",
+            "", KeyCheck::TINKER);
+        console_events.query = {"topics", "run_ids", "runs_limit", "since_step"};
+        console_events.response_media = {"text/event-stream"};
+        console_events.description =
+            "Pushes what the console's runs list, compare and status views poll for, each event when its content "
+            "changed: topics=runs sends `event: runs` ({training_runs: [{training_run_id, base_model, lora_rank, "
+            "last_request_time, loaded, steps, last_loss, first_time, last_time}], total_count}: the caller's "
+            "newest `limit` runs, 1-200, default 50); topics=status sends `event: status` ({status: as GET "
+            "/api/v1/server_status, session_ids: as GET /api/v1/sessions?limit=100}); topics=metrics with run_ids "
+            "(1-8 of the caller's runs, else 404) sends `event: metrics` ({training_run_id, points, downsampled, "
+            "since_step}: a run's new points, the first batch from since_step on). Runs and status follow every "
+            "recorded point and checkpoint change (at most once a second) and a 2 s tick. No Last-Event-ID: a "
+            "client resumes with since_step. 400 names a bad or misplaced parameter; 429 (code unavailable) when "
+            "--max-event-streams streams are open (docs/console.md).";
+        out["GET /api/v1/events"] = console_events;
         out["GET /api/v1/server_status"] = route_doc(
             "console", "Models, queues, KV cache, throughput; the caller's samplers and sessions", "", "ServerStatus");
         RouteDoc prometheus =

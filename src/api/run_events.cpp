@@ -2,43 +2,19 @@
 // run page (docs/console.md). The handler checks the run (the caller's, else 404), the resume point
 // (Last-Event-ID or since_step) and a slot (429 when none is free), then hands the stream to EventStreams,
 // whose thread calls refresh_run_feed: new metric points, the checkpoint list and the run when they change.
+// Also the SSE helpers console_events.cpp shares (event_feeds.h).
 #include <algorithm>
 #include <utility>
 
-#include "api/event_streams.h"
+#include "api/event_feeds.h"
 #include "api/json_util.h"
 #include "api/tinker_routes.h"
 
 namespace tinkerd::api {
 
-// What one stream has sent: the points up to after_id, and the last run and checkpoint list (as JSON text).
-struct RunFeed {
-    std::string tenant;
-    std::string run_id;
-    int64_t after_id = 0;               // the last point sent (Last-Event-ID on a reconnect)
-    std::optional<int64_t> since_step;  // the first batch only: points from this step on
-    bool first = true;
-    std::string run_sent;
-    std::string checkpoints_sent;
-};
-
 namespace {
 
 constexpr const char * RETRY_AFTER_SECONDS = "30";
-
-// JSON on one line, invalid UTF-8 replaced (never throws).
-std::string compact(const json & value) {
-    return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// One event: "event: NAME\n[id: ID\n]data: JSON\n\n".
-std::string sse_text(const std::string & name, const std::string & data, std::optional<int64_t> id = std::nullopt) {
-    std::string out = "event: " + name + "\n";
-    if (id) {
-        out += "id: " + std::to_string(*id) + "\n";
-    }
-    return out + "data: " + data + "\n\n";
-}
 
 // Last-Event-ID: the number of the last point the client holds (this stream's `metrics` ids).
 Result<std::optional<int64_t>> last_event_id_of(const http::Request & req) {
@@ -53,18 +29,41 @@ Result<std::optional<int64_t>> last_event_id_of(const http::Request & req) {
                             "'");
 }
 
-// Every slot taken (or push turned off): 429, as the server's other capacity refusals, and poll instead.
-http::Response no_slot_response(size_t max_streams) {
+}  // namespace
+
+std::string compact_json(const json & value) {
+    return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string sse_text(const std::string & name, const std::string & data, std::optional<int64_t> id) {
+    std::string out = "event: " + name + "\n";
+    if (id) {
+        out += "id: " + std::to_string(*id) + "\n";
+    }
+    return out + "data: " + data + "\n\n";
+}
+
+// 429, as the server's other capacity refusals, and poll instead.
+http::Response no_slot_response(size_t max_streams, const std::string & poll_instead) {
     const std::string why =
         max_streams == 0 ? "push streams are off (--max-event-streams 0)"
                          : "too many event streams open (" + std::to_string(max_streams) + ", --max-event-streams)";
-    http::Response busy =
-        error_response(unavailable(why + "; poll GET /api/v1/training_runs/{run_id}/metrics instead"));
+    http::Response busy = error_response(unavailable(why + "; poll " + poll_instead + " instead"));
     busy.headers = {{"Retry-After", RETRY_AFTER_SECONDS}};
     return busy;
 }
 
-}  // namespace
+http::Response event_stream_response(EventStreams * events, std::shared_ptr<EventStreams::Stream> stream,
+                                     std::string log_tag) {
+    http::Response response;
+    response.content_type = "text/event-stream";
+    response.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+    response.log_tag = std::move(log_tag);
+    response.stream = [events, stream](std::shared_ptr<http::StreamWriter> writer) {
+        events->attach(stream, std::move(writer));
+    };
+    return response;
+}
 
 void TinkerRoutes::run_events(Call & call, http::Respond respond) {
     auto row = registry_->find_run_row(call.tenant, call.params["run_id"], false);
@@ -83,23 +82,19 @@ void TinkerRoutes::run_events(Call & call, http::Respond respond) {
     if (!*last_id && call.req.query.count("since_step")) {
         feed->since_step = *since_step;
     }
-    auto stream = events_->reserve(row->run_id, [this, feed] { return refresh_run_feed(*feed); });
+    auto stream = events_->reserve({row->run_id}, [this, feed] { return refresh_run_feed(*feed); });
     if (!stream) {
-        return respond(no_slot_response(events_->max_streams()));
+        return respond(no_slot_response(events_->max_streams(), "GET /api/v1/training_runs/{run_id}/metrics"));
     }
-    http::Response response;
-    response.content_type = "text/event-stream";
-    response.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
-    response.log_tag = "run=" + row->run_id + " events";
-    response.stream = [events = events_, stream](std::shared_ptr<http::StreamWriter> writer) {
-        events->attach(stream, std::move(writer));
-    };
-    respond(std::move(response));
+    respond(event_stream_response(events_, std::move(stream), "run=" + row->run_id + " events"));
 }
 
 // On the EventStreams thread: the events this stream has not seen yet (metrics, checkpoints, run).
 std::string TinkerRoutes::refresh_run_feed(RunFeed & feed) {
-    std::string out = metrics_event(feed);
+    std::string out;
+    if (auto points = new_points(feed)) {
+        out = sse_text("metrics", compact_json(*points), feed.after_id);
+    }
     auto checkpoints = db_->list_run_checkpoints(feed.run_id);
     if (checkpoints.ok()) {
         json list = json::array();
@@ -107,7 +102,7 @@ std::string TinkerRoutes::refresh_run_feed(RunFeed & feed) {
             list.push_back(checkpoint_json(c, feed.tenant));
         }
         json data = {{"checkpoints", list}};
-        if (std::string text = compact(data); text != feed.checkpoints_sent) {
+        if (std::string text = compact_json(data); text != feed.checkpoints_sent) {
             out += sse_text("checkpoints", text);
             feed.checkpoints_sent = std::move(text);
         }
@@ -117,7 +112,7 @@ std::string TinkerRoutes::refresh_run_feed(RunFeed & feed) {
         json run = training_run_json(**row, feed.tenant);
         const RunPtr live = registry_->find_run(feed.run_id);
         run["loaded"] = live != nullptr && live->loaded.load();
-        if (std::string text = compact(run); text != feed.run_sent) {
+        if (std::string text = compact_json(run); text != feed.run_sent) {
             out += sse_text("run", text);
             feed.run_sent = std::move(text);
         }
@@ -126,22 +121,22 @@ std::string TinkerRoutes::refresh_run_feed(RunFeed & feed) {
 }
 
 // The points written since the last event (the first one: since Last-Event-ID, or from since_step on, or
-// all), as one `metrics` event whose id is the last point's number; "" when there is none.
-std::string TinkerRoutes::metrics_event(RunFeed & feed) {
+// all), as a `metrics` event's data (feed.after_id is then the last point's number); nullopt when none.
+std::optional<json> TinkerRoutes::new_points(RunFeed & feed) {
     auto upto = db_->last_metric_point_id(feed.run_id);
     if (!upto.ok() || (*upto <= feed.after_id && !feed.first)) {
-        return "";
+        return std::nullopt;
     }
     auto points =
         db_->metric_points_after(feed.run_id, feed.after_id, *upto, feed.first ? feed.since_step.value_or(0) : 0);
     if (!points.ok()) {
-        return "";
+        return std::nullopt;
     }
     const std::optional<int64_t> since_step = feed.first ? feed.since_step : std::nullopt;
     feed.first = false;
     feed.after_id = std::max(feed.after_id, *upto);
     if (points->empty()) {
-        return "";
+        return std::nullopt;
     }
     json list = json::array();
     for (const auto & p : *points) {
@@ -151,7 +146,7 @@ std::string TinkerRoutes::metrics_event(RunFeed & feed) {
     json data = {{"points", list},
                  {"downsampled", downsampled.ok() && *downsampled},
                  {"since_step", since_step ? json(*since_step) : json(nullptr)}};
-    return sse_text("metrics", compact(data), feed.after_id);
+    return data;
 }
 
 }  // namespace tinkerd::api

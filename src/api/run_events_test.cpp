@@ -2,112 +2,31 @@
 // real http::Server and the blocking test client: a recorded point and a saved (then deleted) checkpoint
 // arrive as events, a reconnect with Last-Event-ID (or since_step) sends no point twice, another tenant's
 // run is a 404, the stream limit answers 429 and frees a slot when a client goes, heartbeats flow, and
-// stopping the server or the App with streams open neither hangs nor leaves a stream unended.
-#include <map>
+// stopping the server or the App with streams open (console streams too) neither hangs nor leaves a stream
+// unended.
 #include <string>
-#include <vector>
 
-#include <gtest/gtest.h>
-
-#include "api/app_test_fixture.h"
-#include "http/test_client.h"
+#include "api/event_stream_test_fixture.h"
 
 namespace tinkerd::api {
 namespace {
 
 using namespace std::chrono_literals;
-using http::test_util::TestClient;
+using testing_support::Event;
+using testing_support::TestClient;
 
-struct Event {
-    std::string name;
-    std::string id;
-    json data;
-};
-
-class RunEventsTest : public testing_support::AppTest {
+class RunEventsTest : public testing_support::EventStreamTest {
   protected:
-    void SetUp() override {
-        AppTest::SetUp();
-        options_.event_tick = 200ms;
-        options_.event_heartbeat = 60s;
-        options_.max_event_streams = 3;
-        restart();
-    }
-    void TearDown() override {
-        server_.reset();  // before the App its handler calls
-        AppTest::TearDown();
-    }
-    void restart() {
-        server_.reset();
-        start_app();
-        server_ = http::test_util::start_server(
-            [this](http::Request && req, http::Respond respond) { app_->handle(std::move(req), std::move(respond)); });
-    }
     // Opens the run's stream on `client`; the response head.
     std::optional<http::test_util::Reply> open(TestClient & client, const std::string & run,
                                                const std::string & headers = "", const std::string & query = "",
                                                const std::string & key = "tml-alice") {
-        EXPECT_TRUE(client.send_all(http::test_util::make_request(
-            "GET", "/api/v1/training_runs/" + run + "/events" + query, "", "X-API-Key: " + key + "\r\n" + headers)));
-        return client.read_head();
+        return open_target(client, "/api/v1/training_runs/" + run + "/events" + query, headers, key);
     }
-    // A refused stream's whole reply (a JSON body with a Content-Length).
     std::optional<http::test_util::Reply> refused(const std::string & run, const std::string & headers,
                                                   const std::string & key = "tml-alice") {
-        TestClient client(server_->port());
-        const std::string auth = key.empty() ? "" : "X-API-Key: " + key + "\r\n";
-        EXPECT_TRUE(client.send_all(
-            http::test_util::make_request("GET", "/api/v1/training_runs/" + run + "/events", "", auth + headers)));
-        return client.read_reply();
+        return refused_target("/api/v1/training_runs/" + run + "/events", headers, key);
     }
-    // Reads chunks until an event named `name` arrives (10 s at most); nullopt if the stream ends first.
-    std::optional<Event> next(TestClient & client, const std::string & name) {
-        const auto deadline = std::chrono::steady_clock::now() + 10s;
-        while (std::chrono::steady_clock::now() < deadline) {
-            while (!pending_.empty()) {
-                Event e = pending_.front();
-                pending_.erase(pending_.begin());
-                if (e.name == name) {
-                    return e;
-                }
-            }
-            auto chunk = client.read_chunk();
-            if (!chunk || chunk->empty()) {
-                return std::nullopt;
-            }
-            parse(*chunk);
-        }
-        return std::nullopt;
-    }
-    void parse(const std::string & text) {
-        size_t start = 0;
-        for (size_t end; (end = text.find("\n\n", start)) != std::string::npos; start = end + 2) {
-            Event e;
-            std::string block = text.substr(start, end - start);
-            for (size_t at = 0; at <= block.size();) {
-                size_t line_end = std::min(block.find('\n', at), block.size());
-                const std::string line = block.substr(at, line_end - at);
-                if (line.rfind("event: ", 0) == 0)
-                    e.name = line.substr(7);
-                if (line.rfind("id: ", 0) == 0)
-                    e.id = line.substr(4);
-                if (line.rfind("data: ", 0) == 0)
-                    e.data = json::parse(line.substr(6));
-                if (line.rfind(": ", 0) == 0)
-                    e.name = "comment";
-                at = line_end + 1;
-            }
-            pending_.push_back(e);
-        }
-    }
-    std::string trained_run() {
-        const std::string model = new_run();
-        result(ok("forward_backward", fb(model, 1))["request_id"]);
-        return model;
-    }
-
-    std::unique_ptr<http::Server> server_;
-    std::vector<Event> pending_;
 };
 
 TEST_F(RunEventsTest, NewPointsAndCheckpointsArriveAsTheyAreRecorded) {
@@ -241,21 +160,27 @@ TEST_F(RunEventsTest, QuietStreamsGetHeartbeats) {
     ASSERT_TRUE(heartbeat);
 }
 
-// App::stop ends every stream with its last chunk (a clean end, the client may reconnect); then the server
-// stops at once although the connections were open.
+// App::stop ends every stream with its last chunk (a clean end, the client may reconnect), a console stream
+// (GET /api/v1/events) as a run's; then the server stops at once although the connections were open.
 TEST_F(RunEventsTest, StoppingWithOpenStreamsEndsThemAndDoesNotHang) {
     const std::string model = trained_run();
     TestClient client(server_->port());
     ASSERT_TRUE(open(client, model));
     ASSERT_TRUE(next(client, "run"));
+    TestClient console(server_->port());
+    ASSERT_TRUE(open_target(console, "/api/v1/events?topics=runs,status"));
+    ASSERT_TRUE(next(console, "status"));
     TestClient other(server_->port());
     ASSERT_TRUE(open(other, model));
+    EXPECT_EQ(app_->open_event_streams(), 3u);
     const auto started = std::chrono::steady_clock::now();
     app_->stop();
-    std::optional<std::string> chunk;
-    while ((chunk = client.read_chunk()) && !chunk->empty()) {
+    for (TestClient * stream : {&client, &console}) {
+        std::optional<std::string> chunk;
+        while ((chunk = stream->read_chunk()) && !chunk->empty()) {
+        }
+        ASSERT_TRUE(chunk) << "a stream was cut rather than ended";
     }
-    ASSERT_TRUE(chunk) << "the stream was cut rather than ended";
     server_->stop();
     EXPECT_LT(http::test_util::seconds_since(started), 3.0);
     EXPECT_TRUE(other.peer_closed(2000));
@@ -267,11 +192,15 @@ TEST_F(RunEventsTest, TheServerStopsWithAnOpenStream) {
     TestClient client(server_->port());
     ASSERT_TRUE(open(client, model));
     ASSERT_TRUE(next(client, "run"));
+    TestClient console(server_->port());
+    ASSERT_TRUE(open_target(console, "/api/v1/events?topics=metrics&run_ids=" + model));
+    ASSERT_TRUE(next(console, "metrics"));
     const auto started = std::chrono::steady_clock::now();
     server_->stop();
     app_->stop();
     EXPECT_LT(http::test_util::seconds_since(started), 3.0);
     EXPECT_TRUE(client.peer_closed(2000));
+    EXPECT_TRUE(console.peer_closed(2000));
     EXPECT_EQ(app_->open_event_streams(), 0u);
 }
 

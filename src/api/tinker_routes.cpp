@@ -194,6 +194,7 @@ void TinkerRoutes::add_rest_routes() {
              console_route_doc("GET /api/v1/training_runs/{run_id}/metrics"));
     add_async("GET", "training_runs/{run_id}/events", &TinkerRoutes::run_events,
               console_route_doc("GET /api/v1/training_runs/{run_id}/events"), false);
+    add_async("GET", "events", &TinkerRoutes::console_events, console_route_doc("GET /api/v1/events"), false);
     add_sync("GET", "server_status", &TinkerRoutes::server_status, console_route_doc("GET /api/v1/server_status"));
     add_sync("POST", ckpt + "/publish", &TinkerRoutes::publish_checkpoint,
              route_doc(tag, "Publish a checkpoint (other tenants may read it)", "", "Empty"));

@@ -33,6 +33,7 @@ namespace tinkerd::api {
 class PrometheusText;
 class EventStreams;
 struct RunFeed;
+struct ConsoleFeed;
 
 // monitoring_handlers.cpp, shared with run_events.cpp: the since_step query parameter (0 when absent; 400
 // naming it when not a non-negative integer) and a metric point as the API answers it.
@@ -179,7 +180,12 @@ class TinkerRoutes {
     // run_events.cpp: a run's live events (Server-Sent Events), fed by the EventStreams thread.
     void run_events(Call & call, http::Respond respond);
     std::string refresh_run_feed(RunFeed & feed);
-    std::string metrics_event(RunFeed & feed);
+    std::optional<json> new_points(RunFeed & feed);
+    // console_events.cpp: the console views' live events (runs, status, several runs' metrics).
+    void console_events(Call & call, http::Respond respond);
+    std::string refresh_console_feed(ConsoleFeed & feed);
+    std::string runs_event(ConsoleFeed & feed);
+    std::string status_event(ConsoleFeed & feed);
 
     // futures_handler.cpp: retrieve_future and the ordered submission of operations.
     void retrieve_future(Call & call, http::Respond respond);

@@ -6,7 +6,8 @@
 # while its page is open appears without a reload, its LoRA configuration and user_metadata show, a
 # second metric goes on a right-hand axis, the points download as CSV and JSON, a step and a checkpoint
 # arrive by the push stream without polling and the page polls when its stream is refused
-# (console_push.py), two runs are compared on
+# (console_push.py), the runs list, compare and sessions views take their changes by push and poll when
+# refused, at both widths (console_push_views.py), two runs are compared on
 # one chart, a checkpoint deleted through the UI is gone from the API, one published and given a TTL
 # through it is so in the API and its archive link downloads, the playground defaults to a model that can
 # chat, shows a refusal as an error bubble (the prompt marked not sent and left out of the conversation),
@@ -25,6 +26,7 @@ import urllib.request
 import console_browser
 import console_image
 import console_push
+import console_push_views
 import sdk_common as sdk
 import tiny_chat_model
 from harness import check, shared_path
@@ -539,6 +541,10 @@ def run(ctx):
                ctx.case("run page: pushed step and checkpoint, polling when refused", console_push.check_both, env,
                         check_fits),
                ctx.case("compare two runs", check_compare, env),
+               ctx.case("runs, compare, sessions pushed; polling when refused (1280 px)",
+                        console_push_views.check_views, env, check_fits, 1280),
+               ctx.case("runs, compare, sessions pushed; polling when refused (390 px)",
+                        console_push_views.check_views, env, check_fits, 390),
                ctx.case("playground: default model, refusal, chat, completion, side by side", check_playground, env),
                ctx.case("playground: attach an image", console_image.check_attach_image, env, send_prompt, pick,
                         check_fits, MODEL),

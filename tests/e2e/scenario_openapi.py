@@ -88,8 +88,8 @@ def run_schemathesis(srv, ids, scratch):
            "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--max-time", str(FUZZ_SECONDS),
            "--request-timeout", "20", "--output-truncate", "false", "--header", "X-API-Key: " + API_KEY, "--no-color",
            "--suppress-health-check", "all", "--report", "junit,har", "--report-dir", scratch,
-           # a run's push stream stays open until the client goes: a fuzzer's request would only time out
-           # (run_events_test and e2e_console cover it)
+           # the push streams (a run's …/events, /api/v1/events) stay open until the client goes: a fuzzer's
+           # request would only time out (run_events_test and e2e_console cover them)
            "--exclude-path-regex", "/events$"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, cwd=scratch, capture_output=True, text=True, timeout=FUZZ_SECONDS + 60)

@@ -1,6 +1,6 @@
 // The console's only way to the server: JSON calls with the signed-in key (X-API-Key), errors as ApiError
-// with the server's message, the dev-mode probe, the OpenAI streams and a run's push stream read as
-// Server-Sent Events (fetch and a stream reader, never EventSource: the key stays in a header).
+// with the server's message, the dev-mode probe, the OpenAI streams and the live views' push streams read
+// as Server-Sent Events (fetch and a stream reader, never EventSource: the key stays in a header).
 const KEY_STORAGE = "tinkerd.apiKey";
 // In dev mode (no --api-keys) the server accepts any tml- key: if this one works, nobody needs to sign in.
 const DEV_KEY = "tml-console-dev";
@@ -115,9 +115,9 @@ export async function streamOpenAI(path, body, onChunk, signal) {
   });
 }
 
-// Server-Sent Events of GET `path` (e.g. /api/v1/training_runs/{id}/events): onOpen() once the server
-// accepted, then onEvent(name, parsed data, id) per event until the stream ends. Throws ApiError when
-// refused (429 when the server's stream limit is reached).
+// Server-Sent Events of GET `path` (/api/v1/training_runs/{id}/events, /api/v1/events?topics=...): onOpen()
+// once the server accepted, then onEvent(name, parsed data, id) per event until the stream ends. Throws
+// ApiError when refused (429 when the server's stream limit is reached).
 export async function streamEvents(path, {lastEventId, signal, onOpen, onEvent}) {
   const h = headers(false);
   h.Accept = "text/event-stream";

@@ -21,9 +21,10 @@ export function poll(tick, ms) {
 }
 
 // Push with polling as the fallback: path() names the stream (asked again at each connection, so it can
-// carry the latest since_step), onEvent(name, data) applies an event, tick/ms poll instead, onMode("push" |
-// "poll") says which is in force. A stream that was open and drops is resumed with Last-Event-ID (no point
-// twice); a refusal or a failed connection means polling for the rest of the page's life. Returns stop().
+// carry the latest since_step; null: no stream fits, poll), onEvent(name, data) applies an event, tick/ms
+// poll instead, onMode("push" | "poll") says which is in force. A stream that was open and drops is
+// resumed (with Last-Event-ID where its events carry ids: no point twice); a refusal or a failed connection
+// means polling for the rest of the page's life. Returns stop().
 export function live({path, onEvent, tick, ms, onMode}) {
   const abort = new AbortController();
   let stopPolling = null;
@@ -36,8 +37,13 @@ export function live({path, onEvent, tick, ms, onMode}) {
   };
   const connect = async () => {
     let opened = false;
+    const target = path();
+    if (!target) {
+      fallBack();
+      return;
+    }
     try {
-      await streamEvents(path(), {
+      await streamEvents(target, {
         lastEventId, signal: abort.signal,
         onOpen: () => { opened = true; onMode("push"); },
         onEvent: (name, data, id) => { if (id) lastEventId = id; onEvent(name, data); },
