@@ -3,6 +3,7 @@
 // with header values), and the 400 for SDK 0.38 endpoints this server does not implement.
 #include <map>
 
+#include "api/event_streams.h"
 #include "api/tinker_routes.h"
 #include "common/log.h"
 
@@ -122,6 +123,7 @@ Result<json> TinkerRoutes::create_session(Call & call) {
     row.last_heartbeat = row.created_at;
     TRY_STATUS(db_->insert_session(row));
     registry_->note_session_activity(row.session_id);
+    events_->wake({row.session_id});  // the console's sessions view (a stream on every topic) shows it now
     LOG_INF("api", "session %s created (tenant %s, sdk %s)", row.session_id.c_str(), call.tenant.c_str(),
             row.sdk_version.c_str());
     return json{{"session_id", row.session_id}, {"type", "create_session"}};

@@ -4,6 +4,7 @@
 // on a shared database, fails the pending futures of front ends that have stopped.
 #include <algorithm>
 
+#include "api/event_streams.h"
 #include "api/tinker_routes.h"
 #include "common/log.h"
 
@@ -86,6 +87,7 @@ void TinkerRoutes::end_session(const std::string & session_id, const std::string
     for (const auto & run : runs) {
         registry_->unload_run(run, "session " + session_id + " " + why);
     }
+    events_->wake({session_id});  // the sessions view and the runs list show it ended
     LOG_INF("api", "session %s %s; %zu model(s) unloaded, checkpoints kept", session_id.c_str(), why.c_str(),
             runs.size());
 }

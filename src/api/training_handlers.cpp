@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "api/event_streams.h"
 #include "api/telemetry.h"
 #include "api/tinker_routes.h"
 #include "common/log.h"
@@ -204,6 +205,7 @@ Result<json> TinkerRoutes::create_model(Call & call) {
     RunPtr run =
         registry_->register_run(std::move(row), model, *spec, create_future(call.tenant, "CreateModel", run_id));
     model->worker->open_run(run_id, 1, call.tenant);
+    events_->wake({run_id});  // the console's runs list shows the new run now
     registry_->note_session_activity(*session_id);
     start_adapter_creation(run);
     return json{{"request_id", run->create_request_id}, {"model_id", run_id}};
