@@ -5,7 +5,7 @@ batch 1, 2 threads) and (c) tinkerd serving the GGUF with quantised base weights
 SDK: rank-32 LoRA, one forward_backward + optim_step on 4 x 256 tokens, save_weights_for_sampler, 32 sampled
 tokens; load time, step time, decode tok/s and the server's peak RSS. One markdown table on stdout.
 Usage: qlora_headline.py [--tiny] [--mix q4_k|q4_k_m] [--build build] [--llamacpp-bin DIR] [--skip-llamacpp]
-                         [--skip-tinkerd] [--dequantised] [--server-flag=--FLAG=VALUE ...]
+                         [--skip-tinkerd] [--decode-only] [--dequantised] [--server-flag=--FLAG=VALUE ...]
 Exit status 1 when either side failed (the table still printed, with the error)."""
 import argparse
 import json
@@ -29,7 +29,7 @@ import headline_gguf  # noqa: E402
 # The server flag that keeps the GGUF's base weights quantised (added in parallel to this script).
 BASE_QUANT_FLAG = "--base-quant"
 BASE_QUANT_VALUE = "gguf"
-MODEL_NAME = "bench/qwen3-30b-a3b-q4km"
+MODEL_NAME = "bench/qwen3-30b-a3b"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = pathlib.Path(os.environ.get("TINKERD_MODEL_CACHE", pathlib.Path.home() / ".cache" / "tinkerd"))
 TOKENIZER = ROOT.parent / "shared" / "models" / "tokenizers" / "qwen3"
@@ -174,14 +174,18 @@ def rate(n, seconds):
     return n / seconds if seconds > 0 else float("nan")
 
 
-def sdk_run(port, vocab):
-    """One rank-32 LoRA step on 4 x 256 random tokens, then 32 sampled tokens: the timings in seconds."""
+def sdk_run(port, vocab, decode_only=False):
+    """Base-model decode (after one warm-up sample, as llama-bench warms up), then one rank-32 LoRA step on
+    4 x 256 random tokens and 32 tokens sampled from the trained adapter (unless decode_only): timings in s."""
     import tinker
     from tinker import types
     svc = tinker.ServiceClient(base_url=f"http://127.0.0.1:{port}", api_key="tml-headline")
     rng = np.random.default_rng(0)
     base = resolved(svc.create_sampling_client(base_model=MODEL_NAME))  # decode on the base alone, as llama.cpp
+    timed_sample(base, vocab, rng)  # warm-up: the first pass pages the weights in
     base_n, base_s = timed_sample(base, vocab, rng)
+    if decode_only:
+        return {"base_decode_tok_s": rate(base_n, base_s)}
     tc = resolved(svc.create_lora_training_client(base_model=MODEL_NAME, rank=LORA_RANK, seed=0))
     batch = []
     for _ in range(BATCH):
@@ -201,12 +205,12 @@ def sdk_run(port, vocab):
             "sample_s": sample_s, "tokens": n, "decode_tok_s": rate(n, sample_s)}
 
 
-def tinkerd_bench(build, model, vocab, threads, quant_flags):
+def tinkerd_bench(build, model, vocab, threads, quant_flags, decode_only=False):
     """The timings (or {"error": ...} with the server's log on stderr) and the server's peak RSS in bytes."""
     srv = Server(build, model, threads, quant_flags)
     try:
         result = {"load_s": srv.start()}
-        result.update(sdk_run(srv.port, vocab))
+        result.update(sdk_run(srv.port, vocab, decode_only))
     except Exception as e:  # noqa: BLE001 - reported in the table, with the server's log
         log(f"tinkerd side failed: {type(e).__name__}: {e}\n--- server log tail ---\n{srv.tail()}")
         result = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
@@ -261,6 +265,7 @@ def main():
                          "and output (19.9 GB)")
     ap.add_argument("--server-flag", action="append", default=[],
                     help="one more tinkerd flag (repeatable), e.g. --server-flag=--threads=2")
+    ap.add_argument("--decode-only", action="store_true", help="base-model decode only (no training step)")
     ap.add_argument("--dequantised", action="store_true",
                     help=f"serve without {BASE_QUANT_FLAG} (the GGUF dequantised at load; a baseline, or a check "
                          "of this script on --tiny while the flag is missing)")
@@ -278,7 +283,7 @@ def main():
             llama = {"error": str(e).splitlines()[0][:200]}
     if not args.skip_tinkerd:
         # token ids below Qwen3's added tokens
-        tink, peak = tinkerd_bench(args.build, model, 151643, args.threads, quant_flags)
+        tink, peak = tinkerd_bench(args.build, model, 151643, args.threads, quant_flags, args.decode_only)
     print(table(model, shape, file_size, llama, tink, peak, quant_flags))
     print(json.dumps({"bench": "qlora_headline", "tiny": args.tiny, "file_bytes": file_size, "llamacpp": llama,
                       "tinkerd": tink, "tinkerd_peak_rss_bytes": peak}))
