@@ -11,9 +11,11 @@
 #        original rounded to F16, F32 ones as for the F32 file;
 #   kept (convert-keep): every weight, dequantised from its U8 blocks (safetensors or the GGUF byte ranges of
 #        external_weights.json), equal to the dequantised conversion's;
-#   config.json: the model-defining fields equal the original's.
+#   config.json: the model-defining fields equal the original's;
+#   with --tinkerd: the server on the three converted directories, its logprobs (tinker SDK) vs transformers on
+#        the same weights within gguf_engine_check.py's 1e-4.
 # Any missing input (the converter in .cache/llamacpp-convert, the tool) is a failure. Exit 1 on any mismatch.
-# Usage: .venv/bin/python check_qwen35_gguf.py --tool GGUF_TOOL --converter DIR --workdir DIR
+# Usage: .venv/bin/python check_qwen35_gguf.py --tool GGUF_TOOL --converter DIR --workdir DIR [--tinkerd BIN]
 import argparse
 import json
 import os
@@ -26,6 +28,7 @@ from safetensors.numpy import load_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gguf"))  # gguf_engine_check (the server through the SDK)
 import hf_models as hm  # noqa: E402
 
 CASES = ["hf_qwen3_5_tiny", "hf_qwen3_5_moe_tiny"]
@@ -34,6 +37,7 @@ CONFIG_KEYS = ["architectures", "vocab_size", "hidden_size", "num_hidden_layers"
                "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
                "linear_conv_kernel_dim"]
 DENSE_KEYS = ["intermediate_size"]
+PROBE = [3, 17, 42, 5, 88, 60, 1, 23, 9, 71, 33, 2, 50]
 MOE_KEYS = ["num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"]
 
 
@@ -176,19 +180,27 @@ def kept_values(keep_dir):
     return out, manifest
 
 
-def check_logits(out_dir, orig_model, failures, case):
-    """transformers on our config.json + tensors vs the original model: identical logits (F32)."""
+def transformers_of(out_dir, failures, what):
+    """transformers' model built from a converted directory's config.json and tensors (None on a failure)."""
     from transformers import AutoConfig, AutoModelForCausalLM
     config = AutoConfig.from_pretrained(out_dir)
     model = hm.use_eager_experts(AutoModelForCausalLM.from_config(config).float().eval())
-    state = {k: torch.from_numpy(v) for k, v in our_tensors(out_dir).items()}
+    state = {k: torch.from_numpy(v).float() for k, v in our_tensors(out_dir).items()}
     if config.tie_word_embeddings:
         state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        failures.append(f"{case}: transformers state dict: missing {missing}, unexpected {unexpected}")
+        failures.append(f"{what}: transformers state dict: missing {missing}, unexpected {unexpected}")
+        return None
+    return model
+
+
+def check_logits(out_dir, orig_model, failures, case):
+    """transformers on our config.json + tensors vs the original model: identical logits (F32)."""
+    model = transformers_of(out_dir, failures, case)
+    if model is None:
         return
-    tokens = torch.tensor([[3, 17, 42, 5, 88, 60, 1, 23, 9, 71, 33, 2, 50]])
+    tokens = torch.tensor([PROBE])
     with torch.no_grad():
         want, got = orig_model(tokens).logits, model(tokens).logits
     diff = (want - got).abs().max().item()
@@ -248,6 +260,24 @@ def check_case(case, args, failures):
             stats["kept tensors == dequantised conversion"] += 1
     stats["kept in place (GGUF byte ranges)"] = len(manifest["tensors"])
     print(f"  {case}: " + ", ".join(f"{k}: {v}" for k, v in sorted(stats.items())))
+    return orig_model
+
+
+def check_tinkerd(tinkerd, workdir, originals, failures):
+    """tinkerd serving the converted directories (F32, Q8_0 dequantised, Q8_0 kept): its logprobs through the
+    tinker SDK vs transformers on the same weights (the original model; the dequantised Q8_0 directory)."""
+    import gguf_engine_check as engine
+    models, references = {}, {}
+    for case, orig_model in originals.items():
+        work = os.path.join(workdir, case)
+        q8 = transformers_of(os.path.join(work, "ours_q8_0"), failures, case + " q8_0")
+        for kind, ref in (("ours_f32", orig_model), ("ours_q8_0", q8), ("kept_q8_0", q8)):
+            models[f"{case}-{kind}"] = os.path.join(work, kind)
+            references[os.path.join(work, kind)] = ref
+    try:
+        engine.check_engine(tinkerd, workdir, PROBE, models, lambda path: references[path])
+    except AssertionError as e:
+        failures.append(str(e))
 
 
 def main():
@@ -255,6 +285,7 @@ def main():
     ap.add_argument("--tool", required=True)
     ap.add_argument("--converter", required=True, help="the extracted llama.cpp converter (install-deps.sh)")
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--tinkerd", help="also serve the converted directories with this server binary")
     args = ap.parse_args()
     script = os.path.join(args.converter, "convert_hf_to_gguf.py")
     if not os.path.isfile(script) or not os.path.isdir(os.path.join(args.converter, "gguf-py")):
@@ -265,8 +296,9 @@ def main():
     torch.set_num_threads(min(2, torch.get_num_threads()))
     os.makedirs(args.workdir, exist_ok=True)
     failures = []
-    for case in CASES:
-        check_case(case, args, failures)
+    originals = {case: check_case(case, args, failures) for case in CASES}
+    if args.tinkerd:
+        check_tinkerd(args.tinkerd, args.workdir, originals, failures)
     for f in failures:
         print("FAIL", f)
     print("qwen35 gguf round trip:", "FAILED" if failures else "ok")
