@@ -226,6 +226,67 @@ def check_config(out_dir, model_dir, failures, case):
         failures.append(f"{case} config.json rms_norm_eps: {ours.get('rms_norm_eps')} != {orig['rms_norm_eps']}")
 
 
+def with_mtp_layer(model_dir, out_dir):
+    """A copy of a dense model with one multi-token-prediction layer (mtp.*: the last layer's tensors and four
+    random ones, as Qwen3.5 checkpoints carry them), which llama.cpp writes as an extra block."""
+    from safetensors.torch import load_file as load_torch, save_file
+    os.makedirs(out_dir, exist_ok=True)
+    t = load_torch(os.path.join(model_dir, "model.safetensors"))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    c, last = config["hidden_size"], f"model.language_model.layers.{config['num_hidden_layers'] - 1}."
+    g = torch.Generator().manual_seed(7)
+    extra = {"mtp.fc.weight": torch.randn(c, 2 * c, generator=g)}
+    for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        extra[f"mtp.{norm}.weight"] = torch.randn(c, generator=g)
+    extra.update({"mtp.layers.0." + k[len(last):]: v.clone() for k, v in t.items() if k.startswith(last)})
+    save_file({**t, **extra}, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    config["mtp_num_hidden_layers"] = 1
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def same_dirs(a, b, what, failures):
+    """Two converted directories with the same tensors (bits) and config.json."""
+    ta, tb = load_file(os.path.join(a, "model.safetensors")), load_file(os.path.join(b, "model.safetensors"))
+    if sorted(ta) != sorted(tb) or any(ta[k].dtype != tb[k].dtype or not np.array_equal(ta[k], tb[k]) for k in ta):
+        failures.append(f"{what}: tensors differ from the plain conversion's")
+    for name in ("config.json", "external_weights.json"):
+        pa, pb = os.path.join(a, name), os.path.join(b, name)
+        if os.path.exists(pa) or os.path.exists(pb):
+            ja, jb = (json.load(open(p)) if os.path.exists(p) else None for p in (pa, pb))
+            if name == "external_weights.json" and ja and jb:
+                ja, jb = sorted(ja["tensors"]), sorted(jb["tensors"])
+            if ja != jb:
+                failures.append(f"{what}: {name} differs from the plain conversion's")
+
+
+def check_variants(case, args, work, model_dir, orig, failures):
+    """Dense: a file with an MTP layer converts to the same directory (the layer skipped, F32 and kept Q8_0);
+    MoE: --fuse-gate-up-exps (ffn_gate_up_exps) gives HF's gate_up_proj bit-identical."""
+    conv = [sys.executable, os.path.join(HERE, "llamacpp_convert.py"), args.converter]
+    if "moe" in case:
+        path = os.path.join(work, "fused.gguf")
+        run(conv + [model_dir, "--outtype", "f32", "--no-mtp", "--fuse-gate-up-exps", "--outfile", path])
+        run([args.tool, "convert", path, os.path.join(work, "ours_fused")])
+        fused = load_file(os.path.join(work, "ours_fused", "model.safetensors"))
+        keys = [k for k in orig if k.endswith("gate_up_proj")]
+        if not keys or any(k not in fused or not same_bits(fused[k], orig[k]) for k in keys):
+            failures.append(f"{case} --fuse-gate-up-exps: gate_up_proj not bit-identical to the original")
+        print(f"  {case} --fuse-gate-up-exps: {len(keys)} gate_up_proj tensors compared")
+        return
+    mtp_dir = os.path.join(work, "model_mtp")
+    with_mtp_layer(model_dir, mtp_dir)
+    for qtype, cmd, plain in (("f32", "convert", "ours_f32"), ("q8_0", "convert-keep", "kept_q8_0")):
+        path = os.path.join(work, f"mtp_{qtype}.gguf")
+        run(conv + [mtp_dir, "--outtype", qtype, "--outfile", path])
+        if "nextn" not in run([args.tool, "info", path]):
+            failures.append(f"{case} MTP: llama.cpp wrote no nextn tensors into {path}")
+        run([args.tool, cmd, path, os.path.join(work, f"mtp_{plain}")])
+        same_dirs(os.path.join(work, f"mtp_{plain}"), os.path.join(work, plain), f"{case} MTP {cmd}", failures)
+        print(f"  {case} with an MTP layer ({qtype}, {cmd}): compared with the plain conversion")
+
+
 def check_case(case, args, failures):
     from collections import Counter
     stats = Counter()
@@ -259,6 +320,7 @@ def check_case(case, args, failures):
         else:
             stats["kept tensors == dequantised conversion"] += 1
     stats["kept in place (GGUF byte ranges)"] = len(manifest["tensors"])
+    check_variants(case, args, work, model_dir, orig, failures)
     print(f"  {case}: " + ", ".join(f"{k}: {v}" for k, v in sorted(stats.items())))
     return orig_model
 
