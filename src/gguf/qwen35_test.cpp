@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include <gtest/gtest.h>
 
@@ -54,6 +55,21 @@ Builder qwen35_file() {
     return b;
 }
 
+// The file parsed (kept alive with its bytes) and its config.json.
+struct Parsed {
+    std::vector<uint8_t> bytes = qwen35_file().bytes();
+    std::shared_ptr<GgufFile> file;
+    nlohmann::json config;
+    Parsed() {
+        auto f = GgufFile::parse(bytes.data(), bytes.size(), "q.gguf");
+        EXPECT_TRUE(f.ok()) << f.error().message;
+        file = f.ok() ? *f : nullptr;
+        auto c = file ? hf_config(*file) : Result<nlohmann::json>(invalid_argument("no file"));
+        EXPECT_TRUE(c.ok()) << c.error().message;
+        config = c.ok() ? *c : nlohmann::json();
+    }
+};
+
 std::vector<float> values(const model::OwnedTensor & t) {
     std::vector<float> v(t.bytes.size() / 4);
     std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
@@ -61,11 +77,9 @@ std::vector<float> values(const model::OwnedTensor & t) {
 }
 
 TEST(GgufQwen35, ConfigHasTheHybridFieldsWithoutTheMtpLayer) {
-    const auto bytes = qwen35_file().bytes();
-    auto file = GgufFile::parse(bytes.data(), bytes.size(), "q.gguf");
-    ASSERT_TRUE(file.ok()) << file.error().message;
-    auto config = hf_config(**file);
-    ASSERT_TRUE(config.ok()) << config.error().message;
+    Parsed q;
+    ASSERT_TRUE(q.file);
+    const nlohmann::json * config = &q.config;
     EXPECT_EQ((*config)["architectures"][0], "Qwen3_5ForCausalLM");
     EXPECT_EQ((*config)["model_type"], "qwen3_5_text");
     EXPECT_EQ((*config)["num_hidden_layers"], 2);
@@ -79,13 +93,10 @@ TEST(GgufQwen35, ConfigHasTheHybridFieldsWithoutTheMtpLayer) {
 }
 
 TEST(GgufQwen35, TransformsAreUndone) {
-    const auto bytes = qwen35_file().bytes();
-    auto file = GgufFile::parse(bytes.data(), bytes.size(), "q.gguf");
-    ASSERT_TRUE(file.ok()) << file.error().message;
-    auto config = hf_config(**file);
-    ASSERT_TRUE(config.ok()) << config.error().message;
+    Parsed q;
+    ASSERT_TRUE(q.file);
     bool quantised = false;
-    auto t = hf_tensors(**file, *config, quantised);
+    auto t = hf_tensors(*q.file, q.config, quantised);
     ASSERT_TRUE(t.ok()) << t.error().message;
     EXPECT_EQ(t->size(), 7u);  // the MTP layer's norm is skipped
     const std::string p = "model.layers.0.";
@@ -109,17 +120,17 @@ TEST(GgufQwen35, TransformsAreUndone) {
 }
 
 TEST(GgufQwen35, OnlyRowPermutedTensorsStayQuantised) {
-    const auto bytes = qwen35_file().bytes();
-    auto file = GgufFile::parse(bytes.data(), bytes.size(), "q.gguf");
-    ASSERT_TRUE(file.ok()) << file.error().message;
+    Parsed q;
+    ASSERT_TRUE(q.file);
+    const std::shared_ptr<GgufFile> & file = q.file;
     bool needs_f32 = true;
-    EXPECT_TRUE(qwen35_transformed(**file, "blk.0.attn_gate.weight", needs_f32));
+    EXPECT_TRUE(qwen35_transformed(*file, "blk.0.attn_gate.weight", needs_f32));
     EXPECT_FALSE(needs_f32);  // rows move as whole block rows
-    EXPECT_TRUE(qwen35_transformed(**file, "blk.0.ssm_out.weight", needs_f32));
+    EXPECT_TRUE(qwen35_transformed(*file, "blk.0.ssm_out.weight", needs_f32));
     EXPECT_TRUE(needs_f32);  // a column permutation: dequantised first
-    EXPECT_FALSE(qwen35_transformed(**file, "blk.1.attn_q.weight", needs_f32));
-    EXPECT_TRUE(qwen35_mtp_tensor(**file, "blk.2.attn_q.weight"));
-    EXPECT_FALSE(qwen35_mtp_tensor(**file, "blk.1.attn_q.weight"));
+    EXPECT_FALSE(qwen35_transformed(*file, "blk.1.attn_q.weight", needs_f32));
+    EXPECT_TRUE(qwen35_mtp_tensor(*file, "blk.2.attn_q.weight"));
+    EXPECT_FALSE(qwen35_mtp_tensor(*file, "blk.1.attn_q.weight"));
 }
 
 }  // namespace
