@@ -36,6 +36,10 @@ Result<Linear> linear_sizes(const GgufFile & file, const std::string & a) {
     for (const Result<int64_t> * r : {&hk, &hv, &dk, &inner}) {
         TRY_STATUS(*r);
     }
+    constexpr int64_t LIMIT = int64_t{1} << 24;  // keeps every product of two sizes far from overflow
+    if (*hk > LIMIT || *hv > LIMIT || *dk > LIMIT || *inner > LIMIT) {
+        return invalid_argument(file.name() + ": " + a + ".ssm.* sizes above 2^24 are not supported");
+    }
     if (*inner % *hv != 0 || *hv % *hk != 0) {
         return invalid_argument(file.name() + ": " + a + ".ssm.inner_size " + std::to_string(*inner) +
                                 " / time_step_rank " + std::to_string(*hv) + " / group_count " + std::to_string(*hk) +
@@ -197,7 +201,7 @@ bool qwen35_transformed(const GgufFile & file, const std::string & gguf_name, bo
     const Fix fix = arch.ok() && is_qwen35(*arch) ? fix_of(layer_part(gguf_name), head) : Fix::NONE;
     if (fix == Fix::NONE)
         return false;
-    needs_f32 = fix == Fix::NORM || fix == Fix::A_LOG || fix == Fix::V_COLS;
+    needs_f32 = fix == Fix::NORM || fix == Fix::A_LOG || fix == Fix::V_COLS || fix == Fix::CONV;
     if (fix == Fix::V_ROWS || fix == Fix::V_COLS) {
         auto sizes = linear_sizes(file, *arch);  // equal K and V head counts: nothing was reordered
         return !sizes.ok() || sizes->k_heads != sizes->v_heads;
@@ -215,8 +219,8 @@ Result<void> undo_qwen35(const GgufFile & file, const std::string & gguf_name, m
     const Fix fix = fix_of(layer_part(gguf_name), head);
     head = head == 0 ? sizes->v_dim : head;
     const bool tiled = sizes->k_heads != sizes->v_heads;
-    if (needs_f32) {
-        widen(data);
+    if (fix == Fix::NORM || fix == Fix::A_LOG) {
+        widen(data);  // arithmetic: F16 / BF16 values to F32 (exact)
     }
     switch (fix) {
         case Fix::NORM:
