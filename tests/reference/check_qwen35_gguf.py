@@ -12,8 +12,8 @@
 #   kept (convert-keep): every weight, dequantised from its U8 blocks (safetensors or the GGUF byte ranges of
 #        external_weights.json), equal to the dequantised conversion's;
 #   config.json: the model-defining fields equal the original's;
-#   with --tinkerd: the server on the three converted directories, its logprobs (tinker SDK) vs transformers on
-#        the same weights within gguf_engine_check.py's 1e-4.
+#   with --tinkerd: the server on the F32 and Q8_0 GGUFs (its own conversion) and on the kept Q8_0 directory, its
+#        logprobs (tinker SDK) vs transformers on the same weights within gguf_engine_check.py's 1e-4.
 # Any missing input (the converter in .cache/llamacpp-convert, the tool) is a failure. Exit 1 on any mismatch.
 # Usage: .venv/bin/python check_qwen35_gguf.py --tool GGUF_TOOL --converter DIR --workdir DIR [--tinkerd BIN]
 import argparse
@@ -326,15 +326,16 @@ def check_case(case, args, failures):
 
 
 def check_tinkerd(tinkerd, workdir, originals, failures):
-    """tinkerd serving the converted directories (F32, Q8_0 dequantised, Q8_0 kept): its logprobs through the
-    tinker SDK vs transformers on the same weights (the original model; the dequantised Q8_0 directory)."""
+    """tinkerd serving the F32 and Q8_0 GGUFs themselves (--model NAME=FILE.gguf: its own conversion, dequantised)
+    and the kept Q8_0 directory (blocks used in place): its logprobs through the tinker SDK vs transformers on the
+    same weights (the original model; the dequantised Q8_0 directory)."""
     import gguf_engine_check as engine
     models, references = {}, {}
     for case, orig_model in originals.items():
         work = os.path.join(workdir, case)
         q8 = transformers_of(os.path.join(work, "ours_q8_0"), failures, case + " q8_0")
-        for kind, ref in (("ours_f32", orig_model), ("ours_q8_0", q8), ("kept_q8_0", q8)):
-            models[f"{case}-{kind}"] = os.path.join(work, kind)
+        for kind, ref in (("f32.gguf", orig_model), ("q8_0.gguf", q8), ("kept_q8_0", q8)):
+            models[f"{case}-{kind.replace('.', '_')}"] = os.path.join(work, kind)
             references[os.path.join(work, kind)] = ref
     try:
         engine.check_engine(tinkerd, workdir, PROBE, models, lambda path: references[path])
