@@ -105,18 +105,21 @@ Result<void> untile_rows(model::OwnedTensor & data, const Linear & s, int64_t he
     return {};
 }
 
-// The columns of a [rows, HV·Dv] matrix (F32, F16 or BF16) back in grouped order.
+// The columns of a [rows, HV·Dv] matrix back in grouped order: plain values (F32, F16, BF16), or U8 blocks
+// [rows, blocks, block bytes] when each V head is a whole number of blocks (whole blocks move).
 Result<void> untile_cols(model::OwnedTensor & data, const Linear & s, const std::string & name) {
-    const int64_t cols = s.v_heads * s.v_dim;
-    if (data.shape.size() != 2 || data.shape[1] != cols || data.dtype == model::DType::U8) {
-        return invalid_argument("tensor '" + name + "' is not a plain [rows, " + std::to_string(cols) + "] matrix");
+    const bool blocks = data.dtype == model::DType::U8;
+    const int64_t units = data.shape.size() == (blocks ? 3u : 2u) ? data.shape[1] : 0;  // columns, or blocks
+    if (units == 0 || units % s.v_heads != 0 || (!blocks && units != s.v_heads * s.v_dim)) {
+        return invalid_argument("tensor '" + name + "' is not a [rows, " + std::to_string(s.v_heads * s.v_dim) +
+                                "] matrix whose V heads are whole blocks");
     }
-    const size_t elem = model::dtype_size(data.dtype), row_bytes = static_cast<size_t>(cols) * elem;
+    const size_t row_bytes = data.bytes.size() / static_cast<size_t>(data.shape[0]);
     std::vector<uint8_t> row(row_bytes);
     for (int64_t i = 0; i < data.shape[0]; ++i) {
         uint8_t * p = data.bytes.data() + static_cast<size_t>(i) * row_bytes;
         std::memcpy(row.data(), p, row_bytes);
-        untile(row.data(), p, s, static_cast<size_t>(s.v_dim) * elem);
+        untile(row.data(), p, s, row_bytes / static_cast<size_t>(s.v_heads));
     }
     return {};
 }
@@ -201,9 +204,15 @@ bool qwen35_transformed(const GgufFile & file, const std::string & gguf_name, bo
     const Fix fix = arch.ok() && is_qwen35(*arch) ? fix_of(layer_part(gguf_name), head) : Fix::NONE;
     if (fix == Fix::NONE)
         return false;
-    needs_f32 = fix == Fix::NORM || fix == Fix::A_LOG || fix == Fix::V_COLS || fix == Fix::CONV;
+    needs_f32 = fix == Fix::NORM || fix == Fix::A_LOG || fix == Fix::CONV;
     if (fix == Fix::V_ROWS || fix == Fix::V_COLS) {
         auto sizes = linear_sizes(file, *arch);  // equal K and V head counts: nothing was reordered
+        if (fix == Fix::V_COLS) {                // whole blocks per V head move as blocks; else the values are needed
+            const TensorInfo * t = file.find_tensor(gguf_name);
+            BlockLayout layout;
+            needs_f32 = !sizes.ok() || t == nullptr || !ggml_block_layout(static_cast<uint32_t>(t->type), layout) ||
+                        sizes->v_dim % layout.elements != 0;
+        }
         return !sizes.ok() || sizes->k_heads != sizes->v_heads;
     }
     return true;

@@ -27,8 +27,10 @@ bool qwen35_mtp_tensor(const GgufFile & file, const std::string & gguf_name);
 Result<void> add_qwen35_fields(const GgufFile & file, const std::string & arch, nlohmann::json & config);
 
 // True when tensor `gguf_name` of a Qwen3.5 file was transformed by the converter (so it cannot be used
-// where it lies); `needs_f32` is set when undoing it takes arithmetic, a column permutation or a reshape
-// (conv1d), which a quantised tensor gets only after dequantisation (a row permutation moves whole block rows).
+// where it lies); `needs_f32` is set when undoing it takes arithmetic, a reshape (conv1d) or a column
+// permutation that splits blocks (a V head of Dv columns not a whole number of blocks), which a quantised
+// tensor gets only after dequantisation (a row permutation moves whole block rows, a block-aligned column
+// permutation whole blocks).
 bool qwen35_transformed(const GgufFile & file, const std::string & gguf_name, bool & needs_f32);
 
 // Undoes the transform of tensor `gguf_name` on its data (F32, F16, BF16, or U8 blocks [rows, blocks, bytes]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Qwen3.5 GGUF round trip (reference label): tiny random Qwen3.5 dense and MoE models (hf_models.py, HK=2 < HV=4
-# so llama.cpp reorders the V heads) -> llama.cpp's own convert_hf_to_gguf.py (llamacpp_convert.py; F32 and
+# so llama.cpp reorders the V heads; a dense one again with V heads of 32, one Q8_0 block) -> llama.cpp's own convert_hf_to_gguf.py (llamacpp_convert.py; F32 and
 # Q8_0) -> tinkerd's converter (gguf_tool convert / convert-keep) -> compared with the original:
 #   F32: every tensor bit-identical, except the two whose file value is a float32 function of the original that
 #        loses bits: linear_attn.A_log (file: -exp(A_log)) must give exp(A_log) bit-identical, and the (1 + w)
@@ -31,7 +31,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gguf"))  # gguf_engine_check (the server through the SDK)
 import hf_models as hm  # noqa: E402
 
-CASES = ["hf_qwen3_5_tiny", "hf_qwen3_5_moe_tiny"]
+CASES = ["hf_qwen3_5_tiny", "hf_qwen3_5_moe_tiny", "hf_qwen3_5_wide_v_tiny"]
+# hf_qwen3_5_tiny with V heads of 32 (one Q8_0 block): the kept Q8_0 out_proj has its columns moved as blocks.
+_seed, _config, _model, _kwargs, _rank, _targets = hm.CASES["hf_qwen3_5_tiny"]
+hm.CASES["hf_qwen3_5_wide_v_tiny"] = (1808, _config, _model, {**_kwargs, "linear_value_head_dim": 32}, _rank, _targets)
 CONFIG_KEYS = ["architectures", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "head_dim", "tie_word_embeddings", "max_position_embeddings", "layer_types",
                "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
@@ -265,6 +268,8 @@ def check_variants(case, args, work, model_dir, orig, failures):
     """Dense: a file with an MTP layer converts to the same directory (the layer skipped, F32 and kept Q8_0);
     MoE: --fuse-gate-up-exps (ffn_gate_up_exps) gives HF's gate_up_proj bit-identical."""
     conv = [sys.executable, os.path.join(HERE, "llamacpp_convert.py"), args.converter]
+    if "wide_v" in case:
+        return
     if "moe" in case:
         path = os.path.join(work, "fused.gguf")
         run(conv + [model_dir, "--outtype", "f32", "--no-mtp", "--fuse-gate-up-exps", "--outfile", path])
@@ -320,6 +325,11 @@ def check_case(case, args, failures):
         else:
             stats["kept tensors == dequantised conversion"] += 1
     stats["kept in place (GGUF byte ranges)"] = len(manifest["tensors"])
+    kept_raw = load_file(os.path.join(keep_dir, "model.safetensors"))
+    stats["kept as U8 blocks in model.safetensors (rows/columns moved)"] = sum(v.dtype == np.uint8 for v in
+                                                                                kept_raw.values())
+    if "wide_v" in case and any(kept_raw[k].dtype != np.uint8 for k in kept_raw if k.endswith("out_proj.weight")):
+        failures.append(f"{case}: out_proj (V heads of one Q8_0 block) was not kept as blocks")
     check_variants(case, args, work, model_dir, orig, failures)
     print(f"  {case}: " + ", ".join(f"{k}: {v}" for k, v in sorted(stats.items())))
     return orig_model
