@@ -3,7 +3,9 @@
 #   1. Debian packages (apt; only the missing ones);
 #   2. .venv: the project's Python virtual environment with the pinned PyPI packages of
 #      scripts/requirements.lock (torch 2.15 wheel: libtorch for the C++ build, the references, the SDKs);
-#   3. .venv-sdk025: the official tinker SDK 0.25.0 for the e2e tier, over .venv's packages.
+#   3. .venv-sdk025: the official tinker SDK 0.25.0 for the e2e tier, over .venv's packages;
+#   4. .cache/llamacpp-convert/<version>: llama.cpp's convert_hf_to_gguf.py (+ conversion/, gguf-py/) from the
+#      llama-cpp-python sdist (pinned, sha256-checked) for the reference check check_qwen35_gguf.py.
 # A stamp (the lock file's hash) makes a second run a no-op.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,3 +81,35 @@ fi
 main_site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 own_site=$("$SDK025/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$main_site" > "$own_site/zz-tinkerd-main-venv.pth"
+
+# llama.cpp's own HF -> GGUF converter, for the Qwen3.5 GGUF round trip (tests/reference/check_qwen35_gguf.py).
+# The same pinned sdist as scripts/build-llamacpp.sh (reused from its cache when there); only the converter's
+# Python files are extracted (about 3 MB). Its imports (torch, numpy, transformers, safetensors, yaml) are .venv's.
+LLAMACPP_VERSION=0.3.36
+LLAMACPP_SDIST=llama_cpp_python-$LLAMACPP_VERSION.tar.gz
+LLAMACPP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+CONVERT_DIR=.cache/llamacpp-convert/$LLAMACPP_VERSION
+if [ "$(cat "$CONVERT_DIR/.stamp" 2>/dev/null)" != "$LLAMACPP_SHA256" ]; then
+  echo "install-deps: extracting llama.cpp's convert_hf_to_gguf.py (llama-cpp-python $LLAMACPP_VERSION) into $CONVERT_DIR"
+  sdist=$HOME/.cache/tinkerd/llamacpp-$LLAMACPP_VERSION/$LLAMACPP_SDIST
+  tmp=$(mktemp -d)
+  if [ ! -f "$sdist" ] || [ "$(sha256sum "$sdist" | cut -d' ' -f1)" != "$LLAMACPP_SHA256" ]; then
+    "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: --dest "$tmp" \
+      "llama-cpp-python==$LLAMACPP_VERSION"
+    sdist=$tmp/$LLAMACPP_SDIST
+  fi
+  if [ "$(sha256sum "$sdist" | cut -d' ' -f1)" != "$LLAMACPP_SHA256" ]; then
+    echo "install-deps: error: $LLAMACPP_SDIST does not have sha256 $LLAMACPP_SHA256" >&2
+    rm -rf "$tmp"
+    exit 1
+  fi
+  src=llama_cpp_python-$LLAMACPP_VERSION/vendor/llama.cpp
+  tar -xzf "$sdist" -C "$tmp" "$src/convert_hf_to_gguf.py" "$src/conversion" "$src/gguf-py" "$src/LICENSE"
+  rm -rf "$CONVERT_DIR"
+  mkdir -p "$(dirname "$CONVERT_DIR")"
+  mv "$tmp/$src" "$CONVERT_DIR"
+  rm -rf "$tmp"
+  echo "$LLAMACPP_SHA256" > "$CONVERT_DIR/.stamp"
+else
+  echo "install-deps: $CONVERT_DIR up to date"
+fi

@@ -1,6 +1,7 @@
 // Turning a GGUF file into an ordinary Hugging Face model directory (config.json, model.safetensors,
 // tokenizer.json, tokenizer_config.json, generation_config.json) that the rest of tinkerd loads
-// unchanged. Supported architectures: llama, qwen2, qwen3, qwen3moe; anything else is named in the error.
+// unchanged. Supported architectures: llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe (Qwen3.5: qwen35.h); anything
+// else is named in the error.
 #pragma once
 
 #include <map>
@@ -33,13 +34,15 @@ bool can_keep_quantised(GgmlType type);
 // A kept tensor's shape as raw blocks: [..., in] -> [..., in / block elements, block bytes] (U8).
 std::vector<int64_t> blocks_shape(const TensorInfo & t);
 // True when tensor t is used where it lies in the file when quantised weights are kept: a kept type, a
-// matrix, and not one of llama's row-permuted q/k projections (those are written, permuted, as U8 blocks).
+// matrix, and not one of llama's row-permuted q/k projections nor a transformed Qwen3.5 tensor (those are
+// written, permuted, as U8 blocks, or dequantised) nor an MTP layer's.
 bool kept_in_place(const GgufFile & file, const TensorInfo & t);
 
 // The weights under Hugging Face names, shapes checked against config. Quantised tensors become F32
 // (exact), or with keep_quantised their raw blocks (U8, blocks_shape) where the type is kept, and the
 // tensors kept_in_place are left out (external_manifest names them); F32, F16 and BF16 tensors keep their
-// type. Undoes llama.cpp's row permutation of the llama q/k projections. qwen3moe's stacked experts, when
+// type. Undoes llama.cpp's row permutation of the llama q/k projections and its Qwen3.5 transforms (qwen35.h;
+// MTP layers skipped). qwen3moe's stacked experts, when
 // not kept in place, are split per expert ("model.layers.N.mlp.experts.E.gate_proj.weight" [out, in]), their
 // shapes checked against num_experts / moe_intermediate_size / hidden_size. `quantised` is set when any
 // weight was quantised.

@@ -2,8 +2,10 @@
 //   gguf_tool info FILE                      architecture, metadata count, one line per tensor
 //   gguf_tool dequant FILE TENSOR OUT.bin    the tensor dequantised to little-endian float32
 //   gguf_tool convert FILE OUTDIR            the Hugging Face directory tinkerd loads
+//   gguf_tool convert-keep FILE OUTDIR       the same with quantised weights kept (--base-quant gguf)
 //   gguf_tool encode DIR < TEXT              token ids of stdin by DIR's tokenizer.json, one line
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -67,7 +69,8 @@ int main(int argc, char ** argv) {
     if (args.size() == 2 && args[0] == "encode")
         return encode(args[1]);
     if (args.size() < 2) {
-        return fail("usage: gguf_tool info FILE | dequant FILE TENSOR OUT.bin | convert FILE OUTDIR | encode DIR");
+        return fail(
+            "usage: gguf_tool info FILE | dequant FILE TENSOR OUT.bin | convert[-keep] FILE OUTDIR | encode DIR");
     }
     auto file = GgufFile::open(args[1]);
     if (!file.ok())
@@ -76,12 +79,16 @@ int main(int argc, char ** argv) {
         return info(**file);
     if (args[0] == "dequant" && args.size() == 4)
         return dequant(**file, args[2], args[3]);
-    if (args[0] == "convert" && args.size() == 3) {
+    if ((args[0] == "convert" || args[0] == "convert-keep") && args.size() == 3) {
         bool quantised = false;
-        auto status = tinkerd::gguf::convert_gguf(**file, args[2], quantised);
+        const std::string keep = args[0] == "convert-keep" ? std::filesystem::absolute(args[1]).string() : "";
+        auto status = tinkerd::gguf::convert_gguf(**file, args[2], quantised, keep);
         if (!status.ok())
             return fail(status.error().message);
-        std::printf("converted into %s%s\n", args[2].c_str(), quantised ? " (dequantised to F32)" : "");
+        std::printf("converted into %s%s\n", args[2].c_str(),
+                    !quantised     ? ""
+                    : keep.empty() ? " (dequantised to F32)"
+                                   : " (quantised weights kept)");
         return 0;
     }
     return fail("unknown command or wrong arguments: " + args[0]);

@@ -1,9 +1,10 @@
 // config.json from GGUF metadata: `<arch>.*` hyper-parameters mapped to the Hugging Face fields of
-// LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / Qwen3MoeForCausalLM (see convert.h), the
-// expert fields of qwen3moe included.
+// LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / Qwen3MoeForCausalLM / Qwen3_5(Moe)ForCausalLM (see
+// convert.h), the expert fields of qwen3moe included (Qwen3.5's own fields: qwen35.cpp).
 #include <array>
 
 #include "gguf/convert.h"
+#include "gguf/qwen35.h"
 
 namespace tinkerd::gguf {
 namespace {
@@ -16,11 +17,13 @@ struct ArchRow {
     const char * model_type;
 };
 
-constexpr std::array<ArchRow, 4> ARCHS = {{
+constexpr std::array<ArchRow, 6> ARCHS = {{
     {"llama", "LlamaForCausalLM", "llama"},
     {"qwen2", "Qwen2ForCausalLM", "qwen2"},
     {"qwen3", "Qwen3ForCausalLM", "qwen3"},
     {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text"},
+    {"qwen35moe", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"},
 }};
 
 // An integer hyper-parameter `<arch>.<key>`, required.
@@ -62,7 +65,8 @@ Result<void> check_rope(const GgufFile & file, const std::string & arch, int64_t
                            ": per-frequency rope factors (tensor rope_freqs.weight, llama3 rope "
                            "scaling) are not supported");
     }
-    if (auto dims = file.get_int(arch + ".rope.dimension_count"); dims.ok() && *dims != head_dim) {
+    auto dims = file.get_int(arch + ".rope.dimension_count");
+    if (dims.ok() && *dims != head_dim && !is_qwen35(arch)) {  // Qwen3.5: partial_rotary_factor (qwen35.cpp)
         return unsupported(file.name() + ": partial rotary embeddings (" + arch + ".rope.dimension_count " +
                            std::to_string(*dims) + " != head dim " + std::to_string(head_dim) + ") are not supported");
     }
@@ -120,10 +124,10 @@ Result<json> hf_config(const GgufFile & file) {
     }
     if (!row) {
         return unsupported(file.name() + ": architecture '" + *arch +
-                           "' is not supported (llama, qwen2, qwen3, qwen3moe)");
+                           "' is not supported (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe)");
     }
     const std::string a = *arch;
-    const bool moe = a == "qwen3moe";
+    const bool moe = a == "qwen3moe" || a == "qwen35moe";
     auto hidden = arch_int(file, a, "embedding_length");
     auto layers = arch_int(file, a, "block_count");
     auto ffn =
@@ -158,7 +162,9 @@ Result<json> hf_config(const GgufFile & file) {
         {"attention_bias", file.find_tensor("blk.0.attn_q.bias") != nullptr},
         {"torch_dtype", dtype_of(file)},
     };
-    if (moe) {
+    if (is_qwen35(a)) {
+        TRY_STATUS(add_qwen35_fields(file, a, config));
+    } else if (moe) {
         TRY_STATUS(add_moe_fields(file, a, config));
     }
     for (const char * key : {"bos", "eos"}) {

@@ -1,13 +1,15 @@
 // GGUF tensors to Hugging Face tensors: names mapped (token_embd -> model.embed_tokens, blk.N.attn_q ->
 // model.layers.N.self_attn.q_proj, ...), quantised data dequantised to F32, and the rows of llama's
 // q/k projections put back in Hugging Face order (see convert.h); qwen3moe's stacked expert tensors
-// [E, out, in] split into Hugging Face's per-expert "mlp.experts.E.{gate,up,down}_proj.weight".
+// [E, out, in] split into Hugging Face's per-expert "mlp.experts.E.{gate,up,down}_proj.weight" (qwen35moe's
+// kept stacked); Qwen3.5's value transforms undone (qwen35.cpp), its MTP layers skipped.
 #include <array>
 #include <cstring>
 
 #include "common/log.h"
 #include "gguf/convert.h"
 #include "gguf/dequant.h"
+#include "gguf/qwen35.h"
 
 namespace tinkerd::gguf {
 namespace {
@@ -20,7 +22,7 @@ struct NameRow {
 };
 
 // Per-layer names, after "blk.N." / "model.layers.N.".
-constexpr std::array<NameRow, 22> LAYER_NAMES = {{
+constexpr std::array<NameRow, 37> LAYER_NAMES = {{
     {"attn_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
     {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -44,6 +46,22 @@ constexpr std::array<NameRow, 22> LAYER_NAMES = {{
     {"ffn_gate_exps.weight", "mlp.experts.gate_proj"},
     {"ffn_up_exps.weight", "mlp.experts.up_proj"},
     {"ffn_down_exps.weight", "mlp.experts.down_proj"},
+    {"ffn_gate_up_exps.weight", "mlp.experts.gate_up_proj"},  // --fuse-gate-up-exps: [E, 2F, C], gate first
+    // Qwen3.5 (qwen35, qwen35moe): Gated DeltaNet mixers, the second norm, the shared expert and its gate.
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight"},
+    {"attn_gate.weight", "linear_attn.in_proj_z.weight"},
+    {"ssm_alpha.weight", "linear_attn.in_proj_a.weight"},
+    {"ssm_beta.weight", "linear_attn.in_proj_b.weight"},
+    {"ssm_conv1d.weight", "linear_attn.conv1d.weight"},
+    {"ssm_dt.bias", "linear_attn.dt_bias"},
+    {"ssm_a", "linear_attn.A_log"},
+    {"ssm_norm.weight", "linear_attn.norm.weight"},
+    {"ssm_out.weight", "linear_attn.out_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
 }};
 
 }  // namespace
@@ -194,7 +212,9 @@ Result<void> split_experts(const std::string & hf_name, model::OwnedTensor stack
 
 bool kept_in_place(const GgufFile & file, const TensorInfo & t) {
     auto arch = file.get_string("general.architecture");
-    return arch.ok() && can_keep_quantised(t.type) && t.shape.size() >= 2 && !is_llama_qk(*arch, t.name);
+    bool needs_f32 = false;
+    return arch.ok() && can_keep_quantised(t.type) && t.shape.size() >= 2 && !is_llama_qk(*arch, t.name) &&
+           !qwen35_transformed(file, t.name, needs_f32) && !qwen35_mtp_tensor(file, t.name);
 }
 
 Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & file, const json & config,
@@ -205,8 +225,12 @@ Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & fi
     const int64_t head_dim = config["head_dim"].get<int64_t>();
     std::map<std::string, model::OwnedTensor> tensors;
     quantised = false;
-    size_t done = 0;
+    size_t done = 0, skipped = 0;
     for (const TensorInfo & t : file.tensors()) {
+        if (qwen35_mtp_tensor(file, t.name)) {
+            ++skipped;  // multi-token prediction: not part of the model tinkerd runs
+            continue;
+        }
         const std::string name = hf_tensor_name(t.name, n_layers);
         if (name.empty()) {
             return unsupported(file.name() + ": tensor '" + t.name + "' has no counterpart in " +
@@ -216,12 +240,17 @@ Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & fi
             quantised = true;
             continue;  // used where it lies (external_manifest)
         }
-        auto data = tensor_data(t, keep_quantised, quantised);
+        bool needs_f32 = false;  // Qwen3.5's arithmetic / column transforms need the values
+        const bool transformed = qwen35_transformed(file, t.name, needs_f32);
+        auto data = tensor_data(t, keep_quantised && !needs_f32, quantised);
         TRY_STATUS(data);
         if (const int64_t heads = permuted_heads(*arch, t.name, config); heads > 0) {
             TRY_STATUS(unpermute_rows(data->bytes, heads, head_dim, t.name));
         }
-        if (is_stacked_experts(name)) {
+        if (transformed) {
+            TRY_STATUS(undo_qwen35(file, t.name, *data));
+        }
+        if (is_stacked_experts(name) && *arch == "qwen3moe") {  // qwen35moe's stay stacked (the engine takes both)
             TRY_STATUS(split_experts(name, std::move(data).value(), config, tensors));
         } else {
             tensors.emplace(name, std::move(data).value());
@@ -229,6 +258,9 @@ Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & fi
         if (++done % 64 == 0) {
             LOG_INF("gguf", "dequantised %zu of %zu tensors", done, file.tensors().size());
         }
+    }
+    if (skipped > 0) {
+        LOG_INF("gguf", "%s: skipped %zu multi-token-prediction tensors", file.name().c_str(), skipped);
     }
     return tensors;
 }
