@@ -94,9 +94,7 @@ if [ "$(cat "$CONVERT_DIR/.stamp" 2>/dev/null)" != "$LLAMACPP_SHA256" ]; then
   sdist=$HOME/.cache/tinkerd/llamacpp-$LLAMACPP_VERSION/$LLAMACPP_SDIST
   tmp=$(mktemp -d)
   if [ ! -f "$sdist" ] || [ "$(sha256sum "$sdist" | cut -d' ' -f1)" != "$LLAMACPP_SHA256" ]; then
-    "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: --dest "$tmp" \
-      "llama-cpp-python==$LLAMACPP_VERSION"
-    sdist=$tmp/$LLAMACPP_SDIST
+    sdist=$("$VENV/bin/python" scripts/fetch_sdist.py llama-cpp-python "$LLAMACPP_VERSION" "$LLAMACPP_SHA256" "$tmp")
   fi
   if [ "$(sha256sum "$sdist" | cut -d' ' -f1)" != "$LLAMACPP_SHA256" ]; then
     echo "install-deps: error: $LLAMACPP_SDIST does not have sha256 $LLAMACPP_SHA256" >&2
