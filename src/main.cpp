@@ -415,6 +415,7 @@ tinkerd::engine::EngineOptions engine_options(const Flags & flags) {
     o.device_slot = tinkerd::dist::local_process_slot(flags.dist, flags.replicas);
     o.dtype = compute_dtype(flags.dtype);
     o.quantise_q8_0 = flags.base_quant == "q8_0";
+    o.sample_int8_activations = flags.sample_activations == "int8";
     return o;
 }
 

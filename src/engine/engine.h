@@ -34,6 +34,9 @@ struct EngineOptions {
     int device_slot = 0;
     // --base-quant q8_0: every base matrix quantised to Q8_0 blocks at load (CPU; kernels/quant_matmul.h).
     bool quantise_q8_0 = false;
+    // --sample-activations int8: sampling's products with quantised base weights quantise their activations
+    // to int8 blocks and dot in integers (kernels/quant_int8.h); training stays exact. No effect otherwise.
+    bool sample_int8_activations = false;
 };
 
 // A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;

@@ -1,0 +1,233 @@
+// The int8-activation kernels (quant_int8.h) in 256-bit integer SIMD, included twice by quant_int8_x86.cpp
+// (no include guard), each time under its `#pragma GCC target`, with TINKERD_INT8_VNNI 0 or 1 and
+// TINKERD_INT8_ENTRY the entry point's name (int8_forward_rows_avx2 / _vnni): per weight
+// block, the codes as unsigned bytes (Q8_0: |w|, the sign moved onto x), then per row of x 32-bit lane sums of
+// code · q_x (· the sub-block scale for the K-quants) by vpmaddubsw + vpmaddwd or vpdpbusd / vpdpwssd, then
+// fp32 lanes += lanes · (d_w · d_x). Lane l of a 32-value chunk holds its values 4l .. 4l+3 on both paths.
+namespace tinkerd::engine::kernels::detail {
+namespace {
+namespace TINKERD_INT8_NS {
+
+// One block of one row of x.
+struct XBlock {
+    const int8_t * q;
+    const int16_t * bsums;
+    float d, s;
+};
+
+inline XBlock x_block(const Int8View & x, int64_t t, int64_t k) {
+    const int64_t b = t * x.blocks + k;
+    return {x.q + t * x.in + k * x.block, x.bsums + b * (x.block / 16), x.d[b], x.s[b]};
+}
+
+// f16 -> float as gguf::half_to_float (F16C is exact on finite values; inf / NaN take the scalar route).
+inline float load_half(const uint8_t * p) {
+    uint16_t h;
+    std::memcpy(&h, p, sizeof(h));
+    return (h & 0x7C00) == 0x7C00 ? gguf::half_to_float(h) : _cvtsh_ss(h);
+}
+
+inline __m256i load32(const void * p) {
+    return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
+
+inline __m256i low_nibbles(__m256i v) {
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+// acc + Σ of 4 adjacent u · s per 32-bit lane (u unsigned, s signed bytes; no pair exceeds int16 here).
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if TINKERD_INT8_VNNI
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+// As dot_u8s8 with each pair sum times the int16 lane of sc16.
+inline __m256i dot_u8s8_scaled(__m256i acc, __m256i u, __m256i s, __m256i sc16) {
+    const __m256i pairs = _mm256_maddubs_epi16(u, s);
+#if TINKERD_INT8_VNNI
+    return _mm256_dpwssd_epi32(acc, pairs, sc16);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, sc16));
+#endif
+}
+
+// int16 lanes 0-7 = lo, 8-15 = hi.
+inline __m256i scale_pair(int lo, int hi) {
+    return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
+}
+
+struct Q8_0 {  // w = d · q (int8): |q| · sign(q_x, q)
+    static constexpr int64_t kElems = 32, kBytes = 34;
+    static constexpr bool kExtra = false;
+    struct U {
+        __m256i w, u;
+        float d;
+    };
+    static U decode(const uint8_t * b) {
+        const __m256i w = load32(b + 2);
+        return {w, _mm256_sign_epi8(w, w), load_half(b)};
+    }
+    static __m256i lanes(const U & u, const XBlock & x) {
+        return dot_u8s8(_mm256_setzero_si256(), u.u, _mm256_sign_epi8(load32(x.q), u.w));
+    }
+    static float extra(const U &, const XBlock &) { return 0.0f; }
+};
+
+struct Q4_1 {  // w = d · q + m: the min term m · d_x · Σ q_x
+    static constexpr int64_t kElems = 32, kBytes = 20;
+    static constexpr bool kExtra = true;
+    struct U {
+        __m256i u;
+        float d, m;
+    };
+    static U decode(const uint8_t * b) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4));
+        return {low_nibbles(_mm256_set_m128i(_mm_srli_epi16(q, 4), q)), load_half(b), load_half(b + 2)};
+    }
+    static __m256i lanes(const U & u, const XBlock & x) { return dot_u8s8(_mm256_setzero_si256(), u.u, load32(x.q)); }
+    static float extra(const U & u, const XBlock & x) { return u.m * x.s; }
+};
+
+struct Q4_K {  // chunk c: low nibbles of qs[32c..] = sub-block 2c, high ones = 2c + 1; w = d·sc·q - dmin·m
+    static constexpr int64_t kElems = 256, kBytes = 144;
+    static constexpr bool kExtra = true;
+    struct U {
+        __m256i u[8], sc16[8];
+        int m[8];
+        float d, dmin;
+    };
+    static U decode(const uint8_t * b) {
+        U r;
+        int sc[8];
+        int8::k_scale_min(b + 4, sc, r.m);
+        r.d = load_half(b);
+        r.dmin = load_half(b + 2);
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q = load32(b + 16 + 32 * c);
+            r.u[2 * c] = low_nibbles(q);
+            r.u[2 * c + 1] = low_nibbles(_mm256_srli_epi16(q, 4));
+            r.sc16[2 * c] = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c]));
+            r.sc16[2 * c + 1] = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
+        }
+        return r;
+    }
+    static __m256i lanes(const U & u, const XBlock & x) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+            acc = dot_u8s8_scaled(acc, u.u[j], load32(x.q + 32 * j), u.sc16[j]);
+        }
+        return acc;
+    }
+    static float extra(const U & u, const XBlock & x) {
+        return int8::k4_min_term(u.dmin, x.d, int8::k4_min_sum(u.m, x.bsums));
+    }
+};
+
+struct Q6_K {  // chunk c = 4h + k: values 32c ..; w = d · sc_g · (q - 32), the -32 folded in by the sums
+    static constexpr int64_t kElems = 256, kBytes = 210;
+    static constexpr bool kExtra = false;
+    struct U {
+        __m256i u[8], sc16[8], scales;  // scales: the 16 scales as int16
+        float d;
+    };
+    static U decode(const uint8_t * b) {
+        U r;
+        const auto * sc = reinterpret_cast<const int8_t *>(b + 192);
+        r.scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc)));
+        r.d = load_half(b + 208);
+        for (int c = 0; c < 8; ++c) {
+            const int h = c / 4, k = c % 4;
+            const __m256i ql = load32(b + 64 * h + 32 * (k % 2));
+            const __m256i lo = low_nibbles(k / 2 ? _mm256_srli_epi16(ql, 4) : ql);
+            const __m256i qh = _mm256_srli_epi16(load32(b + 128 + 32 * h), 2 * k);
+            const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4);
+            r.u[c] = _mm256_or_si256(lo, hi);
+            r.sc16[c] = scale_pair(sc[2 * c], sc[2 * c + 1]);
+        }
+        return r;
+    }
+    static __m256i lanes(const U & u, const XBlock & x) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 8; ++c) {
+            acc = dot_u8s8_scaled(acc, u.u[c], load32(x.q + 32 * c), u.sc16[c]);
+        }
+        const __m256i offset = _mm256_madd_epi16(load32(x.bsums), u.scales);  // lane l: groups 2l, 2l + 1
+        return _mm256_sub_epi32(acc, _mm256_slli_epi32(offset, 5));
+    }
+    static float extra(const U &, const XBlock &) { return 0.0f; }
+};
+
+// The lanes' fp32 sum in int8::reduce8's order.
+inline float reduce(__m256 v) {
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // b0..b3
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                  // b0+b2, b1+b3
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+// Rows t0 .. t0+TB of x against weight rows [o0, o1): each weight block decoded once for the TB rows.
+template <class K, int TB>
+void rows_tile(const Int8View & x, int64_t t0, const uint8_t * w, int64_t row_bytes, int64_t o0, int64_t o1, float * y,
+               int64_t ldy) {
+    for (int64_t o = o0; o < o1; ++o) {
+        __m256 acc[TB];
+        float extra[TB];
+        for (int t = 0; t < TB; ++t) {
+            acc[t] = _mm256_setzero_ps();
+            extra[t] = 0.0f;
+        }
+        const uint8_t * row = w + o * row_bytes;
+        for (int64_t k = 0; k < x.blocks; ++k) {
+            const typename K::U u = K::decode(row + k * K::kBytes);
+            for (int t = 0; t < TB; ++t) {
+                const XBlock xb = x_block(x, t0 + t, k);
+                const __m256 l = _mm256_cvtepi32_ps(K::lanes(u, xb));
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(l, _mm256_set1_ps(u.d * xb.d)));
+                if (K::kExtra) {
+                    extra[t] = extra[t] + K::extra(u, xb);
+                }
+            }
+        }
+        for (int t = 0; t < TB; ++t) {
+            y[(t0 + t) * ldy + o] = reduce(acc[t]) + extra[t];
+        }
+    }
+}
+
+template <class K>
+void rows_all(const Int8View & x, const uint8_t * w, int64_t row_bytes, int64_t o0, int64_t o1, float * y,
+              int64_t ldy) {
+    using Tile = void (*)(const Int8View &, int64_t, const uint8_t *, int64_t, int64_t, int64_t, float *, int64_t);
+    static constexpr Tile kTiles[] = {rows_tile<K, 1>, rows_tile<K, 2>, rows_tile<K, 3>, rows_tile<K, 4>};
+    for (int64_t t = 0; t < x.n; t += 4) {
+        kTiles[std::min<int64_t>(4, x.n - t) - 1](x, t, w, row_bytes, o0, o1, y, ldy);
+    }
+}
+
+void forward_rows_simd(gguf::GgmlType type, const Int8View & x, const uint8_t * w, int64_t row_bytes, int64_t o0,
+                       int64_t o1, float * y, int64_t ldy) {
+    switch (type) {
+        case gguf::GgmlType::Q8_0:
+            return rows_all<Q8_0>(x, w, row_bytes, o0, o1, y, ldy);
+        case gguf::GgmlType::Q4_1:
+            return rows_all<Q4_1>(x, w, row_bytes, o0, o1, y, ldy);
+        case gguf::GgmlType::Q4_K:
+            return rows_all<Q4_K>(x, w, row_bytes, o0, o1, y, ldy);
+        case gguf::GgmlType::Q6_K:
+            return rows_all<Q6_K>(x, w, row_bytes, o0, o1, y, ldy);
+        default:
+            return;
+    }
+}
+
+}  // namespace TINKERD_INT8_NS
+}  // namespace
+
+void TINKERD_INT8_ENTRY(gguf::GgmlType type, const Int8View & x, const uint8_t * w, int64_t row_bytes, int64_t o0,
+                        int64_t o1, float * y, int64_t ldy) {
+    TINKERD_INT8_NS::forward_rows_simd(type, x, w, row_bytes, o0, o1, y, ldy);
+}
+
+}  // namespace tinkerd::engine::kernels::detail
