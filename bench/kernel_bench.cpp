@@ -26,7 +26,9 @@ namespace k = tinkerd::engine::kernels;
 using Clock = std::chrono::steady_clock;
 using Op = std::function<torch::Tensor(const torch::Tensor &, size_t)>;  // (activation, weight copy)
 
-constexpr double kCopyBytes = 320e6;  // bf16 weight copies cycled through per shape (over the LLC)
+const double kCopyBytes = std::getenv("KB_COPY_BYTES")
+                              ? std::atof(std::getenv("KB_COPY_BYTES"))
+                              : 320e6;  // bf16 weight copies cycled through per shape (over the LLC)
 
 struct Shape {
     int64_t out, in;

@@ -59,7 +59,8 @@ float half_at(const uint8_t * p) {
 // 32-value chunk), the fp32 factor d_w · d_x, and the fp32 addend of the block (0 where the type has none).
 struct BlockTerms {
     int32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    float scale = 0, extra = 0;
+    float scale = 0;
+    float extra[4] = {0, 0, 0, 0};  // added to 4 fp32 lanes of their own (Q4_1: lane 0; Q4_K: the mins)
     bool has_extra = false;
 };
 
@@ -89,7 +90,7 @@ BlockTerms terms_q4_1(const uint8_t * b, const int8_t * qx, float dx, float sx) 
     }
     chunk(r.lanes, u, qx, 1, 1);
     r.scale = half_at(b) * dx;
-    r.extra = half_at(b + 2) * sx;
+    r.extra[0] = half_at(b + 2) * sx;
     r.has_extra = true;
     return r;
 }
@@ -105,7 +106,7 @@ BlockTerms terms_q4_k(const uint8_t * b, const int8_t * qx, const int16_t * bsum
         chunk(r.lanes, u, qx + 32 * j, sc[j], sc[j]);
     }
     r.scale = half_at(b) * dx;
-    r.extra = int8::k4_min_term(half_at(b + 2), dx, int8::k4_min_sum(m, bsums));
+    int8::k4_min_terms(m, bsums, half_at(b + 2), dx, r.extra);
     r.has_extra = true;
     return r;
 }
@@ -155,17 +156,17 @@ void forward_rows_scalar(gguf::GgmlType type, const Int8View & x, const uint8_t 
     const int64_t bb = block_bytes(type);
     for (int64_t o = o0; o < o1; ++o) {
         for (int64_t t = 0; t < x.n; ++t) {
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, extra = 0;
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, extra[4] = {0, 0, 0, 0};
             for (int64_t k = 0; k < x.blocks; ++k) {
                 const BlockTerms bt = block_terms(type, w + o * row_bytes + k * bb, x, t, k);
                 for (int l = 0; l < 8; ++l) {
                     acc[l] = acc[l] + static_cast<float>(bt.lanes[l]) * bt.scale;
                 }
-                if (bt.has_extra) {
-                    extra = extra + bt.extra;
+                for (int l = 0; bt.has_extra && l < 4; ++l) {
+                    extra[l] = extra[l] + bt.extra[l];
                 }
             }
-            y[t * ldy + o] = int8::reduce8(acc) + extra;
+            y[t * ldy + o] = int8::reduce8(acc) + int8::reduce4(extra);
         }
     }
 }

@@ -18,18 +18,19 @@ inline void k_scale_min(const uint8_t * s, int (&sc)[8], int (&m)[8]) {
     }
 }
 
-// Σ_j m_j · Σ q over sub-block j (32 values = bsums 2j, 2j + 1).
-inline int k4_min_sum(const int (&m)[8], const int16_t * bsums) {
-    int sum = 0;
-    for (int j = 0; j < 8; ++j) {
-        sum += m[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+// Q4_K's min terms of one block in 4 lanes: lane k = -(dmin · d_x) · (m_2k S_2k + m_2k+1 S_2k+1), S_j = Σ q over
+// sub-block j (bsums 2j, 2j + 1).
+inline void k4_min_terms(const int (&m)[8], const int16_t * bsums, float dmin, float dx, float (&out)[4]) {
+    const float scale = -(dmin * dx);
+    for (int k = 0; k < 4; ++k) {
+        const int s0 = bsums[4 * k] + bsums[4 * k + 1], s1 = bsums[4 * k + 2] + bsums[4 * k + 3];
+        out[k] = static_cast<float>(m[2 * k] * s0 + m[2 * k + 1] * s1) * scale;
     }
-    return sum;
 }
 
-// Q4_K's min term of one block: -(dmin · d_x) · Σ_j m_j Σ q_j.
-inline float k4_min_term(float dmin, float dx, int min_sum) {
-    return -((dmin * dx) * static_cast<float>(min_sum));
+// The 4 extra lanes' sum in the SIMD order.
+inline float reduce4(const float * a) {
+    return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
 // The 8 lane sums in the order the SIMD code adds them: halves, then pairs, then the last two.

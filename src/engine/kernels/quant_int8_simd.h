@@ -54,7 +54,7 @@ inline __m256i dot_u8s8_scaled(__m256i acc, __m256i u, __m256i s, __m256i sc16) 
 #endif
 }
 
-// int16 lanes 0-7 = lo, 8-15 = hi.
+// int16 lanes 0-7 = lo, 8-15 = hi (Q6_K: the vpshufb indices of its scale pair).
 inline __m256i scale_pair(int lo, int hi) {
     return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
 }
@@ -73,7 +73,7 @@ struct Q8_0 {  // w = d · q (int8): |q| · sign(q_x, q)
     static __m256i lanes(const U & u, const XBlock & x) {
         return dot_u8s8(_mm256_setzero_si256(), u.u, _mm256_sign_epi8(load32(x.q), u.w));
     }
-    static float extra(const U &, const XBlock &) { return 0.0f; }
+    static __m128 extra(const U &, const XBlock &) { return _mm_setzero_ps(); }
 };
 
 struct Q4_1 {  // w = d · q + m: the min term m · d_x · Σ q_x
@@ -88,41 +88,60 @@ struct Q4_1 {  // w = d · q + m: the min term m · d_x · Σ q_x
         return {low_nibbles(_mm256_set_m128i(_mm_srli_epi16(q, 4), q)), load_half(b), load_half(b + 2)};
     }
     static __m256i lanes(const U & u, const XBlock & x) { return dot_u8s8(_mm256_setzero_si256(), u.u, load32(x.q)); }
-    static float extra(const U & u, const XBlock & x) { return u.m * x.s; }
+    static __m128 extra(const U & u, const XBlock & x) { return _mm_set_ss(u.m * x.s); }
 };
+
+// Q4_K's 12 scale bytes as 16 bytes: the 8 scales, then the 8 mins (llama.cpp's unpacking; = int8::k_scale_min).
+inline __m128i k4_scales_mins(const uint8_t * s) {
+    uint32_t u[4];
+    std::memcpy(u, s, 12);
+    constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+    const uint32_t mins_lo = u[1] & k6;
+    u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+    u[2] = mins_lo;
+    u[0] &= k6;
+    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(u));
+}
 
 struct Q4_K {  // chunk c: low nibbles of qs[32c..] = sub-block 2c, high ones = 2c + 1; w = d·sc·q - dmin·m
     static constexpr int64_t kElems = 256, kBytes = 144;
     static constexpr bool kExtra = true;
     struct U {
         __m256i u[8], sc16[8];
-        int m[8];
+        __m128i mins;  // the 8 mins as int16
         float d, dmin;
     };
     static U decode(const uint8_t * b) {
         U r;
-        int sc[8];
-        int8::k_scale_min(b + 4, sc, r.m);
+        const __m256i sm = _mm256_cvtepu8_epi16(k4_scales_mins(b + 4));  // int16: scales, then mins
+        const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);      // the scales in both halves
+        r.mins = _mm256_extracti128_si256(sm, 1);
         r.d = load_half(b);
         r.dmin = load_half(b + 2);
         for (int c = 0; c < 4; ++c) {
             const __m256i q = load32(b + 16 + 32 * c);
             r.u[2 * c] = low_nibbles(q);
             r.u[2 * c + 1] = low_nibbles(_mm256_srli_epi16(q, 4));
-            r.sc16[2 * c] = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c]));
-            r.sc16[2 * c + 1] = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
+        }
+        for (int j = 0; j < 8; ++j) {  // int16 lane j of sc in all 16 lanes
+            r.sc16[j] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<int16_t>((2 * j) | ((2 * j + 1) << 8))));
         }
         return r;
     }
     static __m256i lanes(const U & u, const XBlock & x) {
-        __m256i acc = _mm256_setzero_si256();
+        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // two chains: integer sums, any order
         for (int j = 0; j < 8; ++j) {
-            acc = dot_u8s8_scaled(acc, u.u[j], load32(x.q + 32 * j), u.sc16[j]);
+            acc[j % 2] = dot_u8s8_scaled(acc[j % 2], u.u[j], load32(x.q + 32 * j), u.sc16[j]);
         }
-        return acc;
+        return _mm256_add_epi32(acc[0], acc[1]);
     }
-    static float extra(const U & u, const XBlock & x) {
-        return int8::k4_min_term(u.dmin, x.d, int8::k4_min_sum(u.m, x.bsums));
+    // int8::k4_min_terms: S_j by adding bsum pairs, then m · S in pairs of sub-blocks.
+    static __m128 extra(const U & u, const XBlock & x) {
+        const __m256i bs = load32(x.bsums);
+        const __m128i sums = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));  // S_0..7
+        const __m128 m = _mm_cvtepi32_ps(_mm_madd_epi16(u.mins, sums));
+        return _mm_mul_ps(m, _mm_set1_ps(-(u.dmin * x.d)));
     }
 };
 
@@ -135,9 +154,10 @@ struct Q6_K {  // chunk c = 4h + k: values 32c ..; w = d · sc_g · (q - 32), th
     };
     static U decode(const uint8_t * b) {
         U r;
-        const auto * sc = reinterpret_cast<const int8_t *>(b + 192);
-        r.scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc)));
+        r.scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 192)));
         r.d = load_half(b + 208);
+        const __m256i half_scales[2] = {_mm256_permute2x128_si256(r.scales, r.scales, 0x00),   // 0-7 twice
+                                        _mm256_permute2x128_si256(r.scales, r.scales, 0x11)};  // 8-15 twice
         for (int c = 0; c < 8; ++c) {
             const int h = c / 4, k = c % 4;
             const __m256i ql = load32(b + 64 * h + 32 * (k % 2));
@@ -145,20 +165,27 @@ struct Q6_K {  // chunk c = 4h + k: values 32c ..; w = d · sc_g · (q - 32), th
             const __m256i qh = _mm256_srli_epi16(load32(b + 128 + 32 * h), 2 * k);
             const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4);
             r.u[c] = _mm256_or_si256(lo, hi);
-            r.sc16[c] = scale_pair(sc[2 * c], sc[2 * c + 1]);
+            r.sc16[c] = _mm256_shuffle_epi8(half_scales[h],
+                                            scale_pair(k * 4 | (k * 4 + 1) << 8, (k * 4 + 2) | (k * 4 + 3) << 8));
         }
         return r;
     }
     static __m256i lanes(const U & u, const XBlock & x) {
-        __m256i acc = _mm256_setzero_si256();
+        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int c = 0; c < 8; ++c) {
-            acc = dot_u8s8_scaled(acc, u.u[c], load32(x.q + 32 * c), u.sc16[c]);
+            acc[c % 2] = dot_u8s8_scaled(acc[c % 2], u.u[c], load32(x.q + 32 * c), u.sc16[c]);
         }
         const __m256i offset = _mm256_madd_epi16(load32(x.bsums), u.scales);  // lane l: groups 2l, 2l + 1
-        return _mm256_sub_epi32(acc, _mm256_slli_epi32(offset, 5));
+        return _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_slli_epi32(offset, 5));
     }
-    static float extra(const U &, const XBlock &) { return 0.0f; }
+    static __m128 extra(const U &, const XBlock &) { return _mm_setzero_ps(); }
 };
+
+// The 4 lanes' fp32 sum in int8::reduce4's order.
+inline float reduce4(__m128 b) {
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));  // a0+a2, a1+a3
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
 
 // The lanes' fp32 sum in int8::reduce8's order.
 inline float reduce(__m256 v) {
@@ -173,10 +200,10 @@ void rows_tile(const Int8View & x, int64_t t0, const uint8_t * w, int64_t row_by
                int64_t ldy) {
     for (int64_t o = o0; o < o1; ++o) {
         __m256 acc[TB];
-        float extra[TB];
+        __m128 extra[TB];
         for (int t = 0; t < TB; ++t) {
             acc[t] = _mm256_setzero_ps();
-            extra[t] = 0.0f;
+            extra[t] = _mm_setzero_ps();
         }
         const uint8_t * row = w + o * row_bytes;
         for (int64_t k = 0; k < x.blocks; ++k) {
@@ -186,12 +213,12 @@ void rows_tile(const Int8View & x, int64_t t0, const uint8_t * w, int64_t row_by
                 const __m256 l = _mm256_cvtepi32_ps(K::lanes(u, xb));
                 acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(l, _mm256_set1_ps(u.d * xb.d)));
                 if (K::kExtra) {
-                    extra[t] = extra[t] + K::extra(u, xb);
+                    extra[t] = _mm_add_ps(extra[t], K::extra(u, xb));
                 }
             }
         }
         for (int t = 0; t < TB; ++t) {
-            y[(t0 + t) * ldy + o] = reduce(acc[t]) + extra[t];
+            y[(t0 + t) * ldy + o] = reduce(acc[t]) + reduce4(extra[t]);
         }
     }
 }
