@@ -8,7 +8,7 @@ With two or more layer counts, each side's seconds per token t(L) = a + b·L are
 layers (a: embedding, lm_head, sampling; b: one layer) -- the full model's estimate without loading it.
 --sample-activations fp32,int8 runs one server per mode (tinkerd's --sample-activations), each timed in every round.
 Usage: qlora_decode_proxy.py [--layers 4,8] [--rounds 3] [--gen 64] [--threads 2] [--skip-llamacpp]
-       [--sample-activations fp32|int8|fp32,int8]"""
+       [--sample-activations fp32|int8|fp32,int8] [--gguf FILE --vocab N]  (any GGUF as it is, e.g. SmolLM2 Q4_1)"""
 import argparse
 import json
 import os
@@ -102,9 +102,12 @@ def quiet(args, what, fn, pid=None):
 def measure(args, layers):
     """Per round: llama-bench, then each --sample-activations mode's server (all started up front, one idle
     while another is timed). Row keys: tinkerd / tinkerd_cpu for the first mode, tinkerd_<mode> for each."""
-    shape = headline_gguf.proxy(layers)
-    model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape)
-    headline_gguf.write(model, shape, args.tokenizer)
+    if args.gguf:
+        model = pathlib.Path(args.gguf)
+    else:
+        shape = headline_gguf.proxy(layers)
+        model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape)
+        headline_gguf.write(model, shape, args.tokenizer)
     import tinker
     from tinker import types
     modes = args.sample_activations.split(",")
@@ -118,7 +121,7 @@ def measure(args, layers):
             svc = tinker.ServiceClient(base_url=f"http://127.0.0.1:{srv.port}", api_key="tml-proxy")
             clients[m] = qh.resolved(svc.create_sampling_client(base_model=qh.MODEL_NAME))
         rng = np.random.default_rng(0)
-        prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, VOCAB, size=16)])
+        prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, args.vocab, size=16)])
         for c in clients.values():
             sample_s(c, prompt, 4)  # warm: pages in, scratch allocated
         for r in range(args.rounds):
@@ -161,6 +164,8 @@ def main():
     ap.add_argument("--llamacpp-bin", default=str(qh.CACHE / "llamacpp-0.3.36" / "bin"))
     ap.add_argument("--tokenizer", default=str(qh.TOKENIZER))
     ap.add_argument("--skip-llamacpp", action="store_true")
+    ap.add_argument("--gguf", help="time this GGUF as it is instead of the proxy cuts (then give one --layers)")
+    ap.add_argument("--vocab", type=int, default=VOCAB, help="prompt token ids are drawn below this")
     ap.add_argument("--sample-activations", default="fp32", help="tinkerd's modes, comma-separated: fp32,int8")
     ap.add_argument("--max-foreign", type=float, default=10, help="%% of the cores others may use (waited for)")
     ap.add_argument("--quiet-wait", type=float, default=60)
@@ -176,13 +181,14 @@ def main():
             print(f"| {r['layers']} | {m} | {o:.2f} | {r['llamacpp']:.2f} | {o / r['llamacpp']:.2f}x | "
                   f"{oc:.2f} | {r['llamacpp_cpu']:.2f} | {oc / r['llamacpp_cpu']:.2f}x |")
     if len(rows) >= 2 and not args.skip_llamacpp:
-        cells = []
-        for ours, theirs in (("tinkerd", "llamacpp"), ("tinkerd_cpu", "llamacpp_cpu")):
-            (o, a0, b0), (t, a1, b1) = extrapolate(rows, ours), extrapolate(rows, theirs)
-            cells += [f"{o:.2f}", f"{t:.2f}", f"{o / t:.2f}x"]
-            log(f"fit s/token ({ours}): tinkerd {a0 * 1e3:.1f} + {b0 * 1e3:.2f}·L ms, llama.cpp {a1 * 1e3:.1f} + "
-                f"{b1 * 1e3:.2f}·L ms")
-        print("| 48 (fit) | " + " | ".join(cells) + " |")
+        for m in modes:
+            cells = []
+            for ours, theirs in ((f"tinkerd_{m}", "llamacpp"), (f"tinkerd_{m}_cpu", "llamacpp_cpu")):
+                (o, a0, b0), (t, a1, b1) = extrapolate(rows, ours), extrapolate(rows, theirs)
+                cells += [f"{o:.2f}", f"{t:.2f}", f"{o / t:.2f}x"]
+                log(f"fit s/token ({ours}): tinkerd {a0 * 1e3:.1f} + {b0 * 1e3:.2f}·L ms, llama.cpp {a1 * 1e3:.1f} + "
+                    f"{b1 * 1e3:.2f}·L ms")
+            print(f"| 48 (fit) | {m} | " + " | ".join(cells) + " |")
     print(json.dumps({"bench": "qlora_decode_proxy", "rows": rows}))
 
 
