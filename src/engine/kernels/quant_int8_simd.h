@@ -15,11 +15,6 @@ struct XBlock {
     float d, s;
 };
 
-inline XBlock x_block(const Int8View & x, int64_t t, int64_t k) {
-    const int64_t b = t * x.blocks + k;
-    return {x.q + t * x.in + k * x.block, x.bsums + b * (x.block / 16), x.d[b], x.s[b]};
-}
-
 // f16 -> float as gguf::half_to_float (F16C is exact on finite values; inf / NaN take the scalar route).
 inline float load_half(const uint8_t * p) {
     uint16_t h;
@@ -85,7 +80,14 @@ struct Q4_1 {  // w = d · q + m: the min term m · d_x · Σ q_x
     };
     static U decode(const uint8_t * b) {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4));
-        return {low_nibbles(_mm256_set_m128i(_mm_srli_epi16(q, 4), q)), load_half(b), load_half(b + 2)};
+        uint32_t dm;  // d and m converted together (each as gguf::half_to_float: inf / NaN the scalar route)
+        std::memcpy(&dm, b, sizeof(dm));
+        const __m256i u = low_nibbles(_mm256_set_m128i(_mm_srli_epi16(q, 4), q));
+        if ((dm & 0x7C00) == 0x7C00 || (dm & 0x7C000000) == 0x7C000000) {
+            return {u, load_half(b), load_half(b + 2)};
+        }
+        const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
+        return {u, _mm_cvtss_f32(f), _mm_cvtss_f32(_mm_movehdup_ps(f))};
     }
     static __m256i lanes(const U & u, const XBlock & x) { return dot_u8s8(_mm256_setzero_si256(), u.u, load32(x.q)); }
     static __m128 extra(const U & u, const XBlock & x) { return _mm_set_ss(u.m * x.s); }
@@ -194,10 +196,23 @@ inline float reduce(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
-// Rows t0 .. t0+TB of x against weight rows [o0, o1): each weight block decoded once for the TB rows.
+// Rows t0 .. t0+TB of x against weight rows [o0, o1): each weight block decoded once for the TB rows. The rows'
+// pointers are taken once, so the block loop only adds the type's constant strides.
 template <class K, int TB>
 void rows_tile(const Int8View & x, int64_t t0, const uint8_t * w, int64_t row_bytes, int64_t o0, int64_t o1, float * y,
                int64_t ldy) {
+    constexpr int64_t kSums = K::kElems / 16;
+    const int8_t * q[TB];
+    const int16_t * bsums[TB];
+    const float *d[TB], *s[TB];
+    for (int t = 0; t < TB; ++t) {
+        const int64_t b0 = (t0 + t) * x.blocks;
+        q[t] = x.q + (t0 + t) * x.in;
+        bsums[t] = x.bsums + b0 * kSums;
+        d[t] = x.d + b0;
+        s[t] = x.s + b0;
+    }
+    const int64_t blocks = x.blocks;
     for (int64_t o = o0; o < o1; ++o) {
         __m256 acc[TB];
         __m128 extra[TB];
@@ -206,10 +221,10 @@ void rows_tile(const Int8View & x, int64_t t0, const uint8_t * w, int64_t row_by
             extra[t] = _mm_setzero_ps();
         }
         const uint8_t * row = w + o * row_bytes;
-        for (int64_t k = 0; k < x.blocks; ++k) {
+        for (int64_t k = 0; k < blocks; ++k) {
             const typename K::U u = K::decode(row + k * K::kBytes);
             for (int t = 0; t < TB; ++t) {
-                const XBlock xb = x_block(x, t0 + t, k);
+                const XBlock xb{q[t] + k * K::kElems, bsums[t] + k * kSums, d[t][k], s[t][k]};
                 const __m256 l = _mm256_cvtepi32_ps(K::lanes(u, xb));
                 acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(l, _mm256_set1_ps(u.d * xb.d)));
                 if (K::kExtra) {
