@@ -26,9 +26,8 @@ namespace k = tinkerd::engine::kernels;
 using Clock = std::chrono::steady_clock;
 using Op = std::function<torch::Tensor(const torch::Tensor &, size_t)>;  // (activation, weight copy)
 
-const double kCopyBytes = std::getenv("KB_COPY_BYTES")
-                              ? std::atof(std::getenv("KB_COPY_BYTES"))
-                              : 320e6;  // bf16 weight copies cycled through per shape (over the LLC)
+// Weight copies cycled through per shape: 320 MB (over the LLC), or KB_COPY_BYTES (1: one copy, in cache).
+const double kCopyBytes = std::getenv("KB_COPY_BYTES") ? std::atof(std::getenv("KB_COPY_BYTES")) : 320e6;
 
 struct Shape {
     int64_t out, in;
