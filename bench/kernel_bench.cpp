@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_int8.h"
 #include "engine/kernels/quant_kernels.h"
 #include "foreign_cpu.h"
 #include "read_bandwidth.h"
@@ -25,7 +26,8 @@ namespace k = tinkerd::engine::kernels;
 using Clock = std::chrono::steady_clock;
 using Op = std::function<torch::Tensor(const torch::Tensor &, size_t)>;  // (activation, weight copy)
 
-constexpr double kCopyBytes = 320e6;  // bf16 weight copies cycled through per shape (over the LLC)
+// Weight copies cycled through per shape: 320 MB (over the LLC), or KB_COPY_BYTES (1: one copy, in cache).
+const double kCopyBytes = std::getenv("KB_COPY_BYTES") ? std::atof(std::getenv("KB_COPY_BYTES")) : 320e6;
 
 struct Shape {
     int64_t out, in;
@@ -131,7 +133,27 @@ void bench_shape(const Shape & s, const std::vector<int64_t> & rows, double band
 }
 
 // quant_forward_rows at T = 1 (the decode step) on random Q4_K / Q6_K / Q8_0 / Q4_1 weights, 1 and `threads`
-// threads splitting the output rows; weight copies cycle as above. GB/s of quantised weight bytes read.
+// threads splitting the output rows; weight copies cycle as above. GB/s of quantised weight bytes read and
+// G weights/s, for the exact fp32 kernels and the int8-activation ones (x quantised once per call, included).
+// y [out] = x [in] · wᵀ at T = 1 split over the threads: the exact kernels, or x quantised to int8 once then
+// the int8 kernels (as quant_matmul's fused path runs them).
+void quant_product(tinkerd::gguf::GgmlType type, const float * x, int64_t in, const uint8_t * w, int64_t row_bytes,
+                   int64_t out, float * y, bool int8) {
+    namespace d = tinkerd::engine::kernels::detail;
+    if (!int8) {
+        at::parallel_for(0, out, 16, [&](int64_t o0, int64_t o1) {
+            d::quant_forward_rows(type, x, 1, in, w, row_bytes, o0, o1, y, out, d::quant_cpu_isa());
+        });
+        return;
+    }
+    d::Int8Rows xq;
+    d::quantise_rows_int8(type, x, 1, in, xq);
+    const d::Int8View xv = d::int8_view(xq, 0, 1);
+    const d::Int8Isa isa = d::int8_isa_for(d::quant_cpu_isa());
+    at::parallel_for(
+        0, out, 16, [&](int64_t o0, int64_t o1) { d::int8_forward_rows(type, xv, w, row_bytes, o0, o1, y, out, isa); });
+}
+
 void bench_quant(int threads) {
     namespace d = tinkerd::engine::kernels::detail;
     using tinkerd::gguf::GgmlType;
@@ -140,7 +162,8 @@ void bench_quant(int threads) {
         "%.2f GB/s (%d threads)\n",
         static_cast<int>(d::quant_cpu_isa()), tinkerd::bench::ReadBandwidth(size_t{1} << 30, 1).measure(3),
         tinkerd::bench::ReadBandwidth(size_t{1} << 30, threads).measure(3), threads);
-    std::printf("%-5s %11s %7s %9s %8s\n", "type", "shape", "threads", "ms", "GB/s");
+    std::printf("int8 path: %s\n", tinkerd::engine::kernels::int8_kernel_path());
+    std::printf("%-5s %11s %5s %7s %9s %8s %8s\n", "type", "shape", "path", "threads", "ms", "GB/s", "Gw/s");
     const std::pair<GgmlType, int64_t> types[] = {
         {GgmlType::Q4_K, 144}, {GgmlType::Q6_K, 210}, {GgmlType::Q8_0, 34}, {GgmlType::Q4_1, 20}};
     for (const auto & [type, bb] : types) {
@@ -157,20 +180,20 @@ void bench_quant(int threads) {
                 w[b] = w[b + 2] = 0x66, w[b + 1] = w[b + 3] = 0x2E;
             }
             const torch::Tensor x = torch::randn({in}), y = torch::empty({out});
-            for (const int n : {1, threads}) {
-                at::set_num_threads(n);
-                const Op op = [&](const torch::Tensor &, size_t c) {
-                    at::parallel_for(0, out, 16, [&](int64_t o0, int64_t o1) {
-                        d::quant_forward_rows(type, x.data_ptr<float>(), 1, in, w.data() + c * bytes, row_bytes, o0, o1,
-                                              y.data_ptr<float>(), out, d::quant_cpu_isa());
-                    });
-                    return y;
-                };
-                const double s = time_op(op, x, copies);
-                std::printf("%-5s %5lldx%-5lld %7d %9.3f %8.2f\n",
-                            tinkerd::gguf::ggml_type_name(static_cast<uint32_t>(type)).c_str(),
-                            static_cast<long long>(out), static_cast<long long>(in), n, s * 1e3,
-                            static_cast<double>(bytes) / s / 1e9);
+            for (const bool int8 : {false, true}) {
+                for (const int n : {1, threads}) {
+                    at::set_num_threads(n);
+                    const Op op = [&](const torch::Tensor &, size_t c) {
+                        quant_product(type, x.data_ptr<float>(), in, w.data() + c * bytes, row_bytes, out,
+                                      y.data_ptr<float>(), int8);
+                        return y;
+                    };
+                    const double s = time_op(op, x, copies);
+                    std::printf("%-5s %5lldx%-5lld %5s %7d %9.3f %8.2f %8.2f\n",
+                                tinkerd::gguf::ggml_type_name(static_cast<uint32_t>(type)).c_str(),
+                                static_cast<long long>(out), static_cast<long long>(in), int8 ? "int8" : "fp32", n,
+                                s * 1e3, static_cast<double>(bytes) / s / 1e9, static_cast<double>(out * in) / s / 1e9);
+                }
             }
         }
     }

@@ -6,7 +6,9 @@ other processes used meanwhile recorded (the machine is shared: read the rows wi
 tinkerd's decode rate excludes the prompt: (GEN - 1) / (time of GEN tokens - time of 1 token), same prompt.
 With two or more layer counts, each side's seconds per token t(L) = a + b·L are fitted and extrapolated to 48
 layers (a: embedding, lm_head, sampling; b: one layer) -- the full model's estimate without loading it.
-Usage: qlora_decode_proxy.py [--layers 4,8] [--rounds 3] [--gen 64] [--threads 2] [--skip-llamacpp]"""
+--sample-activations fp32,int8 runs one server per mode (tinkerd's --sample-activations), each timed in every round.
+Usage: qlora_decode_proxy.py [--layers 4,8] [--rounds 3] [--gen 64] [--threads 2] [--skip-llamacpp]
+       [--sample-activations fp32|int8|fp32,int8] [--gguf FILE --vocab N]  (any GGUF as it is, e.g. SmolLM2 Q4_1)"""
 import argparse
 import json
 import os
@@ -98,30 +100,49 @@ def quiet(args, what, fn, pid=None):
 
 
 def measure(args, layers):
-    shape = headline_gguf.proxy(layers)
-    model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape)
-    headline_gguf.write(model, shape, args.tokenizer)
+    """Per round: llama-bench, then each --sample-activations mode's server (all started up front, one idle
+    while another is timed). Row keys: tinkerd / tinkerd_cpu for the first mode, tinkerd_<mode> for each."""
+    if args.gguf:
+        model = pathlib.Path(args.gguf)
+    else:
+        shape = headline_gguf.proxy(layers)
+        model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape)
+        headline_gguf.write(model, shape, args.tokenizer)
     import tinker
     from tinker import types
-    srv = qh.Server(args.build, model, args.threads, [qh.BASE_QUANT_FLAG, qh.BASE_QUANT_VALUE])
-    ours, theirs = [], []
+    modes = args.sample_activations.split(",")
+    servers = {m: qh.Server(args.build, model, args.threads,
+                            [qh.BASE_QUANT_FLAG, qh.BASE_QUANT_VALUE, "--sample-activations", m]) for m in modes}
+    ours, theirs = {m: [] for m in modes}, []
     try:
-        srv.start()
-        svc = tinker.ServiceClient(base_url=f"http://127.0.0.1:{srv.port}", api_key="tml-proxy")
-        client = qh.resolved(svc.create_sampling_client(base_model=qh.MODEL_NAME))
+        clients = {}
+        for m, srv in servers.items():
+            srv.start()
+            svc = tinker.ServiceClient(base_url=f"http://127.0.0.1:{srv.port}", api_key="tml-proxy")
+            clients[m] = qh.resolved(svc.create_sampling_client(base_model=qh.MODEL_NAME))
         rng = np.random.default_rng(0)
-        prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, VOCAB, size=16)])
-        sample_s(client, prompt, 4)  # warm: pages in, scratch allocated
+        prompt = types.ModelInput.from_ints([int(t) for t in rng.integers(0, args.vocab, size=16)])
+        for c in clients.values():
+            sample_s(c, prompt, 4)  # warm: pages in, scratch allocated
         for r in range(args.rounds):
             if not args.skip_llamacpp:
                 theirs.append(quiet(args, f"L={layers} round {r} llama.cpp",
                                     lambda: llama_tg(args.llamacpp_bin, model, args.threads, args.gen)))
-            ours.append(quiet(args, f"L={layers} round {r} tinkerd", lambda: tinkerd_tg(client, prompt, args.gen, srv.proc.pid), srv.proc.pid))
+            for m, c in clients.items():
+                pid = servers[m].proc.pid
+                ours[m].append(quiet(args, f"L={layers} round {r} tinkerd ({m})",
+                                     lambda: tinkerd_tg(c, prompt, args.gen, pid), pid))
     finally:
-        srv.stop()
+        for srv in servers.values():
+            srv.stop()
     med = lambda rows, i: statistics.median(r[i] for r in rows) if rows else float("nan")  # noqa: E731
-    return {"layers": layers, "tinkerd": med(ours, 0), "llamacpp": med(theirs, 0), "tinkerd_cpu": med(ours, 1),
-            "llamacpp_cpu": med(theirs, 1), "tinkerd_all": ours, "llamacpp_all": theirs}
+    row = {"layers": layers, "tinkerd": med(ours[modes[0]], 0), "llamacpp": med(theirs, 0),
+           "tinkerd_cpu": med(ours[modes[0]], 1), "llamacpp_cpu": med(theirs, 1), "tinkerd_all": ours[modes[0]],
+           "llamacpp_all": theirs, "modes": modes}
+    for m in modes:
+        row[f"tinkerd_{m}"], row[f"tinkerd_{m}_cpu"] = med(ours[m], 0), med(ours[m], 1)
+        row[f"tinkerd_{m}_all"] = ours[m]
+    return row
 
 
 def extrapolate(rows, side, layers=48):
@@ -143,24 +164,31 @@ def main():
     ap.add_argument("--llamacpp-bin", default=str(qh.CACHE / "llamacpp-0.3.36" / "bin"))
     ap.add_argument("--tokenizer", default=str(qh.TOKENIZER))
     ap.add_argument("--skip-llamacpp", action="store_true")
+    ap.add_argument("--gguf", help="time this GGUF as it is instead of the proxy cuts (then give one --layers)")
+    ap.add_argument("--vocab", type=int, default=VOCAB, help="prompt token ids are drawn below this")
+    ap.add_argument("--sample-activations", default="fp32", help="tinkerd's modes, comma-separated: fp32,int8")
     ap.add_argument("--max-foreign", type=float, default=10, help="%% of the cores others may use (waited for)")
     ap.add_argument("--quiet-wait", type=float, default=60)
     ap.add_argument("--retries", type=int, default=2, help="re-measure while others used more than --max-foreign")
     args = ap.parse_args()
     rows = [measure(args, int(L)) for L in args.layers.split(",")]
-    print("| layers | tinkerd tok/s | llama.cpp tok/s | ratio | tinkerd / CPU-s | llama.cpp / CPU-s | ratio |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
+    modes = args.sample_activations.split(",")
+    print("| layers | activations | tinkerd tok/s | llama.cpp tok/s | ratio | tinkerd / CPU-s | llama.cpp / CPU-s "
+          "| ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['layers']} | {r['tinkerd']:.2f} | {r['llamacpp']:.2f} | {r['tinkerd'] / r['llamacpp']:.2f}x | "
-              f"{r['tinkerd_cpu']:.2f} | {r['llamacpp_cpu']:.2f} | {r['tinkerd_cpu'] / r['llamacpp_cpu']:.2f}x |")
+        for m in modes:
+            o, oc = r[f"tinkerd_{m}"], r[f"tinkerd_{m}_cpu"]
+            print(f"| {r['layers']} | {m} | {o:.2f} | {r['llamacpp']:.2f} | {o / r['llamacpp']:.2f}x | "
+                  f"{oc:.2f} | {r['llamacpp_cpu']:.2f} | {oc / r['llamacpp_cpu']:.2f}x |")
     if len(rows) >= 2 and not args.skip_llamacpp:
-        cells = []
-        for ours, theirs in (("tinkerd", "llamacpp"), ("tinkerd_cpu", "llamacpp_cpu")):
-            (o, a0, b0), (t, a1, b1) = extrapolate(rows, ours), extrapolate(rows, theirs)
-            cells += [f"{o:.2f}", f"{t:.2f}", f"{o / t:.2f}x"]
-            log(f"fit s/token ({ours}): tinkerd {a0 * 1e3:.1f} + {b0 * 1e3:.2f}·L ms, llama.cpp {a1 * 1e3:.1f} + "
-                f"{b1 * 1e3:.2f}·L ms")
-        print("| 48 (fit) | " + " | ".join(cells) + " |")
+        for m in modes:
+            cells = []
+            for ours, theirs in ((f"tinkerd_{m}", "llamacpp"), (f"tinkerd_{m}_cpu", "llamacpp_cpu")):
+                (o, a0, b0), (t, a1, b1) = extrapolate(rows, ours), extrapolate(rows, theirs)
+                cells += [f"{o:.2f}", f"{t:.2f}", f"{o / t:.2f}x"]
+                log(f"fit s/token ({ours}): tinkerd {a0 * 1e3:.1f} + {b0 * 1e3:.2f}·L ms, llama.cpp {a1 * 1e3:.1f} + "
+                    f"{b1 * 1e3:.2f}·L ms")
+            print(f"| 48 (fit) | {m} | " + " | ".join(cells) + " |")
     print(json.dumps({"bench": "qlora_decode_proxy", "rows": rows}))
 
 

@@ -417,6 +417,7 @@ tinkerd::engine::EngineOptions engine_options(const Flags & flags) {
     o.quantise_at_load = flags.base_quant == "q8_0"   ? tinkerd::engine::LoadQuant::Q8_0
                          : flags.base_quant == "q4_k" ? tinkerd::engine::LoadQuant::Q4_K
                                                       : tinkerd::engine::LoadQuant::NONE;
+    o.sample_int8_activations = flags.sample_activations == "int8";
     return o;
 }
 

@@ -161,6 +161,7 @@ std::vector<FlagDef> make_table() {
         choice("--dtype", FIELD(dtype), {"auto", "bf16", "fp32"}),
         choice("--matmul", FIELD(matmul), {"auto", "exact", "bf16"}),
         choice("--base-quant", FIELD(base_quant), {"auto", "gguf", "dequant", "q8_0", "q4_k"}),
+        choice("--sample-activations", FIELD(sample_activations), {"fp32", "int8"}),
         text("--device", FIELD(device)),
         integer("--threads", FIELD(threads), 0),
         integer("--io-threads", FIELD(io_threads), 1),

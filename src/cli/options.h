@@ -21,8 +21,9 @@ struct Options {
     std::string dtype = "auto";       // auto | bf16 | fp32
     std::string matmul = "auto";      // auto | exact | bf16: products with bf16 weights (engine/kernel_choice.h)
     std::string base_quant = "auto";  // auto | gguf | dequant | q8_0 | q4_k: quantised base weights (gguf/convert.h)
-    std::string device = "cpu";       // a torch device string, checked by the engine
-    int threads = 0;                  // 0 = every core (shared out among --dp ranks and replicas)
+    std::string sample_activations = "fp32";  // fp32 | int8: sampling with a quantised base (quant_int8.h)
+    std::string device = "cpu";               // a torch device string, checked by the engine
+    int threads = 0;                          // 0 = every core (shared out among --dp ranks and replicas)
     int io_threads = 2;
     double session_timeout_seconds = 120;
     double poll_timeout_seconds = 25;

@@ -5,6 +5,8 @@
 #include "common/log.h"
 #include "engine/engine_impl.h"
 #include "engine/host_access.h"
+#include "engine/kernel_choice.h"
+#include "engine/kernels/quant_int8.h"
 #include "engine/meta_kernels.h"
 #include "engine/optimizer.h"
 #include "engine/sampler.h"
@@ -77,8 +79,9 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, cons
         if (!transformer.ok()) {
             return transformer.error();
         }
-        std::unique_ptr<Engine> engine =
-            std::make_unique<EngineImpl>(std::move(transformer).value(), options.kv_cache_bytes);
+        auto impl = std::make_unique<EngineImpl>(std::move(transformer).value(), options.kv_cache_bytes);
+        impl->set_sample_int8_activations(options.sample_int8_activations);
+        std::unique_ptr<Engine> engine = std::move(impl);
         LOG_INF("engine", "loaded %s (%s, %lld layers, %s weights, %d threads, device %s)", model_dir.c_str(),
                 engine->config().architecture.c_str(), static_cast<long long>(engine->config().n_layers),
                 engine->compute_dtype_name().c_str(), threads, device->str().c_str());
@@ -86,6 +89,26 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, cons
     } catch (const c10::Error & e) {
         return internal_error(std::string("loading the model failed: ") + e.what_without_backtrace());
     }
+}
+
+void EngineImpl::set_sample_int8_activations(bool on) {
+    if (!on) {
+        return;
+    }
+    const std::string quantised = transformer_->quantised_types();
+    if (quantised.empty()) {
+        LOG_INF("engine",
+                "--sample-activations int8: no effect, the base weights are not quantised (sampling "
+                "runs in fp32)");
+        note_sample_activations("int8 (no effect: the base is not quantised)");
+        return;
+    }
+    sampling_.set_int8_activations(true);
+    LOG_INF("engine",
+            "--sample-activations int8: sampling's few-row products with %s blocks quantise activations to int8 "
+            "(%s kernels; Q8_0, Q4_1, Q4_K, Q6_K in int8, other types exact); training stays fp32",
+            quantised.c_str(), kernels::int8_kernel_path());
+    note_sample_activations(std::string("int8 (") + kernels::int8_kernel_path() + " kernels)");
 }
 
 std::string EngineImpl::compute_dtype_name() const {

@@ -38,6 +38,9 @@ struct EngineOptions {
     // (no index) process s takes GPU s modulo the GPUs there are, so each process has its own device.
     int device_slot = 0;
     LoadQuant quantise_at_load = LoadQuant::NONE;
+    // --sample-activations int8: sampling's products with quantised base weights quantise their activations
+    // to int8 blocks and dot in integers (kernels/quant_int8.h); training stays exact. No effect otherwise.
+    bool sample_int8_activations = false;
 };
 
 // A LoRA adapter's shape. Targets follow the Tinker flags: attn -> q,k,v,o; mlp -> gate,up,down;

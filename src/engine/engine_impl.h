@@ -21,6 +21,8 @@ class EngineImpl final : public Engine {
         : transformer_(std::move(transformer)), sampling_(*transformer_, kv_cache_bytes) {}
 
     const model::ModelConfig & config() const override { return transformer_->config(); }
+    // --sample-activations int8 (EngineOptions::sample_int8_activations); logs what it does for this base.
+    void set_sample_int8_activations(bool on);
     std::string compute_dtype_name() const override;
     Result<AdapterId> create_adapter(const LoraSpec & spec) override;
     Result<void> remove_adapter(AdapterId id) override;

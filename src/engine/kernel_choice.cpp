@@ -254,9 +254,16 @@ KernelChoice choose_kernels(MatmulMode mode, const std::vector<MatmulShape> & sh
     choice.kernel = kernels::kernel_isa() == kernels::KernelIsa::generic ? "generic"
                     : kernels::brgemm_enabled()                          ? "brgemm-bf16"
                                                                          : "blas-fp32";
+    const std::string sample_activations = g_choice.sample_activations;
     g_choice = choice;
+    g_choice.sample_activations = sample_activations;
     g_made = true;
     return choice;
+}
+
+void note_sample_activations(const std::string & what) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_choice.sample_activations = what;
 }
 
 KernelChoice current_kernel_choice() {

@@ -35,6 +35,8 @@ struct KernelChoice {
     bool from_cache = false;                  // the candidates were read from the cache file, not timed now
     double measure_ms = 0;                    // time spent timing (0 from the cache)
     std::string reason = "no choice made in this process: exact";  // why this path, in words
+    // --sample-activations with a quantised base: "fp32", "int8 (<kernel path>)", or "int8 (no effect: ...)".
+    std::string sample_activations = "fp32";
 
     std::string summary() const;  // one line for the log
 };
@@ -55,6 +57,8 @@ KernelChoice choose_kernels(MatmulMode mode, const std::vector<MatmulShape> & sh
 
 // The last choice (the default exact one before any).
 KernelChoice current_kernel_choice();
+// Records what --sample-activations does (KernelChoice::sample_activations), for server_status.
+void note_sample_activations(const std::string & what);
 
 // auto takes bf16 dot products when they time at least this much faster than the exact path.
 inline constexpr double BF16_MIN_SPEEDUP = 1.25;

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "engine/host_access.h"
+#include "engine/kernels/quant_int8.h"
 #include "engine/prompt_logits.h"
 #include "engine/sampler.h"
 
@@ -62,6 +63,7 @@ Result<SampleHandle> SampleLoop::submit(SampleRequest request, const Adapter * a
 std::vector<FinishedSample> SampleLoop::step() {
     try {
         torch::NoGradGuard no_grad;
+        const kernels::Int8ActivationsScope int8(int8_activations_);  // prefill and decode; training never
         std::vector<PrefillJob> jobs = admit();
         if (!jobs.empty()) {
             prefill(jobs);

@@ -31,6 +31,8 @@ class SampleLoop {
     // Fails (at the next step) every request sampling from this adapter; call before the adapter goes.
     void drop_adapter(const Adapter * adapter);
     SampleStats stats() const;
+    // Sampling's products with quantised weights use int8 activations (kernels/quant_int8.h) when on.
+    void set_int8_activations(bool on) { int8_activations_ = on; }
 
   private:
     struct Sequence {
@@ -90,6 +92,7 @@ class SampleLoop {
     SampleHandle next_handle_ = 1;
     int64_t next_admit_order_ = 0;
     int64_t preemptions_ = 0;
+    bool int8_activations_ = false;  // --sample-activations int8
 };
 
 }  // namespace tinkerd::engine

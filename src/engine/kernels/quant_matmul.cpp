@@ -12,6 +12,7 @@
 
 #include "engine/host_access.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_int8.h"
 #include "engine/kernels/quant_kernels.h"
 #include "gguf/quantise.h"
 
@@ -71,6 +72,16 @@ void forward_fused(const torch::Tensor & x, const torch::Tensor & w, torch::Tens
     const float * xp = host_data<const float>(x, "quantised products");
     float * yp = host_data<float>(y, "quantised products");
     const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 16) / std::max<int64_t>(1, row_bytes));
+    if (detail::int8_activations_on() && detail::int8_type_supported(type)) {  // sampling's opt-in int8 path
+        detail::Int8Rows xq;
+        detail::quantise_rows_int8(type, xp, T, in, xq);  // once per product, before the threads split
+        const detail::Int8View xv = detail::int8_view(xq, 0, T);
+        const detail::Int8Isa isa = detail::int8_isa_for(detail::quant_isa());
+        at::parallel_for(0, out, grain, [&](int64_t begin, int64_t end) {
+            detail::int8_forward_rows(type, xv, blocks(w), row_bytes, begin, end, yp, out, isa);
+        });
+        return;
+    }
     at::parallel_for(0, out, grain, [&](int64_t begin, int64_t end) {
         detail::quant_forward_rows(type, xp, T, in, blocks(w), row_bytes, begin, end, yp, out, detail::quant_isa());
     });

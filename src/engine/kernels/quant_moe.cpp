@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 
 #include "engine/host_access.h"
+#include "engine/kernels/quant_int8.h"
 #include "engine/kernels/quant_kernels.h"
 #include "engine/kernels/quant_matmul.h"
 
@@ -72,6 +73,27 @@ Stack stack_of(const torch::Tensor & w) {
             quantised_row_bytes(w)};
 }
 
+// The gathered x [P, in] quantised once per stack for the int8-activation mode (sampling's opt-in), where on.
+struct Int8Stacks {
+    std::vector<detail::Int8Rows> rows;
+    std::vector<bool> on;
+    detail::Int8Isa isa = detail::Int8Isa::scalar;
+};
+
+Int8Stacks int8_stacks(const std::vector<Stack> & stacks, const float * x, int64_t P) {
+    Int8Stacks r;
+    r.rows.resize(stacks.size());
+    r.on.assign(stacks.size(), false);
+    r.isa = detail::int8_isa_for(detail::quant_isa());
+    for (size_t s = 0; s < stacks.size(); ++s) {
+        r.on[s] = detail::int8_activations_on() && detail::int8_type_supported(stacks[s].type);
+        if (r.on[s]) {
+            detail::quantise_rows_int8(stacks[s].type, x, P, stacks[s].in, r.rows[s]);
+        }
+    }
+    return r;
+}
+
 // y [P, out] (gathered order) = x [P, in] · W_eᵀ per group, for every stack in `stacks` (y[s] its output):
 // items (group, stack, row range), split across the threads in one parallel region.
 void grouped_products(const Groups & g, const std::vector<Stack> & stacks, const float * x,
@@ -90,14 +112,21 @@ void grouped_products(const Groups & g, const std::vector<Stack> & stacks, const
         }
     }
     const detail::QuantIsa isa = detail::quant_isa();
+    const Int8Stacks int8 = int8_stacks(stacks, x, static_cast<int64_t>(g.token.size()));
     at::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             const Item & it = items[i];
             const Stack & s = stacks[it.stack];
             const int64_t r0 = g.begin[it.group], n = g.begin[it.group + 1] - r0;
             const uint8_t * w = s.data + g.expert[it.group] * s.out * s.row_bytes;
-            detail::quant_forward_rows(s.type, x + r0 * s.in, n, s.in, w, s.row_bytes, it.o0, it.o1,
-                                       y[it.stack] + r0 * s.out, s.out, isa);
+            float * ys = y[it.stack] + r0 * s.out;
+            if (int8.on[it.stack]) {
+                detail::int8_forward_rows(s.type, detail::int8_view(int8.rows[it.stack], r0, n), w, s.row_bytes, it.o0,
+                                          it.o1, ys, s.out, int8.isa);
+            } else {
+                detail::quant_forward_rows(s.type, x + r0 * s.in, n, s.in, w, s.row_bytes, it.o0, it.o1, ys, s.out,
+                                           isa);
+            }
         }
     });
 }
