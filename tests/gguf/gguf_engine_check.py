@@ -56,13 +56,15 @@ def engine_logprobs(port, name, ids):
     return np.array(got[1:], dtype=np.float64)
 
 
-def check_engine(tinkerd, work, ids, models, load_transformers):
-    """models: {served name: GGUF path}; load_transformers(path) -> transformers' model of that GGUF."""
+def check_engine(tinkerd, work, ids, models, load_transformers, flags=(), tolerance=TOLERANCE, must_differ=0.0):
+    """models: {served name: GGUF path}; load_transformers(path) -> transformers' model of that GGUF. flags: more
+    server flags; the logprobs must be within `tolerance` of transformers' and, when must_differ > 0, further
+    than that from them (the flags changed the numerics)."""
     data_dir = pathlib.Path(tempfile.mkdtemp(prefix="gguf-engine-", dir=work))
     log_path = data_dir / "server.log"
     port = free_port()
     cmd = [str(tinkerd), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir), "--dtype", "fp32",
-           "--threads", "2"]
+           "--threads", "2", *flags]
     for name, path in models.items():
         cmd += ["--model", f"{name}={path}"]
     with open(log_path, "wb") as log:
@@ -73,8 +75,10 @@ def check_engine(tinkerd, work, ids, models, load_transformers):
                 want = transformers_logprobs(load_transformers(path), ids)
                 got = engine_logprobs(port, name, ids)
                 err = float(np.abs(got - want).max())
-                assert err <= TOLERANCE, f"(e) {name}: tinkerd's logprobs differ from transformers' by {err}"
-                print(f"(e) {name}: tinkerd logprobs vs transformers' GGUF loading, max |diff| {err:.2e}")
+                assert err <= tolerance, f"(e) {name}: tinkerd's logprobs differ from transformers' by {err}"
+                assert err > must_differ, f"(e) {name}: {' '.join(flags)} changed nothing (max |diff| {err})"
+                print(f"(e) {name} {' '.join(flags)}: tinkerd logprobs vs transformers' GGUF loading, "
+                      f"max |diff| {err:.2e}")
         finally:
             proc.terminate()
             proc.wait(timeout=60)
