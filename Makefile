@@ -71,7 +71,7 @@ fixtures: build
 test: deps format-check build fixtures default-model
 	$(MAKE) cuda-check
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
-	cd $(BUILD) && ctest --output-on-failure -L reference
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L reference
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L cpu-paths
 	cd $(BUILD) && ctest --output-on-failure -L e2e
 	$(MAKE) asan-test
@@ -81,7 +81,7 @@ unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 
 reference-test: fixtures
-	cd $(BUILD) && ctest --output-on-failure -L reference
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L reference
 
 # The engine and reference tests again under each capped CPU code path (cmake/CpuPaths.cmake): what an
 # AVX2-only or other-vendor CPU would compute, checked on this one.
