@@ -162,53 +162,55 @@ std::vector<int64_t> logical_shape(const torch::Tensor & w) {
     return shape;
 }
 
-torch::Tensor quantise_q8_0(const torch::Tensor & w) {
-    TORCH_CHECK(w.dim() >= 1 && w.size(-1) % 32 == 0, "Q8_0 needs rows of a multiple of 32 values, got ", w.sizes());
-    const torch::Tensor values = w.to(torch::kFloat).contiguous();  // [..., in]
-    const int64_t n_blocks = values.numel() / 32;
+namespace {
+
+// One Q8_0 block (34 bytes: d as fp16, 32 int8 q) of v[32]: d = max|v| / 127, q = round(v / d).
+void quantise_q8_0_block(const float * v, uint8_t * block) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) {
+        amax = std::max(amax, std::abs(v[i]));
+    }
+    const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+    const uint16_t half = c10::Half(d).x;
+    std::memcpy(block, &half, 2);
+    for (int i = 0; i < 32; ++i) {
+        const float q = std::nearbyint(v[i] * inv);
+        block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+    }
+}
+
+// w [..., in] as blocks [..., in/values, bytes]: block_fn(x, out) fills one block from `values` fp32 values,
+// the blocks split among the threads `grain` at a time.
+template <class BlockFn>
+torch::Tensor quantise_blocks(const torch::Tensor & w, int64_t values, int64_t bytes, int64_t grain, const char * what,
+                              BlockFn block_fn) {
+    const torch::Tensor x = w.to(torch::kFloat).contiguous();  // [..., in]
     std::vector<int64_t> shape(w.sizes().begin(), w.sizes().end() - 1);
-    shape.push_back(w.size(-1) / 32);
-    shape.push_back(34);
-    torch::Tensor blocks = torch::empty(shape, torch::kUInt8);  // [..., in/32, 34]
-    const float * x = host_data<const float>(values, "quantise_q8_0");
-    uint8_t * out = host_data<uint8_t>(blocks, "quantise_q8_0");
-    at::parallel_for(0, n_blocks, 1024, [&](int64_t begin, int64_t end) {
+    shape.push_back(w.size(-1) / values);
+    shape.push_back(bytes);
+    torch::Tensor blocks = torch::empty(shape, torch::kUInt8);  // [..., in/values, bytes]
+    const float * xp = host_data<const float>(x, what);
+    uint8_t * out = host_data<uint8_t>(blocks, what);
+    at::parallel_for(0, x.numel() / values, grain, [&](int64_t begin, int64_t end) {
         for (int64_t b = begin; b < end; ++b) {
-            const float * v = x + b * 32;
-            float amax = 0;
-            for (int i = 0; i < 32; ++i) {
-                amax = std::max(amax, std::abs(v[i]));
-            }
-            const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
-            const uint16_t half = c10::Half(d).x;
-            uint8_t * block = out + b * 34;
-            std::memcpy(block, &half, 2);
-            for (int i = 0; i < 32; ++i) {
-                const float q = std::nearbyint(v[i] * inv);
-                block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
-            }
+            block_fn(xp + b * values, out + b * bytes);
         }
     });
     return blocks;
 }
 
+}  // namespace
+
+torch::Tensor quantise_q8_0(const torch::Tensor & w) {
+    TORCH_CHECK(w.dim() >= 1 && w.size(-1) % 32 == 0, "Q8_0 needs rows of a multiple of 32 values, got ", w.sizes());
+    return quantise_blocks(w, 32, 34, 1024, "quantise_q8_0", quantise_q8_0_block);  // [..., in/32, 34]
+}
+
 torch::Tensor quantise_q4_k(const torch::Tensor & w) {
     TORCH_CHECK(w.dim() >= 1 && w.size(-1) % gguf::kQ4KBlockValues == 0,
                 "Q4_K needs rows of a multiple of 256 values, got ", w.sizes());
-    const torch::Tensor values = w.to(torch::kFloat).contiguous();  // [..., in]
-    const int64_t n_blocks = values.numel() / gguf::kQ4KBlockValues;
-    std::vector<int64_t> shape(w.sizes().begin(), w.sizes().end() - 1);
-    shape.push_back(w.size(-1) / gguf::kQ4KBlockValues);
-    shape.push_back(gguf::kQ4KBlockBytes);
-    torch::Tensor blocks = torch::empty(shape, torch::kUInt8);  // [..., in/256, 144]
-    const float * x = host_data<const float>(values, "quantise_q4_k");
-    uint8_t * out = host_data<uint8_t>(blocks, "quantise_q4_k");
-    at::parallel_for(0, n_blocks, 256, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) {
-            gguf::quantize_q4_k_block(x + b * gguf::kQ4KBlockValues, out + b * gguf::kQ4KBlockBytes);
-        }
-    });
-    return blocks;
+    return quantise_blocks(w, gguf::kQ4KBlockValues, gguf::kQ4KBlockBytes, 256, "quantise_q4_k",
+                           gguf::quantize_q4_k_block);  // [..., in/256, 144]
 }
 
 torch::Tensor dequantise(const torch::Tensor & w) {
