@@ -22,7 +22,7 @@ CMAKE_FLAGS=(
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEST=${1:-$HOME/.cache/tinkerd/llamacpp-$VERSION}
-PIP=${TINKERD_PIP:-$ROOT/.venv/bin/pip}
+PYTHON=${TINKERD_PYTHON:-$ROOT/.venv/bin/python}
 JOBS=${JOBS:-2}
 BIN=$DEST/bin
 STAMP=$BIN/.recipe
@@ -45,19 +45,15 @@ fi
 start=$(date +%s)
 mkdir -p "$DEST"
 if [[ ! -f "$DEST/$SDIST" || "$(sha "$DEST/$SDIST")" != "$SDIST_SHA256" ]]; then
-    if [[ ! -x "$PIP" ]]; then
-        log "error: $PIP not found; run scripts/install-deps.sh first (or set TINKERD_PIP)"
+    if [[ ! -x "$PYTHON" ]]; then
+        log "error: $PYTHON not found; run scripts/install-deps.sh first (or set TINKERD_PYTHON)"
         exit 1
     fi
     log "downloading the llama-cpp-python $VERSION sdist from PyPI (about 77 MB) ..."
     tmp=$(mktemp -d "$DEST/.dl.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
-    # pip prepares the sdist's metadata (an isolated scikit-build-core, no compile) before saving it.
-    "$PIP" download --quiet --no-deps --no-binary :all: --dest "$tmp" "llama-cpp-python==$VERSION" >&2
-    if [[ "$(sha "$tmp/$SDIST")" != "$SDIST_SHA256" ]]; then
-        log "error: $SDIST has sha256 $(sha "$tmp/$SDIST"), expected $SDIST_SHA256"
-        exit 1
-    fi
+    # From PyPI's simple index, sha256-checked (pip download would prepare the sdist's build metadata first).
+    "$PYTHON" "$ROOT/scripts/fetch_sdist.py" llama-cpp-python "$VERSION" "$SDIST_SHA256" "$tmp" >&2
     mv "$tmp/$SDIST" "$DEST/$SDIST"
 fi
 log "sdist ok ($(( $(date +%s) - start )) s)"
