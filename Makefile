@@ -73,7 +73,7 @@ test: deps format-check build fixtures default-model
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L reference
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L cpu-paths
-	cd $(BUILD) && ctest --output-on-failure -L e2e
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L e2e
 	$(MAKE) asan-test
 	$(MAKE) fuzz-test
 
@@ -89,8 +89,9 @@ cpu-paths-test: fixtures
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L cpu-paths
 
 # Starts build/tinkerd and drives it over HTTP with the project's own wire-level client (tests/e2e).
+# -j$(JOBS): each test has its own port and data dir; the longest (COST in tests/e2e/CMakeLists.txt) start first.
 e2e-test: build
-	cd $(BUILD) && ctest --output-on-failure -L e2e
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L e2e
 
 # ASan + UBSan over the torch-free modules' unit tests (libtorch itself is not instrumented).
 asan-test:
@@ -106,7 +107,7 @@ fuzz-build:
 	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_all
 
 fuzz-test: fuzz-build
-	./scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_OUT) $(FUZZ_TARGETS)
+	FUZZ_JOBS=$(JOBS) ./scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_OUT) $(FUZZ_TARGETS)
 
 fuzz: FUZZ_SECONDS = 600
 fuzz: fuzz-build

@@ -2,7 +2,8 @@
 # Runs the libFuzzer targets of a TINKERD_FUZZ build: each for SECONDS over its seed corpus
 # (fuzz/corpus/<target>/, read only) with its dictionary (fuzz/dict/<target>.dict) when there is one.
 # New inputs go to OUT/<target>/ (a scratch folder; pass fuzz/corpus to grow the repo's corpus), crash,
-# leak and timeout inputs to OUT/artifacts/. Exits non-zero when any target fails.
+# leak and timeout inputs to OUT/artifacts/. FUZZ_JOBS targets run at once (default 1). Exits non-zero
+# when any target fails.
 #   scripts/fuzz.sh BUILD_DIR SECONDS OUT [TARGET...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,16 +27,32 @@ max_len() {
   esac
 }
 
-failed=()
-mkdir -p "$OUT/artifacts"
-for target in "${TARGETS[@]}"; do
+# One target: libFuzzer over its corpus; its log and a "FAILED" marker file stay in OUT for the summary.
+run_target() {
+  local target=$1 dict=()
   mkdir -p "$OUT/$target"
-  dict=()
+  rm -f "$OUT/$target.failed"
   [ -f "fuzz/dict/$target.dict" ] && dict=("-dict=fuzz/dict/$target.dict")
   echo "fuzz: $target for ${SECONDS_EACH}s"
   if ! nice -n 10 "$BUILD/fuzz/$target" "$OUT/$target" "fuzz/corpus/$target" "${dict[@]}" \
       -max_total_time="$SECONDS_EACH" -max_len="$(max_len "$target")" -rss_limit_mb=2048 -timeout=10 \
       -print_final_stats=1 -artifact_prefix="$OUT/artifacts/$target-" >"$OUT/$target.log" 2>&1; then
+    touch "$OUT/$target.failed"
+  fi
+}
+
+# FUZZ_JOBS targets at a time (make passes JOBS); each libFuzzer process is single-threaded.
+JOBS_AT_ONCE=${FUZZ_JOBS:-1}
+mkdir -p "$OUT/artifacts"
+for target in "${TARGETS[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS_AT_ONCE" ]; do wait -n || true; done
+  run_target "$target" &
+done
+wait
+
+failed=()
+for target in "${TARGETS[@]}"; do
+  if [ -f "$OUT/$target.failed" ]; then
     failed+=("$target")
     tail -n 60 "$OUT/$target.log"
   fi

@@ -54,9 +54,21 @@ VENV=.venv
 LOCK=scripts/requirements.lock
 stamp_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 
+# Refuses to start a large install on a nearly full disk: pip's own failure ("[Errno 28]") comes minutes
+# later, half way through, with a partly written venv.
+require_free_gib() {
+  local need=$1 why=$2 free
+  free=$(($(df --output=avail -k . | tail -n 1) / 1048576))
+  if [ "$free" -lt "$need" ]; then
+    echo "install-deps: only ${free} GiB free on $(df --output=target . | tail -n 1); need about ${need} GiB ($why)" >&2
+    exit 1
+  fi
+}
+
 want=$(stamp_of "$LOCK")
 if [ "$(cat "$VENV/.tinkerd-stamp" 2>/dev/null)" != "$want" ]; then
   echo "install-deps: installing the pinned PyPI packages into $VENV (torch wheel ~0.5 GB + CUDA libraries)"
+  require_free_gib 10 "the venv takes ~6 GiB, pip's downloads and make test's build trees ~4 more"
   [ -x "$VENV/bin/python" ] || "$SYSTEM_PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$LOCK"
   echo "$want" > "$VENV/.tinkerd-stamp"
