@@ -2,10 +2,10 @@
 """The QLoRA headline: a Qwen3-30B-A3B-shaped GGUF, all Q4_K or Q4_K_M-like (--mix; bench/headline_gguf.py, random weights, real
 Qwen3 tokenizer; written once into ~/.cache/tinkerd/bench/) run by (b) llama.cpp's llama-bench (decode tok/s,
 batch 1, 2 threads) and (c) tinkerd serving the GGUF with quantised base weights through the official tinker
-SDK: rank-32 LoRA, one forward_backward + optim_step on 4 x 256 tokens, save_weights_for_sampler, 32 sampled
-tokens; load time, step time, decode tok/s and the server's peak RSS. One markdown table on stdout.
+SDK: a rank-32 LoRA (--rank), one forward_backward + optim_step on 4 x 256 tokens, save_weights_for_sampler, 32 sampled
+tokens; load time, step time, decode tok/s, the server's memory after each phase and its peak RSS. One markdown table on stdout.
 Usage: qlora_headline.py [--tiny] [--mix q4_k|q4_k_m] [--build build] [--llamacpp-bin DIR] [--skip-llamacpp]
-                         [--skip-tinkerd] [--decode-only] [--dequantised] [--server-flag=--FLAG=VALUE ...]
+                         [--skip-tinkerd] [--rank R] [--decode-only] [--dequantised] [--server-flag=--FLAG=VALUE ...]
 Exit status 1 when either side failed (the table still printed, with the error)."""
 import argparse
 import json
@@ -33,7 +33,7 @@ MODEL_NAME = "bench/qwen3-30b-a3b"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = pathlib.Path(os.environ.get("TINKERD_MODEL_CACHE", pathlib.Path.home() / ".cache" / "tinkerd"))
 TOKENIZER = ROOT.parent / "shared" / "models" / "tokenizers" / "qwen3"
-LORA_RANK, BATCH, SEQ, GEN = 32, 4, 256, 32
+BATCH, SEQ, GEN = 4, 256, 32
 LOAD_TIMEOUT_S, STEP_TIMEOUT_S = 3600, 3600
 
 
@@ -85,6 +85,20 @@ class PeakRss:
     def _run(self):
         while not self._stop.wait(0.5):
             self._read()
+
+    def snapshot(self):
+        """VmHWM, VmRSS and its anonymous / file-mapped parts now, in GiB (the memory after each phase)."""
+        self._read()
+        fields = {}
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    key = line.split(":")[0]
+                    if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+                        fields[key] = round(int(line.split()[1]) / 2**20, 2)
+        except OSError:
+            pass
+        return fields
 
     def stop(self):
         self._read()
@@ -184,9 +198,10 @@ def rate(n, seconds):
     return n / seconds if seconds > 0 else float("nan")
 
 
-def sdk_run(port, vocab, decode_only=False):
-    """Base-model decode (after one warm-up sample, as llama-bench warms up), then one rank-32 LoRA step on
-    4 x 256 random tokens and 32 tokens sampled from the trained adapter (unless decode_only): timings in s."""
+def sdk_run(port, vocab, rank, decode_only=False, mark=lambda phase: None):
+    """Base-model decode (after one warm-up sample, as llama-bench warms up), then one rank-`rank` LoRA step on
+    4 x 256 random tokens and 32 tokens sampled from the trained adapter (unless decode_only): timings in s.
+    mark(phase) is called at the end of each phase (the caller records the server's memory there)."""
     import tinker
     from tinker import types
     svc = tinker.ServiceClient(base_url=f"http://127.0.0.1:{port}", api_key="tml-headline")
@@ -194,33 +209,45 @@ def sdk_run(port, vocab, decode_only=False):
     base = resolved(svc.create_sampling_client(base_model=MODEL_NAME))  # decode on the base alone, as llama.cpp
     timed_sample(base, vocab, rng)  # warm-up: the first pass pages the weights in
     base_rate = decode_rate(base, vocab, rng)
+    mark("base decode")
     if decode_only:
         return {"base_decode_tok_s": base_rate}
-    tc = resolved(svc.create_lora_training_client(base_model=MODEL_NAME, rank=LORA_RANK, seed=0))
+    tc = resolved(svc.create_lora_training_client(base_model=MODEL_NAME, rank=rank, seed=0))
     batch = []
     for _ in range(BATCH):
         seq = rng.integers(0, vocab, size=SEQ + 1)
         batch.append(types.Datum(model_input=types.ModelInput.from_ints([int(t) for t in seq[:-1]]),
                                  loss_fn_inputs={"target_tokens": np.asarray(seq[1:], dtype=np.int64)}))
     start = time.monotonic()
-    fb = tc.forward_backward(batch, "cross_entropy")
-    opt = tc.optim_step(types.AdamParams(learning_rate=1e-4))
-    loss = fb.result(timeout=STEP_TIMEOUT_S).metrics.get("loss:sum")
-    opt.result(timeout=STEP_TIMEOUT_S)
+    loss = tc.forward_backward(batch, "cross_entropy").result(timeout=STEP_TIMEOUT_S).metrics.get("loss:sum")
+    mark("forward_backward")
+    tc.optim_step(types.AdamParams(learning_rate=1e-4)).result(timeout=STEP_TIMEOUT_S)
     step_s = time.monotonic() - start
+    mark("optim_step")
     path = tc.save_weights_for_sampler(name="headline").result(timeout=STEP_TIMEOUT_S).path
+    mark("save_weights_for_sampler")
     n, sample_s = timed_sample(resolved(svc.create_sampling_client(model_path=path)), vocab, rng)
+    mark("adapter sample")
     return {"base_decode_tok_s": base_rate, "step_s": step_s,
             "loss_per_token": loss / (BATCH * SEQ) if loss is not None else float("nan"),
             "sample_s": sample_s, "tokens": n, "decode_tok_s": rate(n, sample_s)}
 
 
-def tinkerd_bench(build, model, vocab, threads, quant_flags, decode_only=False):
-    """The timings (or {"error": ...} with the server's log on stderr) and the server's peak RSS in bytes."""
+def tinkerd_bench(build, model, vocab, threads, quant_flags, rank, decode_only=False):
+    """The timings (or {"error": ...} with the server's log on stderr), the server's memory after each phase
+    (result["memory_gib"]) and its peak RSS in bytes."""
     srv = Server(build, model, threads, quant_flags)
+    memory = {}
+
+    def mark(phase):
+        memory[phase] = srv.rss.snapshot()
+        log(f"after {phase}: {memory[phase]} GiB")
+
     try:
         result = {"load_s": srv.start()}
-        result.update(sdk_run(srv.port, vocab, decode_only))
+        mark("load")
+        result.update(sdk_run(srv.port, vocab, rank, decode_only, mark))
+        result["memory_gib"] = memory
     except Exception as e:  # noqa: BLE001 - reported in the table, with the server's log
         log(f"tinkerd side failed: {type(e).__name__}: {e}\n--- server log tail ---\n{srv.tail()}")
         result = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
@@ -236,7 +263,7 @@ def fmt(value, spec, unit=""):
     return "n/a" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:{spec}}{unit}"
 
 
-def table(model, shape, file_size, llama, tink, peak, quant_flags):
+def table(model, shape, file_size, llama, tink, peak, quant_flags, rank):
     gib = 2**30
     lines = [f"QLoRA headline: {model.name} ({file_size / 1e9:.2f} GB on disk; {shape['layers']} layers, "
              f"{shape['experts']} experts top-{shape['used']}, hidden {shape['hidden']}), 2 threads, batch 1", "",
@@ -246,7 +273,7 @@ def table(model, shape, file_size, llama, tink, peak, quant_flags):
         f" ({llama['type']})" if "type" in llama else "")
     rows = [("model size (as reported)", lsize, "-"),
             ("load (start to healthy)", "-", fmt(tink.get("load_s"), ".1f", " s")),
-            (f"LoRA r{LORA_RANK} step, {BATCH} x {SEQ} tokens (fwd+bwd+optim)", "-",
+            (f"LoRA r{rank} step, {BATCH} x {SEQ} tokens (fwd+bwd+optim)", "-",
              fmt(tink.get("step_s"), ".1f", " s")),
             (f"decode, {GEN} tokens, batch 1, base model (tinkerd: prompt's time taken out)", fmt(llama.get("tok_s"), ".2f", " tok/s"),
              fmt(tink.get("base_decode_tok_s"), ".2f", " tok/s")),
@@ -275,6 +302,7 @@ def main():
                          "and output (19.9 GB)")
     ap.add_argument("--server-flag", action="append", default=[],
                     help="one more tinkerd flag (repeatable), e.g. --server-flag=--threads=2")
+    ap.add_argument("--rank", type=int, default=32, help="LoRA rank of the training client (default 32)")
     ap.add_argument("--decode-only", action="store_true", help="base-model decode only (no training step)")
     ap.add_argument("--dequantised", action="store_true",
                     help=f"serve without {BASE_QUANT_FLAG} (the GGUF dequantised at load; a baseline, or a check "
@@ -293,8 +321,9 @@ def main():
             llama = {"error": str(e).splitlines()[0][:200]}
     if not args.skip_tinkerd:
         # token ids below Qwen3's added tokens
-        tink, peak = tinkerd_bench(args.build, model, 151643, args.threads, quant_flags, args.decode_only)
-    print(table(model, shape, file_size, llama, tink, peak, quant_flags))
+        tink, peak = tinkerd_bench(args.build, model, 151643, args.threads, quant_flags, args.rank,
+                                   args.decode_only)
+    print(table(model, shape, file_size, llama, tink, peak, quant_flags, args.rank))
     print(json.dumps({"bench": "qlora_headline", "tiny": args.tiny, "file_bytes": file_size, "llamacpp": llama,
                       "tinkerd": tink, "tinkerd_peak_rss_bytes": peak}))
     return 1 if "error" in llama or "error" in tink else 0

@@ -38,6 +38,8 @@ echo "bench: tinkerd engine, bf16 base weights, --matmul exact (fp32 math)" >&2
 TINKERD_MATMUL=exact "$BUILD/bench/train_bench" "$MODELS/smollm135m-bf16" auto "$STEPS" 2 | tee -a "$OUT"
 echo "bench: tinkerd engine, fp32 base weights" >&2
 "$BUILD/bench/train_bench" "$MODELS/smollm135m-f32" auto "$STEPS" 2 | tee -a "$OUT"
+echo "bench: optim_step (AdamW) alone on a rank-32 SmolLM2-135M adapter (goal <= 10 ms)" >&2
+"$BUILD/bench/optim_bench" 20 2 >&2
 echo "bench: plain PyTorch eager LoRA step (padded, HF+PEFT style)" >&2
 "$PYTHON" bench/pytorch_baseline.py "$MODELS/smollm135m-f32" --steps "$STEPS" | tee -a "$OUT"
 

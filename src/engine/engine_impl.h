@@ -70,7 +70,7 @@ class EngineImpl final : public Engine {
 
     std::unique_ptr<Transformer> transformer_;
     std::map<AdapterId, std::unique_ptr<Adapter>> adapters_;
-    torch::Tensor optim_scratch_;  // [3N] of the largest adapter stepped: the values a refused step restores
+    torch::Tensor optim_scratch_;  // [3N]: what a refused Dimuon (or non-CPU AdamW) step restores
     SampleLoop sampling_;          // after transformer_: it holds a reference to it
     AdapterId next_id_ = 1;
     uint64_t next_seed_ = 0x5eed;
