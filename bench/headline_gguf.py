@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import gguf
+import headline_qwen35
 
 Q = gguf.GGMLQuantizationType
 ARCH = "qwen3moe"
@@ -31,12 +32,20 @@ def proxy(layers):
     return dict(FULL, layers=int(layers))
 
 
+def is_qwen35(shape):
+    return shape.get("family") == headline_qwen35.ARCH
+
+
+def arch_of(shape):
+    return headline_qwen35.ARCH if is_qwen35(shape) else ARCH
+
+
 def file_name(shape, mix="q4_k_m"):
-    """The cache file's name for a shape (FULL, TINY or a proxy(L)) and mix."""
-    base = "qwen3-30b-a3b-random-" + mix
-    if shape == TINY:
+    """The cache file's name for a shape (FULL, TINY, a proxy(L), or headline_qwen35's FULL / TINY) and mix."""
+    base = ("qwen3.5-35b-a3b-random-" if is_qwen35(shape) else "qwen3-30b-a3b-random-") + mix
+    if shape in (TINY, headline_qwen35.TINY):
         return base + "-tiny.gguf"
-    return base + ("" if shape == FULL else f"-{shape['layers']}l") + ".gguf"
+    return base + ("" if shape in (FULL, headline_qwen35.FULL) else f"-{shape['layers']}l") + ".gguf"
 
 # Per-block fp16 scales that give weights of roughly N(0, 0.02) magnitude from uniformly random blocks:
 # Q4_K: w = d * sc * q - dmin * m with 6-bit sc, m (mean ~31.5) and 4-bit q (mean 7.5), so dmin = 7.5 d
@@ -54,8 +63,10 @@ MIXES = {"q4_k": dict(main=Q.Q4_K, down=Q.Q4_K, ends=Q.Q4_K), "q4_k_m": dict(mai
 
 def tensor_specs(s, mix="q4_k_m"):
     """(name, shape outermost first, type) of every tensor, in llama.cpp's order."""
-    h, e, f, hd = s["hidden"], s["experts"], s["expert_ffn"], s["head_dim"]
     m = MIXES[mix]
+    if is_qwen35(s):
+        return headline_qwen35.tensor_specs(s, m)
+    h, e, f, hd = s["hidden"], s["experts"], s["expert_ffn"], s["head_dim"]
     specs = [("token_embd.weight", (s["vocab"], h), m["ends"])]
     for b in range(s["layers"]):
         p = f"blk.{b}."
@@ -88,8 +99,12 @@ def scale_bytes(rng, n, centre):
     return (centre * rng.uniform(0.75, 1.25, size=n)).astype(np.float16).view(np.uint8).reshape(n, 2)
 
 
-def random_tensor(rng, shape, qtype):
-    """The tensor's bytes: F32 norms near 1 and router N(0, 0.02); quantised blocks random with finite scales."""
+def random_tensor(rng, shape, qtype, name=""):
+    """The tensor's bytes: F32 norms near 1 and router N(0, 0.02) (Qwen3.5's constrained ones by their own rule);
+    quantised blocks random with finite scales."""
+    special = headline_qwen35.special_f32(name, shape, rng) if qtype == Q.F32 else None
+    if special is not None:
+        return special
     if qtype == Q.F32:
         if len(shape) == 1:
             return (1.0 + 0.02 * rng.standard_normal(shape)).astype(np.float32)
@@ -136,6 +151,14 @@ def qwen3_tokenizer(tokenizer_dir, vocab):
 
 
 def write_metadata(w, s, tokenizer):
+    if is_qwen35(s):
+        headline_qwen35.write_metadata(w, s)
+    else:
+        write_qwen3moe_metadata(w, s)
+    write_tokenizer(w, tokenizer)
+
+
+def write_qwen3moe_metadata(w, s):
     for key, value in [("context_length", s["context"]), ("embedding_length", s["hidden"]),
                        ("block_count", s["layers"]), ("feed_forward_length", s["ffn"]),
                        ("attention.head_count", s["heads"]), ("attention.head_count_kv", s["kv_heads"]),
@@ -146,6 +169,9 @@ def write_metadata(w, s, tokenizer):
     w.add_float32(f"{ARCH}.rope.freq_base", s["rope_theta"])
     w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", s["rms_eps"])
     w.add_name("qwen3-30b-a3b-shaped random (tinkerd bench)")
+
+
+def write_tokenizer(w, tokenizer):
     w.add_file_type(15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "qwen2")
@@ -199,7 +225,7 @@ def write(path, shape, tokenizer_dir, seed=0, mix="q4_k_m"):
     log("dequantised sample mean/std: " + ", ".join(f"{k} {m:+.4f}/{sd:.4f}" for k, (m, sd) in
                                                    weight_stats(rng).items()))
     tmp = path.with_name(path.name + ".tmp")
-    w = gguf.GGUFWriter(str(tmp), ARCH)
+    w = gguf.GGUFWriter(str(tmp), arch_of(shape))
     write_metadata(w, shape, qwen3_tokenizer(pathlib.Path(tokenizer_dir), shape["vocab"]))
     specs = tensor_specs(shape, mix)
     for name, dims, qtype in specs:
@@ -213,7 +239,7 @@ def write(path, shape, tokenizer_dir, seed=0, mix="q4_k_m"):
     w.write_ti_data_to_file()
     start = time.monotonic()
     for i, (name, dims, qtype) in enumerate(specs):
-        w.write_tensor_data(random_tensor(rng, dims, qtype))
+        w.write_tensor_data(random_tensor(rng, dims, qtype, name))
         if i % 24 == 0:
             log(f"{i + 1}/{len(specs)} tensors, {tmp.stat().st_size / 1e9:.2f} GB, {time.monotonic() - start:.0f} s")
     w.close()

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The QLoRA headline: a Qwen3-30B-A3B-shaped GGUF, all Q4_K or Q4_K_M-like (--mix; bench/headline_gguf.py, random weights, real
+"""The QLoRA headline: a Qwen3-30B-A3B-shaped GGUF (or Qwen3.5-35B-A3B-shaped: --family qwen35moe), all Q4_K or Q4_K_M-like (--mix; bench/headline_gguf.py, random weights, real
 Qwen3 tokenizer; written once into ~/.cache/tinkerd/bench/) run by (b) llama.cpp's llama-bench (decode tok/s,
 batch 1, 2 threads) and (c) tinkerd serving the GGUF with quantised base weights through the official tinker
 SDK: a rank-32 LoRA (--rank), one forward_backward + optim_step on 4 x 256 tokens, save_weights_for_sampler, 32 sampled
 tokens; load time, step time, decode tok/s, the server's memory after each phase and its peak RSS. One markdown table on stdout.
-Usage: qlora_headline.py [--tiny] [--mix q4_k|q4_k_m] [--build build] [--llamacpp-bin DIR] [--skip-llamacpp]
+Usage: qlora_headline.py [--tiny] [--family qwen3moe|qwen35moe] [--mix q4_k|q4_k_m] [--build build] [--llamacpp-bin DIR] [--skip-llamacpp]
                          [--skip-tinkerd] [--rank R] [--decode-only] [--dequantised] [--server-flag=--FLAG=VALUE ...]
 Exit status 1 when either side failed (the table still printed, with the error)."""
 import argparse
@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import headline_gguf  # noqa: E402
+import headline_qwen35  # noqa: E402
 
 # The server flag that keeps the GGUF's base weights quantised (added in parallel to this script).
 BASE_QUANT_FLAG = "--base-quant"
@@ -290,6 +291,8 @@ def table(model, shape, file_size, llama, tink, peak, quant_flags, rank):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="2 layers, 8 experts, hidden 256 (checks the pipeline)")
+    ap.add_argument("--family", choices=["qwen3moe", headline_qwen35.ARCH], default="qwen3moe",
+                    help="qwen3moe: the Qwen3-30B-A3B shape (default); qwen35moe: Qwen3.5-35B-A3B's (headline_qwen35.py)")
     ap.add_argument("--out-dir", default=str(CACHE / "bench"))
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--llamacpp-bin", default=str(CACHE / "llamacpp-0.3.36" / "bin"))
@@ -310,7 +313,8 @@ def main():
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a SIGTERM still stops the server (finally)
     quant_flags = ([] if args.dequantised else [BASE_QUANT_FLAG, BASE_QUANT_VALUE]) + args.server_flag
-    shape = headline_gguf.TINY if args.tiny else headline_gguf.FULL
+    family = headline_qwen35 if args.family == headline_qwen35.ARCH else headline_gguf
+    shape = family.TINY if args.tiny else family.FULL
     model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape, args.mix)
     file_size = headline_gguf.write(model, shape, args.tokenizer, mix=args.mix)
     llama, tink, peak = {}, {}, 0

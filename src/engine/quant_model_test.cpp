@@ -87,6 +87,12 @@ std::pair<model::OwnedTensor, model::OwnedTensor> random_quantised(GgmlType type
     return {std::move(blocks), std::move(f32)};
 }
 
+int64_t block_elements(GgmlType type) {
+    gguf::BlockLayout layout;
+    gguf::ggml_block_layout(static_cast<uint32_t>(type), layout);
+    return layout.elements;
+}
+
 bool is_matrix(const std::string & name, const model::OwnedTensor & t) {
     return t.shape.size() == 2 && name.find("norm") == std::string::npos && name.find("mlp.gate.") == std::string::npos;
 }
@@ -119,6 +125,10 @@ void write_pair(TinyFamily family, const std::vector<GgmlType> & types, const st
         std::string stacked;
         const int64_t e = expert_of(name, stacked);
         const GgmlType type = e >= 0 ? types[0] : types[index++ % types.size()];  // one type per stack
+        if (t.shape[1] % block_elements(type) != 0) {  // as a GGUF keeps such rows: F32 in both models
+            quantised[name] = dequantised[name] = t;
+            continue;
+        }
         auto [blocks, f32] = random_quantised(type, t.shape, 1.0 / std::sqrt(static_cast<double>(t.shape[1])), rng);
         dequantised[name] = std::move(f32);
         if (e < 0) {
@@ -367,6 +377,10 @@ std::vector<Case> cases() {
     out.push_back({TinyFamily::QWEN3, mixed, "qwen3_mixed"});
     out.push_back({TinyFamily::QWEN3_MOE, {GgmlType::Q4_K}, "qwen3moe_Q4_K"});
     out.push_back({TinyFamily::QWEN3_MOE, mixed, "qwen3moe_mixed"});
+    // Qwen3.5-MoE: in_proj_qkv / z / b / a of different types cannot be stacked into one w_lin_in (a GGUF keeps
+    // qkv and z quantised beside F32 alpha / beta), so they are multiplied one by one.
+    out.push_back({TinyFamily::QWEN3_5_MOE, mixed, "qwen35moe_mixed"});
+    out.push_back({TinyFamily::QWEN3_5_MOE, {GgmlType::Q8_0}, "qwen35moe_Q8_0"});
     return out;
 }
 

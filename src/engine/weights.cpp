@@ -118,25 +118,16 @@ void release_mapped(const model::SafetensorsFile & file, const torch::Tensor & t
 
 namespace {
 
-// Whether parts can be stacked into one weight: the same dtype and, for quantised blocks, the same block type.
-bool can_stack(std::initializer_list<torch::Tensor *> parts) {
-    const torch::Tensor & first = **parts.begin();
-    return std::all_of(parts.begin(), parts.end(), [&](const torch::Tensor * t) {
-        return t->scalar_type() == first.scalar_type() && t->dim() == first.dim() &&
-               (t->dim() < 3 || t->size(-1) == first.size(-1));
-    });
-}
-
 // fused = cat(parts) along the rows, the parts released and dropped; or, when they cannot be stacked (quantised
 // blocks of different types), the parts kept and fused left undefined (fused_linear multiplies them one by one).
 void stack_parts(torch::Tensor & fused, std::initializer_list<torch::Tensor *> parts,
                  const model::SafetensorsFile & file) {
-    if (!can_stack(parts)) {
-        return;
-    }
     std::vector<torch::Tensor> tensors;
     for (torch::Tensor * part : parts) {
         tensors.push_back(*part);
+    }
+    if (!can_stack(tensors)) {
+        return;
     }
     fused = torch::cat(tensors, 0);
     for (torch::Tensor * part : parts) {
@@ -160,8 +151,16 @@ void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file) {
     }
 }
 
+bool can_stack(const std::vector<torch::Tensor> & parts) {
+    const torch::Tensor & first = parts.front();
+    return std::all_of(parts.begin(), parts.end(), [&](const torch::Tensor & t) {
+        return t.scalar_type() == first.scalar_type() && t.dim() == first.dim() &&
+               (t.dim() < 3 || t.size(-1) == first.size(-1));
+    });
+}
+
 torch::Tensor fused_linear(const torch::Tensor & x, const torch::Tensor & fused,
-                           std::initializer_list<torch::Tensor> parts) {
+                           const std::vector<torch::Tensor> & parts) {
     if (fused.defined()) {
         return kernels::base_linear(x, fused);  // [T, Σ out]
     }

@@ -42,12 +42,13 @@ struct LayerWeights {
     torch::Tensor shared_expert_gate;  // [1, C] act dtype; undefined without a shared expert
     // A Gated DeltaNet (linear-attention) layer instead of the attention tensors (arch/qwen3_5.cpp); Cc =
     // 2·HK·Dk + HV·Dv conv channels, Vd = HV·Dv:
-    torch::Tensor w_lin_in;   // [Cc + Vd + 2·HV, C] compute dtype: cat(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)
-    torch::Tensor w_lin_out;  // [C, Vd] out_proj
-    torch::Tensor conv1d;     // [Cc, K] act dtype (the checkpoint's [Cc, 1, K])
-    torch::Tensor dt_bias;    // [HV] act dtype
-    torch::Tensor A_log;      // [HV] act dtype
-    torch::Tensor lin_norm;   // [Dv] act dtype: the gated RMSNorm's weight
+    torch::Tensor w_lin_in;  // [Cc + Vd + 2·HV, C] compute dtype: cat(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)
+    std::vector<torch::Tensor> lin_in_parts;  // those four apart when they cannot be stacked (w_lin_in undefined)
+    torch::Tensor w_lin_out;                  // [C, Vd] out_proj
+    torch::Tensor conv1d;                     // [Cc, K] act dtype (the checkpoint's [Cc, 1, K])
+    torch::Tensor dt_bias;                    // [HV] act dtype
+    torch::Tensor A_log;                      // [HV] act dtype
+    torch::Tensor lin_norm;                   // [Dv] act dtype: the gated RMSNorm's weight
     // Fused copies made after loading (one GEMM instead of three / two); the parts are then released.
     torch::Tensor w_qkv;      // [H*D + 2*KV*D, C] = cat(wq, wk, wv)
     torch::Tensor b_qkv;      // [H*D + 2*KV*D] or undefined
@@ -65,7 +66,11 @@ void fuse_projections(LayerWeights & w, const model::SafetensorsFile & file);
 // x [T, in] · cat(parts)ᵀ -> [T, Σ out]: one product on the fused weight when fuse_projections made it, else
 // one per part.
 torch::Tensor fused_linear(const torch::Tensor & x, const torch::Tensor & fused,
-                           std::initializer_list<torch::Tensor> parts);
+                           const std::vector<torch::Tensor> & parts);
+
+// Whether row blocks can be concatenated into one weight: the same dtype and rank and, for quantised blocks
+// ([rows, blocks, bytes]), the same block size.
+bool can_stack(const std::vector<torch::Tensor> & parts);
 
 struct BaseWeights {
     torch::Tensor embed;  // [V, C], compute dtype

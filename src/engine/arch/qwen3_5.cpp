@@ -21,7 +21,8 @@ DeltaNetDims deltanet_dims(const model::ModelConfig & c) {
     return d;
 }
 
-// The linear_attn.* tensors of one layer: the four input projections fused into w_lin_in (one GEMM).
+// The linear_attn.* tensors of one layer: the four input projections fused into w_lin_in (one GEMM) when they
+// can be stacked.
 Result<void> load_linear_attention(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
                                    LayerWeights & w) {
     const std::string p = "model.layers." + std::to_string(layer) + ".linear_attn.";
@@ -37,9 +38,14 @@ Result<void> load_linear_attention(const WeightLoader & loader, const model::Mod
     TRY_STATUS(assign(w.dt_bias, loader.vector(p + "dt_bias", HV)));
     TRY_STATUS(assign(w.A_log, loader.vector(p + "A_log", HV)));
     TRY_STATUS(assign(w.lin_norm, loader.vector(p + "norm.weight", d.v_head_dim)));
-    w.w_lin_in = torch::cat({qkv, z, b, a}, 0);  // [Cc + Vd + 2·HV, C]
-    for (const torch::Tensor & t : {qkv, z, b, a}) {
-        loader.release(t);  // copied into w_lin_in
+    std::vector<torch::Tensor> parts{qkv, z, b, a};
+    if (!can_stack(parts)) {  // e.g. a GGUF's kept Q4_K qkv / z beside F32 alpha / beta: multiplied one by one
+        w.lin_in_parts = std::move(parts);
+    } else {
+        w.w_lin_in = torch::cat(parts, 0);  // [Cc + Vd + 2·HV, C]
+        for (const torch::Tensor & t : parts) {
+            loader.release(t);  // copied into w_lin_in
+        }
     }
     w.conv1d = conv.reshape({Cc, d.conv_kernel});  // [Cc, K]
     return {};
@@ -109,7 +115,7 @@ class Qwen35Family final : public Qwen3Family {
                                           const std::vector<RowSegment> & segments, int64_t layer) {
         const DeltaNetDims d = deltanet_dims(c);
         const int64_t Kd = d.key_dim(), Vd = d.value_dim(), HV = d.v_heads;
-        torch::Tensor in = kernels::base_linear(h, w.w_lin_in);  // [T, 2Kd + 2Vd + 2HV]
+        torch::Tensor in = fused_linear(h, w.w_lin_in, w.lin_in_parts);  // [T, 2Kd + 2Vd + 2HV]
         auto parts = in.split_with_sizes({Kd, Kd, Vd, Vd, HV, HV}, 1);
         auto adapted = add_lora_shared_input(
             {parts[0], parts[1], parts[2], parts[3]}, h, segments, layer,
