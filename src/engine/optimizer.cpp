@@ -1,11 +1,13 @@
 // AdamW and gradient clipping over an adapter's flat buffers (see optimizer.h): one norm over the flat
 // gradient, then one fused pass (clip, decoupled weight decay, moments, bias-corrected step, zeroed
-// gradient) split over threads; AVX2 on x86 CPUs, a scalar loop otherwise, torch ops off the CPU.
+// gradient) split over threads; AVX2 on x86 CPUs, a scalar loop otherwise, torch ops off the CPU. The pass
+// saves the old values for a refused step only when the last step's maxima cannot prove the new ones finite.
 #include "engine/optimizer.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 
 #include <ATen/Parallel.h>
 
@@ -50,21 +52,35 @@ struct StepBuffers {
     int64_t n;
 };
 
-// Elements [begin, end), one at a time; false when a new value is not finite. The gradient is left as is
-// (zeroed only once the whole step is accepted).
+// The largest |new value| of each buffer over a range (the next step's bounds).
 template <typename T>
-bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k) {
+struct Maxima {
+    T param = 0, m = 0, v = 0;
+    void merge(const Maxima & o) {
+        param = std::max(param, o.param);
+        m = std::max(m, o.m);
+        v = std::max(v, o.v);
+    }
+};
+
+// Elements [begin, end), one at a time; false when a new value is not finite. The gradient is left as is
+// (zeroed only once the whole step is accepted). KEEP_OLD: the old values go to b.old first.
+template <bool KEEP_OLD, typename T>
+bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k, Maxima<T> & mx) {
     bool finite = true;
     for (int64_t i = begin; i < end; ++i) {
-        b.old[i] = b.param[i];
-        b.old[b.n + i] = b.m[i];
-        b.old[2 * b.n + i] = b.v[i];
+        if constexpr (KEEP_OLD) {
+            b.old[i] = b.param[i];
+            b.old[b.n + i] = b.m[i];
+            b.old[2 * b.n + i] = b.v[i];
+        }
         const T g = b.grad[i] * k.clip;
         b.m[i] = b.m[i] * k.beta1 + k.one_minus_beta1 * g;
         b.v[i] = b.v[i] * k.beta2 + k.one_minus_beta2 * g * g;
         const T denom = std::sqrt(b.v[i]) / k.bc2_sqrt + k.eps;
         b.param[i] = b.param[i] * k.decay + k.neg_step_size * (b.m[i] / denom);
         finite = finite && std::isfinite(b.param[i]) && std::isfinite(b.m[i]) && std::isfinite(b.v[i]);
+        mx.merge({std::abs(b.param[i]), std::abs(b.m[i]), std::abs(b.v[i])});
     }
     return finite;
 }
@@ -72,19 +88,30 @@ bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const Ada
 #if defined(__x86_64__)
 // The same update eight floats at a time; the tail goes through adam_scalar. A non-finite value makes its
 // lane of `poison` (a running sum of x·0 over the new values) NaN.
+// Largest lane of x.
+__attribute__((target("avx2,fma"))) float max_lane(__m256 x) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, x);
+    return *std::max_element(lanes, lanes + 8);
+}
+
+template <bool KEEP_OLD>
 __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b, int64_t begin, int64_t end,
-                                                   const AdamCoefs<float> & k) {
+                                                   const AdamCoefs<float> & k, Maxima<float> & mx) {
     const __m256 clip = _mm256_set1_ps(k.clip), decay = _mm256_set1_ps(k.decay), b1 = _mm256_set1_ps(k.beta1),
                  c1 = _mm256_set1_ps(k.one_minus_beta1), b2 = _mm256_set1_ps(k.beta2),
                  c2 = _mm256_set1_ps(k.one_minus_beta2), bc2 = _mm256_set1_ps(k.bc2_sqrt), eps = _mm256_set1_ps(k.eps),
                  step = _mm256_set1_ps(k.neg_step_size), zero = _mm256_setzero_ps();
-    __m256 poison = zero;
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 poison = zero, max_p = zero, max_m = zero, max_v = zero;
     int64_t i = begin;
     for (; i + 8 <= end; i += 8) {
         const __m256 p0 = _mm256_loadu_ps(b.param + i), m0 = _mm256_loadu_ps(b.m + i), v0 = _mm256_loadu_ps(b.v + i);
-        _mm256_storeu_ps(b.old + i, p0);
-        _mm256_storeu_ps(b.old + b.n + i, m0);
-        _mm256_storeu_ps(b.old + 2 * b.n + i, v0);
+        if constexpr (KEEP_OLD) {
+            _mm256_storeu_ps(b.old + i, p0);
+            _mm256_storeu_ps(b.old + b.n + i, m0);
+            _mm256_storeu_ps(b.old + 2 * b.n + i, v0);
+        }
         const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(b.grad + i), clip);
         const __m256 mi = _mm256_fmadd_ps(m0, b1, _mm256_mul_ps(c1, g));
         const __m256 vi = _mm256_fmadd_ps(v0, b2, _mm256_mul_ps(_mm256_mul_ps(c2, g), g));
@@ -94,10 +121,14 @@ __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b,
         _mm256_storeu_ps(b.m + i, mi);
         _mm256_storeu_ps(b.v + i, vi);
         poison = _mm256_add_ps(poison, _mm256_fmadd_ps(pi, zero, _mm256_fmadd_ps(mi, zero, _mm256_mul_ps(vi, zero))));
+        max_p = _mm256_max_ps(max_p, _mm256_and_ps(pi, abs_mask));
+        max_m = _mm256_max_ps(max_m, _mm256_and_ps(mi, abs_mask));
+        max_v = _mm256_max_ps(max_v, _mm256_and_ps(vi, abs_mask));
     }
+    mx.merge({max_lane(max_p), max_lane(max_m), max_lane(max_v)});
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, poison);
-    bool finite = adam_scalar(b, i, end, k);
+    bool finite = adam_scalar<KEEP_OLD>(b, i, end, k, mx);
     for (float lane : lanes) {
         finite = finite && lane == 0.0f;
     }
@@ -105,36 +136,42 @@ __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b,
 }
 #endif
 
+// One thread's range of the fused pass: AVX2 for fp32 where the CPU has it, else the scalar loop.
+template <bool KEEP_OLD, typename T>
+bool adam_range(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k, Maxima<T> & mx) {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            return adam_avx2<KEEP_OLD>(b, begin, end, k, mx);
+        }
+    }
+#endif
+    return adam_scalar<KEEP_OLD>(b, begin, end, k, mx);
+}
+
 // The fused pass over the flat CPU buffers of one dtype, split over the intra-op threads; false when any
-// new parameter or moment is not finite. `old` receives the previous values ([3N]).
+// new parameter or moment is not finite. `old` ([3N]) receives the previous values when defined; `mx` the
+// largest new values.
 template <typename T>
-bool adam_cpu(Adapter & a, const AdamCoefs<T> & k, torch::Tensor & old) {
+bool adam_cpu(Adapter & a, const AdamCoefs<T> & k, const torch::Tensor & old, Maxima<T> & mx) {
     const char * caller = "adamw_step";
     const StepBuffers<T> b{host_data<T>(a.flat_params, caller),
                            host_data<T>(a.flat_grads, caller),
                            host_data<T>(a.flat_exp_avg, caller),
                            host_data<T>(a.flat_exp_avg_sq, caller),
-                           host_data<T>(old, caller),
+                           old.defined() ? host_data<T>(old, caller) : nullptr,
                            a.flat_params.numel()};
     std::atomic<bool> finite{true};
+    std::mutex merge;
     at::parallel_for(0, b.n, 1 << 15, [&](int64_t begin, int64_t end) {
-        bool ok = true;
-#if defined(__x86_64__)
-        if constexpr (std::is_same_v<T, float>) {
-            if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-                ok = adam_avx2(b, begin, end, k);
-            } else {
-                ok = adam_scalar(b, begin, end, k);
-            }
-        } else {
-            ok = adam_scalar(b, begin, end, k);
-        }
-#else
-        ok = adam_scalar(b, begin, end, k);
-#endif
+        Maxima<T> local;
+        const bool ok =
+            old.defined() ? adam_range<true>(b, begin, end, k, local) : adam_range<false>(b, begin, end, k, local);
         if (!ok) {
             finite = false;
         }
+        const std::lock_guard<std::mutex> lock(merge);
+        mx.merge(local);
     });
     return finite;
 }
@@ -163,6 +200,48 @@ void restore(Adapter & a, const torch::Tensor & old) {
     a.flat_exp_avg_sq.copy_(old.narrow(0, 2 * n, n));
 }
 
+std::array<int64_t, 3> versions_of(const Adapter & a) {
+    return {a.flat_params._version(), a.flat_exp_avg._version(), a.flat_exp_avg_sq._version()};
+}
+
+// True when the last accepted step's maxima (still current) prove every value of this step finite: each
+// bound (|g'|, |m'|, v', sqrt(v')/sqrt(bc2), |p'|, with |g| <= the gradient's norm and every denominator
+// >= eps) stays below 1e30, far from fp32's 3.4e38, so no rounding of the fp32 pass can overflow.
+bool step_is_bounded(const Adapter & a, const AdamParams & p, const AdamCoefs<double> & k, double norm) {
+    const Adapter::StepBounds & s = a.step_bounds;
+    if (!s.known || s.versions != versions_of(a) || !(p.eps >= 1e-30) || !(k.bc2_sqrt > 0) || !(p.beta1 >= 0) ||
+        !(p.beta1 <= 1) || !(p.beta2 >= 0) || !(p.beta2 <= 1)) {
+        return false;
+    }
+    const double g = norm * k.clip;
+    const double m = p.beta1 * s.exp_avg + (1 - p.beta1) * g;
+    const double v = p.beta2 * s.exp_avg_sq + (1 - p.beta2) * g * g;
+    const double param = std::abs(k.decay) * s.param + std::abs(k.neg_step_size) * m / p.eps;
+    for (double bound : {g, m, v, std::sqrt(v) / k.bc2_sqrt, param}) {
+        if (!(bound < 1e30)) {  // NaN fails too
+            return false;
+        }
+    }
+    return true;
+}
+
+// The CPU pass: without a copy of the old values when step_is_bounded; records the new maxima.
+template <typename T>
+bool adam_cpu_step(Adapter & a, const AdamParams & p, double norm, double clip, torch::Tensor & scratch) {
+    const bool bounded = step_is_bounded(a, p, make_coefs<double>(p, a.step + 1, clip), norm);
+    const int64_t n = a.flat_params.numel();
+    const torch::Tensor old = bounded ? torch::Tensor() : step_scratch(scratch, a).narrow(0, 0, 3 * n);  // [3N]
+    Maxima<T> mx;
+    if (!adam_cpu(a, make_coefs<T>(p, a.step + 1, clip), old, mx)) {
+        a.step_bounds.known = false;
+        TORCH_CHECK(old.defined(), "adamw_step: a step proven finite was not");  // step_is_bounded is sound
+        restore(a, old);
+        return false;
+    }
+    a.step_bounds = {true, double(mx.param), double(mx.m), double(mx.v), versions_of(a)};
+    return true;
+}
+
 }  // namespace
 
 Result<GradientNorm> gradient_norm(const Adapter & a, double grad_clip_norm) {
@@ -188,19 +267,21 @@ Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scr
     auto grad = gradient_norm(a, p.grad_clip_norm);
     TRY_STATUS(grad);
     const double norm = grad->norm, clip = grad->clip;
-    const int64_t n = a.flat_params.numel();
-    torch::Tensor old = step_scratch(scratch, a).narrow(0, 0, 3 * n);  // [3N] params, exp_avg, exp_avg_sq before
     bool finite = false;
     if (!a.flat_params.is_cpu()) {
+        const int64_t n = a.flat_params.numel();
+        torch::Tensor old = step_scratch(scratch, a).narrow(0, 0, 3 * n);  // [3N] params, exp_avg, exp_avg_sq before
         finite = adam_torch(a, p, make_coefs<double>(p, a.step + 1, clip), old);
+        if (!finite) {
+            restore(a, old);
+        }
     } else if (a.flat_params.scalar_type() == torch::kFloat32) {
-        finite = adam_cpu(a, make_coefs<float>(p, a.step + 1, clip), old);
+        finite = adam_cpu_step<float>(a, p, norm, clip, scratch);
     } else {
         TORCH_CHECK(a.flat_params.scalar_type() == torch::kFloat64, "adamw_step: fp32 or fp64 LoRA parameters");
-        finite = adam_cpu(a, make_coefs<double>(p, a.step + 1, clip), old);
+        finite = adam_cpu_step<double>(a, p, norm, clip, scratch);
     }
     if (!finite) {
-        restore(a, old);
         return invalid_argument(
             "optim_step refused: this learning rate / these adam_params would make LoRA weights "
             "or Adam moments non-finite; the adapter, its moments and its gradient are unchanged");
