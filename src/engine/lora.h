@@ -35,6 +35,15 @@ struct Adapter {
     torch::Tensor flat_params, flat_grads;           // [N] every parameter / gradient back to back
     torch::Tensor flat_exp_avg, flat_exp_avg_sq;     // [N] the moments, same layout
     int64_t step = 0;                                // AdamW steps taken
+    // What the last accepted CPU AdamW step left: the largest |parameter|, |exp_avg| and exp_avg_sq, valid while
+    // the three flat buffers' version counters are as recorded (any torch write to them or their views moves
+    // them). adamw_step skips its checking pass when these bound the next values far from overflow.
+    struct StepBounds {
+        bool known = false;
+        double param = 0, exp_avg = 0, exp_avg_sq = 0;
+        std::array<int64_t, 3> versions{};
+    } step_bounds;
+    int64_t checked_steps = 0;  // CPU AdamW steps that needed the checking pass (no usable step_bounds)
     // index of A in params for [layer][target]; -1 = not targeted. B is at index + 1.
     std::vector<std::array<int, N_LAYER_TARGETS>> layer_index;
     int lm_head_index = -1;

@@ -1,11 +1,13 @@
 // AdamW and gradient clipping over an adapter's flat buffers (see optimizer.h): one norm over the flat
-// gradient, then a checking pass and a writing pass (clip, decoupled weight decay, moments, bias-corrected
-// step) split over threads; AVX2 on x86 CPUs, a scalar loop otherwise, torch ops off the CPU.
+// gradient, then the writing pass (clip, decoupled weight decay, moments, bias-corrected step) split over
+// threads, preceded by a checking pass unless the last step's maxima prove every new value finite; AVX2 on
+// x86 CPUs, a scalar loop otherwise, torch ops off the CPU.
 #include "engine/optimizer.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 
 #include <ATen/Parallel.h>
 
@@ -49,11 +51,22 @@ struct StepBuffers {
     int64_t n;
 };
 
+// The largest |new value| of each buffer over a range (the next step's bounds).
+template <typename T>
+struct Maxima {
+    T param = 0, m = 0, v = 0;
+    void merge(const Maxima & o) {
+        param = std::max(param, o.param);
+        m = std::max(m, o.m);
+        v = std::max(v, o.v);
+    }
+};
+
 // Elements [begin, end), one at a time. kStore = false only computes the new values and says whether all
-// are finite; kStore = true writes them. Both evaluate the same expressions in the same order, so a range
-// the first pass found finite is written finite by the second.
+// are finite; kStore = true writes them and their maxima into mx. Both evaluate the same expressions in the
+// same order, so a range the first pass found finite is written finite by the second.
 template <bool kStore, typename T>
-bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k) {
+bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k, Maxima<T> & mx) {
     bool finite = true;
     for (int64_t i = begin; i < end; ++i) {
         const T g = b.grad[i] * k.clip;
@@ -65,6 +78,7 @@ bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const Ada
             b.m[i] = mi;
             b.v[i] = vi;
             b.param[i] = pi;
+            mx.merge({std::abs(pi), std::abs(mi), std::abs(vi)});
         } else {
             finite = finite && std::isfinite(pi) && std::isfinite(mi) && std::isfinite(vi);
         }
@@ -73,16 +87,25 @@ bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const Ada
 }
 
 #if defined(__x86_64__)
+// Largest lane of x.
+__attribute__((target("avx2,fma"))) float max_lane(__m256 x) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, x);
+    return *std::max_element(lanes, lanes + 8);
+}
+
 // The same update eight floats at a time; the tail goes through adam_scalar. Checking (kStore = false), a
-// non-finite value makes its lane of `poison` (a running sum of x·0 over the new values) NaN.
+// non-finite value makes its lane of `poison` (a running sum of x·0 over the new values) NaN; writing, the
+// lanes' maxima go to mx.
 template <bool kStore>
 __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b, int64_t begin, int64_t end,
-                                                   const AdamCoefs<float> & k) {
+                                                   const AdamCoefs<float> & k, Maxima<float> & mx) {
     const __m256 clip = _mm256_set1_ps(k.clip), decay = _mm256_set1_ps(k.decay), b1 = _mm256_set1_ps(k.beta1),
                  c1 = _mm256_set1_ps(k.one_minus_beta1), b2 = _mm256_set1_ps(k.beta2),
                  c2 = _mm256_set1_ps(k.one_minus_beta2), bc2 = _mm256_set1_ps(k.bc2_sqrt), eps = _mm256_set1_ps(k.eps),
                  step = _mm256_set1_ps(k.neg_step_size), zero = _mm256_setzero_ps();
-    __m256 poison = zero;
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 poison = zero, max_p = zero, max_m = zero, max_v = zero;
     int64_t i = begin;
     for (; i + 8 <= end; i += 8) {
         const __m256 p0 = _mm256_loadu_ps(b.param + i), m0 = _mm256_loadu_ps(b.m + i), v0 = _mm256_loadu_ps(b.v + i);
@@ -95,14 +118,20 @@ __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b,
             _mm256_storeu_ps(b.param + i, pi);
             _mm256_storeu_ps(b.m + i, mi);
             _mm256_storeu_ps(b.v + i, vi);
+            max_p = _mm256_max_ps(max_p, _mm256_and_ps(pi, abs_mask));
+            max_m = _mm256_max_ps(max_m, _mm256_and_ps(mi, abs_mask));
+            max_v = _mm256_max_ps(max_v, _mm256_and_ps(vi, abs_mask));
         } else {
             poison =
                 _mm256_add_ps(poison, _mm256_fmadd_ps(pi, zero, _mm256_fmadd_ps(mi, zero, _mm256_mul_ps(vi, zero))));
         }
     }
+    if constexpr (kStore) {
+        mx.merge({max_lane(max_p), max_lane(max_m), max_lane(max_v)});
+    }
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, poison);
-    bool finite = adam_scalar<kStore>(b, i, end, k);
+    bool finite = adam_scalar<kStore>(b, i, end, k, mx);
     for (float lane : lanes) {
         finite = finite && lane == 0.0f;
     }
@@ -110,45 +139,34 @@ __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b,
 }
 #endif
 
-// One pass over the flat CPU buffers of one dtype, split over the intra-op threads: checking (kStore =
-// false: true when every new parameter and moment is finite) or writing the new values.
+// One thread's range: AVX2 for fp32 where the CPU has it, else the scalar loop.
 template <bool kStore, typename T>
-bool adam_cpu_pass(const StepBuffers<T> & b, const AdamCoefs<T> & k) {
-    std::atomic<bool> finite{true};
-    at::parallel_for(0, b.n, 1 << 15, [&](int64_t begin, int64_t end) {
-        bool ok = true;
+bool adam_range(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k, Maxima<T> & mx) {
 #if defined(__x86_64__)
-        if constexpr (std::is_same_v<T, float>) {
-            ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                     ? adam_avx2<kStore>(b, begin, end, k)
-                     : adam_scalar<kStore>(b, begin, end, k);
-        } else {
-            ok = adam_scalar<kStore>(b, begin, end, k);
+    if constexpr (std::is_same_v<T, float>) {
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            return adam_avx2<kStore>(b, begin, end, k, mx);
         }
-#else
-        ok = adam_scalar<kStore>(b, begin, end, k);
+    }
 #endif
-        if (!ok) {
-            finite = false;
-        }
-    });
-    return finite;
+    return adam_scalar<kStore>(b, begin, end, k, mx);
 }
 
-// The step on CPU buffers: a checking pass, then (only when every new value is finite) the writing pass.
-// No copy of the old values is needed for a refusal, so the step takes no memory beyond the adapter's
-// (a [3N] backup was 5.5 GiB for a rank-32 Qwen3-30B-A3B adapter), at one more read of the four buffers.
-template <typename T>
-bool adam_cpu(Adapter & a, const AdamCoefs<T> & k) {
-    const char * caller = "adamw_step";
-    const StepBuffers<T> b{host_data<T>(a.flat_params, caller), host_data<T>(a.flat_grads, caller),
-                           host_data<T>(a.flat_exp_avg, caller), host_data<T>(a.flat_exp_avg_sq, caller),
-                           a.flat_params.numel()};
-    if (!adam_cpu_pass<false>(b, k)) {
-        return false;
-    }
-    adam_cpu_pass<true>(b, k);
-    return true;
+// One pass over the flat CPU buffers of one dtype, split over the intra-op threads: checking (kStore =
+// false: true when every new parameter and moment is finite) or writing the new values (their maxima to mx).
+template <bool kStore, typename T>
+bool adam_cpu_pass(const StepBuffers<T> & b, const AdamCoefs<T> & k, Maxima<T> & mx) {
+    std::atomic<bool> finite{true};
+    std::mutex merge;
+    at::parallel_for(0, b.n, 1 << 15, [&](int64_t begin, int64_t end) {
+        Maxima<T> local;
+        if (!adam_range<kStore>(b, begin, end, k, local)) {
+            finite = false;
+        }
+        const std::lock_guard<std::mutex> lock(merge);
+        mx.merge(local);
+    });
+    return finite;
 }
 
 // The same step as torch ops over the flat buffers (GPUs and other devices); false when not finite.
@@ -173,6 +191,54 @@ void restore(Adapter & a, const torch::Tensor & old) {
     a.flat_params.copy_(old.narrow(0, 0, n));
     a.flat_exp_avg.copy_(old.narrow(0, n, n));
     a.flat_exp_avg_sq.copy_(old.narrow(0, 2 * n, n));
+}
+
+std::array<int64_t, 3> versions_of(const Adapter & a) {
+    return {a.flat_params._version(), a.flat_exp_avg._version(), a.flat_exp_avg_sq._version()};
+}
+
+// True when the last accepted step's maxima (still current) prove every value of this step finite: each
+// bound (|g'|, |m'|, v', sqrt(v')/sqrt(bc2), |p'|, with |g| <= the gradient's norm and every denominator
+// >= eps) stays below 1e30, far from fp32's 3.4e38, so no rounding of the fp32 pass can overflow.
+bool step_is_bounded(const Adapter & a, const AdamParams & p, const AdamCoefs<double> & k, double norm) {
+    const Adapter::StepBounds & s = a.step_bounds;
+    if (!s.known || s.versions != versions_of(a) || !(p.eps >= 1e-30) || !(k.bc2_sqrt > 0) || !(p.beta1 >= 0) ||
+        !(p.beta1 <= 1) || !(p.beta2 >= 0) || !(p.beta2 <= 1)) {
+        return false;
+    }
+    const double g = norm * k.clip;
+    const double m = p.beta1 * s.exp_avg + (1 - p.beta1) * g;
+    const double v = p.beta2 * s.exp_avg_sq + (1 - p.beta2) * g * g;
+    const double param = std::abs(k.decay) * s.param + std::abs(k.neg_step_size) * m / p.eps;
+    for (double bound : {g, m, v, std::sqrt(v) / k.bc2_sqrt, param}) {
+        if (!(bound < 1e30)) {  // NaN fails too
+            return false;
+        }
+    }
+    return true;
+}
+
+// The CPU step: the checking pass first unless step_is_bounded proves it unnecessary, then the writing pass,
+// whose maxima bound the next step. No copy of the old values is ever made (a [3N] copy was 5.5 GiB for a
+// rank-32 Qwen3-30B-A3B adapter).
+template <typename T>
+bool adam_cpu_step(Adapter & a, const AdamParams & p, double norm, double clip) {
+    const char * caller = "adamw_step";
+    const StepBuffers<T> b{host_data<T>(a.flat_params, caller), host_data<T>(a.flat_grads, caller),
+                           host_data<T>(a.flat_exp_avg, caller), host_data<T>(a.flat_exp_avg_sq, caller),
+                           a.flat_params.numel()};
+    const AdamCoefs<T> k = make_coefs<T>(p, a.step + 1, clip);
+    Maxima<T> mx;
+    if (!step_is_bounded(a, p, make_coefs<double>(p, a.step + 1, clip), norm)) {
+        a.checked_steps += 1;
+        if (!adam_cpu_pass<false>(b, k, mx)) {
+            a.step_bounds.known = false;
+            return false;
+        }
+    }
+    adam_cpu_pass<true>(b, k, mx);
+    a.step_bounds = {true, double(mx.param), double(mx.m), double(mx.v), versions_of(a)};
+    return true;
 }
 
 }  // namespace
@@ -209,10 +275,10 @@ Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scr
             restore(a, old);
         }
     } else if (a.flat_params.scalar_type() == torch::kFloat32) {
-        finite = adam_cpu(a, make_coefs<float>(p, a.step + 1, clip));
+        finite = adam_cpu_step<float>(a, p, norm, clip);
     } else {
         TORCH_CHECK(a.flat_params.scalar_type() == torch::kFloat64, "adamw_step: fp32 or fp64 LoRA parameters");
-        finite = adam_cpu(a, make_coefs<double>(p, a.step + 1, clip));
+        finite = adam_cpu_step<double>(a, p, norm, clip);
     }
     if (!finite) {
         return invalid_argument(

@@ -12,8 +12,9 @@ namespace tinkerd::engine {
 // Clips a.grads, applies one AdamW step to a.params, then zeroes a.grads (all through the flat buffers).
 // Returns the global gradient L2 norm before clipping. A step whose gradient, new weights or new moments
 // are not finite is refused (INVALID_ARGUMENT) and changes nothing: weights, moments, step and gradient
-// stay as they were. On the CPU a checking pass precedes the writing one, so nothing is copied; on other
-// devices `scratch` ([3N], grown on demand, reusable across adapters) keeps the old values.
+// stay as they were. On the CPU a checking pass (skipped when a.step_bounds prove the step finite) precedes
+// the writing one, so nothing is copied; on other devices `scratch` ([3N], grown on demand, reusable across
+// adapters) keeps the old values.
 Result<double> adamw_step(Adapter & a, const AdamParams & params, torch::Tensor & scratch);
 
 // Shared by both optimizers: the global L2 norm of a's gradient (a non-finite one is INVALID_ARGUMENT, nothing

@@ -1,6 +1,7 @@
 // The flat adapter buffers and the fused AdamW: every per-parameter tensor is a view into its flat
 // buffer, and adamw_step (with and without clipping, weight decay) matches the per-tensor torch ops
-// of torch.optim.AdamW's single-tensor path over several steps, in fp32 and fp64.
+// of torch.optim.AdamW's single-tensor path over several steps, in fp32 and fp64; a step proven finite by the
+// last step's maxima skips the checking pass and computes the same.
 #include "engine/optimizer.h"
 
 #include <cmath>
@@ -157,6 +158,57 @@ TEST(FusedAdamW, RefusesANonFiniteStepAndChangesNothing) {
         expect_refused_and_unchanged(dtype, decay_overflow, 1.0f);
     }
     expect_refused_and_unchanged(torch::kFloat32, {}, 3e19f);  // g² overflows fp32: exp_avg_sq would be inf
+}
+
+// After an accepted step the next one skips the checking pass when the last step's maxima prove it finite, and
+// computes bit for bit what the checked step computes.
+TEST(FusedAdamW, ABoundedStepSkipsTheCheckAndMatchesTheCheckedStep) {
+    for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+        torch::NoGradGuard no_grad;
+        torch::manual_seed(9);
+        Adapter a = tiny_adapter(dtype), b = tiny_adapter(dtype);
+        for (int64_t step = 1; step <= 3; ++step) {
+            const torch::Tensor g = torch::randn(a.flat_grads.sizes(), a.flat_grads.options());
+            a.flat_grads.copy_(g);
+            b.flat_grads.copy_(g);
+            b.step_bounds.known = false;  // b always takes the checking pass
+            torch::Tensor scratch_a, scratch_b;
+            ASSERT_TRUE(adamw_step(a, {}, scratch_a).ok());
+            ASSERT_TRUE(adamw_step(b, {}, scratch_b).ok());
+            EXPECT_EQ(a.checked_steps, 1) << "step " << step;  // only the first step has no bounds
+            EXPECT_EQ(b.checked_steps, step);
+            EXPECT_FALSE(scratch_a.defined() || scratch_b.defined());  // no copy of the old values on the CPU
+            for (auto [x, y] : {std::pair{&a.flat_params, &b.flat_params},
+                                {&a.flat_exp_avg, &b.flat_exp_avg},
+                                {&a.flat_exp_avg_sq, &b.flat_exp_avg_sq}}) {
+                EXPECT_TRUE(torch::equal(*x, *y)) << "step " << step;
+            }
+        }
+    }
+}
+
+// A write to a parameter through its view (a loaded checkpoint, another optimizer) moves the flat buffer's
+// version counter, so the next step does not trust the old maxima: a step that overflows only because of the
+// written value is still checked and refused, nothing changed.
+TEST(FusedAdamW, AWriteThroughAViewInvalidatesTheBounds) {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(13);
+    Adapter a = tiny_adapter(torch::kFloat32);
+    torch::Tensor scratch;
+    a.flat_grads.copy_(torch::randn(a.flat_grads.sizes(), a.flat_grads.options()));
+    ASSERT_TRUE(adamw_step(a, {}, scratch).ok());
+    ASSERT_TRUE(a.step_bounds.known);
+    a.params[0].copy_(torch::full(a.params[0].sizes(), 3e38, a.params[0].options()));
+    a.flat_grads.copy_(torch::randn(a.flat_grads.sizes(), a.flat_grads.options()));
+    const auto before = clones({a.flat_params, a.flat_exp_avg, a.flat_exp_avg_sq});
+    AdamParams growing;  // decay factor 1 - lr·wd = 1.5: 3e38 overflows
+    growing.learning_rate = 0.5;
+    growing.weight_decay = -1.0;
+    ASSERT_FALSE(adamw_step(a, growing, scratch).ok());
+    const auto after = clones({a.flat_params, a.flat_exp_avg, a.flat_exp_avg_sq});
+    for (size_t i = 0; i < before.size(); ++i) {
+        EXPECT_TRUE(torch::equal(before[i], after[i])) << "buffer " << i;
+    }
 }
 
 TEST(AdamParamsBounds, NameTheField) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include <ATen/Parallel.h>
+
 #include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
@@ -42,6 +44,41 @@ torch::Tensor chunk_logits(const Head & head, int64_t r0, int64_t rows) {
     return logits;
 }
 
+// Rows per block of the row-wise passes below: a block of [8, V] stays in the per-core cache, where one op over
+// the whole [rows, V] chunk would allocate a second [rows, V] temporary (logsumexp) and stream it from memory.
+constexpr int64_t ROW_BLOCK = 8;
+
+// f(first, count) over blocks of ROW_BLOCK rows of [0, rows), the blocks split over the threads (CPU); one call
+// over all rows elsewhere.
+template <typename F>
+void for_row_blocks(const torch::Tensor & t, int64_t rows, const F & f) {
+    if (!t.is_cpu()) {
+        f(0, rows);
+        return;
+    }
+    at::parallel_for(0, (rows + ROW_BLOCK - 1) / ROW_BLOCK, 1, [&](int64_t begin, int64_t end) {
+        torch::NoGradGuard no_grad;  // OpenMP workers start with grad mode on
+        for (int64_t b = begin; b < end; ++b) {
+            f(b * ROW_BLOCK, std::min(ROW_BLOCK, rows - b * ROW_BLOCK));
+        }
+    });
+}
+
+// lse [rows] = logsumexp of each row of logits [rows, V].
+void logsumexp_rows(const torch::Tensor & logits, torch::Tensor & lse) {
+    for_row_blocks(logits, logits.size(0), [&](int64_t r, int64_t n) {
+        torch::Tensor out = lse.narrow(0, r, n);
+        torch::logsumexp_out(out, logits.narrow(0, r, n), {1});
+    });
+}
+
+// d [rows, V] logits -> −softmax(d)·Σ_k dp, in place (lse [rows], dp [rows, Kmax]).
+void scaled_softmax_rows(torch::Tensor & d, const torch::Tensor & lse, const torch::Tensor & dp) {
+    for_row_blocks(d, d.size(0), [&](int64_t r, int64_t n) {
+        d.narrow(0, r, n).sub_(lse.narrow(0, r, n).unsqueeze(1)).exp_().mul_(-dp.narrow(0, r, n).sum(1, true));
+    });
+}
+
 // Forward over every chunk: picked [T, Kmax] and the per-row logsumexp [T].
 std::pair<torch::Tensor, torch::Tensor> forward_chunks(const Head & head, const torch::Tensor & index, int64_t chunk) {
     const int64_t T = head.h.size(0);
@@ -51,7 +88,7 @@ std::pair<torch::Tensor, torch::Tensor> forward_chunks(const Head & head, const 
         const int64_t rows = std::min(chunk, T - r0);
         torch::Tensor logits = chunk_logits(head, r0, rows);  // [rows, V]
         torch::Tensor lse_c = lse.narrow(0, r0, rows);
-        torch::logsumexp_out(lse_c, logits, {1});
+        logsumexp_rows(logits, lse_c);
         torch::Tensor gathered = logits.gather(1, index.narrow(0, r0, rows));  // [rows, Kmax]
         torch::Tensor picked_c = picked.narrow(0, r0, rows);                   // [rows, Kmax]
         torch::sub_out(picked_c, gathered, lse_c.unsqueeze(1));
@@ -64,7 +101,7 @@ void backward_chunk(const Head & head, int64_t r0, int64_t rows, const torch::Te
                     const torch::Tensor & dpicked, const torch::Tensor & index, tensor_list & grads) {
     torch::Tensor d = chunk_logits(head, r0, rows);  // [rows, V], becomes dlogits in place
     torch::Tensor dp = dpicked.narrow(0, r0, rows);  // [rows, Kmax]
-    d.sub_(lse.narrow(0, r0, rows).unsqueeze(1)).exp_().mul_(-dp.sum(1, true));
+    scaled_softmax_rows(d, lse.narrow(0, r0, rows), dp);
     d.scatter_add_(1, index.narrow(0, r0, rows), dp);
     if (grads[0].defined()) {
         grads[0].narrow(0, r0, rows).copy_(kernels::matmul_weight_backward(d, head.w));  // [rows, C]
