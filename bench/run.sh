@@ -10,7 +10,8 @@
 # Opt-in parts (env vars, off by default): BENCH_MOE=1 (Qwen3-MoE, 2 layers), BENCH_QWEN35=1 (Qwen3.5, 4 layers),
 # BENCH_HEADLINE=1 (the QLoRA headline, bench/qlora_headline.py: a Qwen3-30B-A3B-shaped all-Q4_K GGUF, ~18 GB
 # written once into ~/.cache/tinkerd/bench/ (needs its size + 4 GB free), llama-bench decode vs tinkerd serving it with
-# quantised base weights through the tinker SDK; BENCH_HEADLINE_ARGS adds flags, e.g. "--tiny"), BENCH_VISION=1
+# quantised base weights through the tinker SDK; BENCH_HEADLINE_ARGS adds flags, e.g. "--tiny", or "--family
+# qwen35moe" for the Qwen3.5-35B-A3B-shaped file, 19.6 GB), BENCH_VISION=1
 # (the Qwen3-VL-2B-shaped vision tower, bench/vision_bench.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
