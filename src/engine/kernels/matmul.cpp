@@ -166,7 +166,7 @@ void backward_brgemm(const torch::Tensor & dy, const torch::Tensor & w, torch::T
 }
 
 // The bf16 dot-product kernel on a [T, k] fp32 (not yet rounded): converted to bf16 once, which is the
-// rounding; blocks of 8 weight rows (the T = 1 kernel's step) per task.
+// rounding; the weight rows split across threads in blocks of 8.
 void forward_dot(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
     const torch::Tensor xb = x.to(torch::kBFloat16);  // [T, in]
     const int64_t T = x.size(0), out = w.size(0), in = w.size(1);

@@ -51,7 +51,8 @@ bool brgemm_available();                // the CPU has bf16 dot products and brg
 
 // With bf16 inputs, whether few-row forward products (fewer than blas_min_rows() rows) run as bf16 dot products
 // (AVX-512-BF16 VDPBF16PS on the rounded inputs and the stored weights, fp32 sums) instead of the AVX-512F
-// kernel on the rounded inputs widened to fp32: the same products, another summation order. Available where
+// kernel on the rounded inputs widened to fp32: the same products, another summation order (VDPBF16PS reads
+// bf16 subnormals, below 2^-126, as zero, as brgemm's bf16 products do). Available where
 // the CPU has AVX-512-BF16, kernel_isa() is avx512 and TINKERD_MATMUL_KERNELS does not cap below avx512bf16;
 // on by default there.
 bool bf16_dot_available();
