@@ -38,6 +38,23 @@ KernelIsa initial_isa() {
     return std::min(asked, best);
 }
 
+// The CPU has AVX-512-BF16 and TINKERD_MATMUL_KERNELS (unset, avx512bf16 or an unknown name: no cap) allows it.
+bool bf16_dot_cpu() {
+    static const bool allowed = [] {
+        const char * env = std::getenv("TINKERD_MATMUL_KERNELS");
+        const std::string name = env == nullptr ? "" : env;
+        const bool capped = name == "avx512" || name == "avx2" || name == "generic" || name == "0";
+        __builtin_cpu_init();
+        return !capped && __builtin_cpu_supports("avx512bf16");
+    }();
+    return allowed;
+}
+
+std::atomic<bool> & bf16_dot_setting() {
+    static std::atomic<bool> enabled{true};
+    return enabled;
+}
+
 std::atomic<KernelIsa> & isa_setting() {
     static std::atomic<KernelIsa> isa{initial_isa()};
     return isa;
@@ -148,6 +165,19 @@ void backward_brgemm(const torch::Tensor & dy, const torch::Tensor & w, torch::T
     detail::brgemm_backward(dy.to(torch::kBFloat16), w, dx);
 }
 
+// The bf16 dot-product kernel on a [T, k] fp32 (not yet rounded): converted to bf16 once, which is the
+// rounding; the weight rows split across threads in blocks of 8.
+void forward_dot(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
+    const torch::Tensor xb = x.to(torch::kBFloat16);  // [T, in]
+    const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / in / 8);
+    const uint16_t *xp = bf16_data(xb), *wp = bf16_data(w);
+    float * yp = cpu_data<float>(y);
+    at::parallel_for(0, (out + 7) / 8, grain, [&](int64_t b, int64_t e) {
+        detail::forward_rows_bf16_dot(xp, T, in, wp, b * 8, std::min(out, e * 8), yp, out);
+    });
+}
+
 void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
     const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
     const auto rows = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
@@ -199,21 +229,32 @@ bool brgemm_applies(const torch::Tensor & a, const torch::Tensor & w, int64_t w_
            a.numel() / a.size(-1) >= blas_min_rows();
 }
 
-// One direction of the product: w's reduction dim (1 forward, 0 backward) and its paths.
+// One direction of the product: w's reduction dim (1 forward, 0 backward) and its paths (dot: the few-row
+// bf16 dot-product kernel, forward only).
 struct Direction {
     int64_t w_dim;
-    Product small, blas, brgemm;
+    Product small, blas, brgemm, dot;
     torch::Tensor (*generic)(const torch::Tensor & a, const torch::Tensor & w);
 };
-const Direction FORWARD{1, forward_small, forward_blas, forward_brgemm, matmul_weight_generic};
-const Direction BACKWARD{0, backward_small, backward_blas, backward_brgemm, matmul_weight_backward_generic};
+const Direction FORWARD{1, forward_small, forward_blas, forward_brgemm, forward_dot, matmul_weight_generic};
+const Direction BACKWARD{0, backward_small, backward_blas, backward_brgemm, nullptr, matmul_weight_backward_generic};
 
-// a [..., k] times w in direction d -> [..., n]: brgemm (it rounds a itself), else the kernels or the generic
-// ops on a rounded first when the inputs are bf16.
+// The dot-product kernel takes a (fp32, not yet rounded) in direction d when it has one, bf16 inputs and the
+// kernel are on, the kernels apply and a has fewer than blas_min_rows() rows.
+bool dot_applies(const torch::Tensor & a, const torch::Tensor & w, const Direction & d) {
+    return d.dot != nullptr && rounds_inputs(a, w) && bf16_dot_enabled() && kernel_applies(a, w, d.w_dim) &&
+           a.numel() / a.size(-1) < blas_min_rows();
+}
+
+// a [..., k] times w in direction d -> [..., n]: brgemm or the dot kernel (both round a themselves), else the
+// kernels or the generic ops on a rounded first when the inputs are bf16.
 torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Direction & d) {
     const int64_t n = w.size(1 - d.w_dim);
     if (brgemm_applies(x, w, d.w_dim)) {
         return run_kernels(x, w, n, d.brgemm, d.brgemm);  // brgemm_applies: blas_min_rows() rows or more
+    }
+    if (dot_applies(x, w, d)) {
+        return run_kernels(x, w, n, d.dot, d.dot);  // dot_applies: fewer than blas_min_rows() rows
     }
     const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., k]
     if (!kernel_applies(a, w, d.w_dim)) {
@@ -232,6 +273,15 @@ void set_matmul_inputs(MatmulInputs inputs) {
 }
 bool brgemm_available() {  // AVX-512 code: not under a lower TINKERD_MATMUL_KERNELS cap
     return kernel_isa() == KernelIsa::avx512 && detail::brgemm_bf16_supported();
+}
+bool bf16_dot_available() {
+    return kernel_isa() == KernelIsa::avx512 && bf16_dot_cpu();
+}
+bool bf16_dot_enabled() {
+    return bf16_dot_setting().load(std::memory_order_relaxed) && bf16_dot_available();
+}
+void set_bf16_dot_enabled(bool enabled) {
+    bf16_dot_setting().store(enabled);
 }
 bool brgemm_enabled() {
     return brgemm_setting().load(std::memory_order_relaxed);

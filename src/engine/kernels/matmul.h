@@ -18,7 +18,8 @@ torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w);
 
 // Which CPU kernels matmul_weight / matmul_weight_backward use for fp32 activations on contiguous bf16
 // weights (everything else takes the generic ops). The default is the best the CPU supports, or what the
-// environment variable TINKERD_MATMUL_KERNELS names (generic, avx2, avx512; 0 = generic).
+// environment variable TINKERD_MATMUL_KERNELS names (generic, avx2, avx512, avx512bf16; 0 = generic), a cap:
+// avx512 keeps the AVX-512F kernels but not the AVX-512-BF16 one (bf16_dot_available).
 enum class KernelIsa { generic, avx2, avx512 };
 KernelIsa cpu_kernel_isa();              // the best this CPU supports
 KernelIsa kernel_isa();                  // the one in use
@@ -47,6 +48,16 @@ void set_matmul_inputs(MatmulInputs inputs);
 bool brgemm_enabled();
 void set_brgemm_enabled(bool enabled);  // ignored (stays false) where the CPU cannot
 bool brgemm_available();                // the CPU has bf16 dot products and brgemm computes them right
+
+// With bf16 inputs, whether few-row forward products (fewer than blas_min_rows() rows) run as bf16 dot products
+// (AVX-512-BF16 VDPBF16PS on the rounded inputs and the stored weights, fp32 sums) instead of the AVX-512F
+// kernel on the rounded inputs widened to fp32: the same products, another summation order (VDPBF16PS reads
+// bf16 subnormals, below 2^-126, as zero, as brgemm's bf16 products do). Available where
+// the CPU has AVX-512-BF16, kernel_isa() is avx512 and TINKERD_MATMUL_KERNELS does not cap below avx512bf16;
+// on by default there.
+bool bf16_dot_available();
+bool bf16_dot_enabled();
+void set_bf16_dot_enabled(bool enabled);  // takes effect only where available
 
 // The generic ops the kernels replace (the reference in tests, and the path on GPUs and other CPUs).
 torch::Tensor matmul_weight_generic(const torch::Tensor & x, const torch::Tensor & w);

@@ -3,6 +3,7 @@
 // disabled; base_linear's gradient; shapes and layouts the kernels leave to the generic ops.
 #include "engine/kernels/matmul.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,16 @@ namespace {
 const std::vector<int64_t> kRows = {1, 2, 3, 7, 8, 9, 31, 33, 65, 257};
 const std::vector<int64_t> kDims = {1, 7, 17, 63, 577, 1537};
 constexpr int64_t kMaxWork = 30'000'000;  // T * in * out per case, to keep the float64 reference quick
-constexpr double kRelative = 1e-5;        // of Σ|terms|: fp32 accumulation over up to 1537 terms
+constexpr double kRelative = 1e-5;        // of Σ|terms|: fp32 accumulation over up to 2050 terms (see below)
+
+// The bound kRelative must cover, derived for the longest reduction in the grids (2050 terms; the products of
+// rounded inputs and bf16 weights are exact in fp32). Each output is the sum of 16 lanes (a tree of 4 additions)
+// whose lane accumulators each take ceil(in / 16) terms with one rounding per term (one FMA each) on the
+// AVX-512F kernels, or ceil(in / 32) pairs with at most two roundings per pair (one VDPBF16PS each) on the
+// bf16 dot kernel. So at most 2 * ceil(in / 32) + 4 roundings lie on any term's path, and the error is within
+// that many times 2^-24 of Σ|terms| (to first order). BLAS and brgemm split the reduction further.
+constexpr double kLongestSumRoundings = 2 * ((2050 + 31) / 32) + 4;
+static_assert(kLongestSumRoundings * 0x1p-24 <= kRelative, "kRelative below the derived fp32 summation bound");
 
 // Restores the kernel settings a test changes.
 struct SettingsGuard {
@@ -22,7 +32,9 @@ struct SettingsGuard {
     int64_t blas = blas_min_rows();
     MatmulInputs inputs = matmul_inputs();
     bool brgemm = brgemm_enabled();
+    bool dot = bf16_dot_enabled();
     ~SettingsGuard() {
+        set_bf16_dot_enabled(dot);
         set_kernel_isa(isa);
         set_blas_min_rows(blas);
         set_matmul_inputs(inputs);
@@ -137,14 +149,20 @@ TEST(MatmulKernels, Bf16InputsMatchFloat64OfTheRoundedInputsOnEveryPath) {
     }
     for (KernelIsa isa : available_isas()) {
         set_kernel_isa(isa);
-        for (bool brgemm : brgemm_settings) {
-            set_brgemm_enabled(brgemm);
-            for (int64_t blas : {int64_t{1}, int64_t{64}, int64_t{1} << 40}) {
-                SCOPED_TRACE("isa=" + std::to_string(static_cast<int>(isa)) + " brgemm=" + std::to_string(brgemm) +
-                             " blas_min_rows=" + std::to_string(blas));
-                set_blas_min_rows(blas);
-                check_grid(odd);
-                check_grid(even);
+        for (bool dot : {false, true}) {  // the few-row bf16 dot kernel where this ISA and CPU have it
+            set_bf16_dot_enabled(dot);
+            if (dot && !bf16_dot_enabled()) {
+                continue;
+            }
+            for (bool brgemm : brgemm_settings) {
+                set_brgemm_enabled(brgemm);
+                for (int64_t blas : {int64_t{1}, int64_t{64}, int64_t{1} << 40}) {
+                    SCOPED_TRACE("isa=" + std::to_string(static_cast<int>(isa)) + " dot=" + std::to_string(dot) +
+                                 " brgemm=" + std::to_string(brgemm) + " blas_min_rows=" + std::to_string(blas));
+                    set_blas_min_rows(blas);
+                    check_grid(odd);
+                    check_grid(even);
+                }
             }
         }
     }
@@ -165,6 +183,43 @@ TEST(MatmulKernels, BrgemmPathIsAvailableHere) {
     torch::manual_seed(2);
     const torch::Tensor x = torch::randn({100, 64}), w = torch::randn({32, 64}).to(torch::kBFloat16);
     expect_close(matmul_weight(x, w), x, w.to(torch::kFloat).t());
+}
+
+// Which few-row forward ran, told by a product only VDPBF16PS gets wrong: it reads bf16 inputs below 2^-126
+// as zero (DAZ), where fp32 FMAs multiply them exactly. x = 2^-130 (a bf16 subnormal), w = 2^100: 2^-30 or 0.
+bool forward_ran_bf16_dot() {
+    const torch::Tensor x = torch::full({1, 48}, 0x1p-130f), w = torch::full({8, 48}, 0x1p100f).to(torch::kBFloat16);
+    const float y = matmul_weight(x, w)[0][0].item<float>();
+    EXPECT_TRUE(y == 0.0f || y == 48 * 0x1p-30f) << y;
+    return y == 0.0f;
+}
+
+// The bf16 dot kernel is chosen for few-row bf16-input forwards exactly where the CPU has AVX-512-BF16 and
+// nothing caps it (TINKERD_MATMUL_KERNELS, as the cpu-paths tests set it, or set_kernel_isa), never for exact
+// inputs or the backward.
+TEST(MatmulKernels, Bf16DotKernelIsChosenWhereTheCpuHasIt) {
+    SettingsGuard guard;
+    __builtin_cpu_init();
+    const char * cap = std::getenv("TINKERD_MATMUL_KERNELS");
+    const bool uncapped = cap == nullptr || std::string(cap) == "avx512bf16";
+    const bool cpu = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f") &&
+                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    EXPECT_EQ(bf16_dot_available(), uncapped && cpu);
+    set_blas_min_rows(64);
+    set_matmul_inputs(MatmulInputs::bf16);
+    EXPECT_EQ(forward_ran_bf16_dot(), uncapped && cpu);
+    set_bf16_dot_enabled(false);
+    EXPECT_FALSE(forward_ran_bf16_dot());
+    set_bf16_dot_enabled(true);
+    set_matmul_inputs(MatmulInputs::fp32);
+    EXPECT_FALSE(forward_ran_bf16_dot());
+    set_matmul_inputs(MatmulInputs::bf16);
+    set_kernel_isa(KernelIsa::avx2);
+    EXPECT_FALSE(bf16_dot_available());
+    EXPECT_FALSE(forward_ran_bf16_dot());
+    if (!cpu) {
+        GTEST_SKIP() << "no AVX-512-BF16 on this CPU: the bf16 dot kernel is NOT tested on this machine";
+    }
 }
 
 TEST(MatmulKernels, GenericPathMatchesFloat64) {
