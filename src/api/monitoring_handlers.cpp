@@ -174,11 +174,17 @@ json kernels_json(const engine::KernelChoice & c) {
     for (const auto & candidate : c.candidates) {
         candidates[candidate.name + "_gflops"] = candidate.gflops;
     }
-    return json{{"matmul", c.mode},       {"inputs", c.inputs},
-                {"kernel", c.kernel},     {"isa", c.isa},
-                {"cpu", c.cpu},           {"threads", c.threads},
-                {"measured", candidates}, {"from_cache", c.from_cache},
-                {"reason", c.reason},     {"sample_activations", c.sample_activations}};
+    return json{{"matmul", c.mode},
+                {"inputs", c.inputs},
+                {"kernel", c.kernel},
+                {"isa", c.isa},
+                {"bf16_dot", c.bf16_dot},
+                {"cpu", c.cpu},
+                {"threads", c.threads},
+                {"measured", candidates},
+                {"from_cache", c.from_cache},
+                {"reason", c.reason},
+                {"sample_activations", c.sample_activations}};
 }
 
 }  // namespace

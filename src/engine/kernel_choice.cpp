@@ -216,8 +216,9 @@ std::vector<MatmulShape> matmul_shapes_of(const model::ModelConfig & c) {
 
 std::string KernelChoice::summary() const {
     std::string line = "matmul for bf16 weights: " + std::string(inputs == "bf16" ? "bf16 inputs" : "exact fp32") +
-                       " (" + kernel + ", " + isa + " kernels, " + std::to_string(threads) + " threads, --matmul " +
-                       mode + "): " + reason + (from_cache ? " [cached timings]" : "");
+                       " (" + kernel + ", " + isa + (bf16_dot ? " + vdpbf16ps" : "") + " kernels, " +
+                       std::to_string(threads) + " threads, --matmul " + mode + "): " + reason +
+                       (from_cache ? " [cached timings]" : "");
     return line;
 }
 
@@ -251,6 +252,7 @@ KernelChoice choose_kernels(MatmulMode mode, const std::vector<MatmulShape> & sh
     }
     const bool bf16 = choice.inputs == "bf16";
     apply(bf16, bf16);
+    choice.bf16_dot = bf16 && kernels::bf16_dot_enabled();
     choice.kernel = kernels::kernel_isa() == kernels::KernelIsa::generic ? "generic"
                     : kernels::brgemm_enabled()                          ? "brgemm-bf16"
                                                                          : "blas-fp32";

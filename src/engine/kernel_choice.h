@@ -29,6 +29,7 @@ struct KernelChoice {
     std::string inputs = "fp32";       // the numerics in force: fp32 (exact) or bf16 (rounded inputs)
     std::string kernel = "blas-fp32";  // many-row products: blas-fp32, brgemm-bf16 or generic
     std::string isa = "generic";       // few-row kernels: avx512, avx2 or generic
+    bool bf16_dot = false;             // few-row bf16-input products on AVX-512-BF16 dot products (VDPBF16PS)
     std::string cpu;                   // /proc/cpuinfo's model name
     int threads = 0;
     std::vector<KernelCandidate> candidates;  // empty when forced

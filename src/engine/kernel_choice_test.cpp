@@ -34,6 +34,7 @@ TEST_F(ChoiceTest, ForcedModesApplyTheirNumerics) {
     EXPECT_FALSE(kernels::brgemm_enabled());
     EXPECT_TRUE(exact.candidates.empty());
     EXPECT_FALSE(fs::exists(cache));  // nothing timed, nothing cached
+    EXPECT_FALSE(exact.bf16_dot);     // exact inputs never take the bf16 dot kernel
 
     KernelChoice bf16 = choose_kernels(MatmulMode::BF16, kShapes, 0, cache);
     EXPECT_EQ(bf16.inputs, "bf16");
@@ -41,6 +42,8 @@ TEST_F(ChoiceTest, ForcedModesApplyTheirNumerics) {
     EXPECT_EQ(kernels::brgemm_enabled(), kernels::brgemm_available());
     EXPECT_EQ(bf16.kernel, kernels::brgemm_available() ? "brgemm-bf16" : "blas-fp32");
     EXPECT_EQ(current_kernel_choice().inputs, "bf16");
+    EXPECT_EQ(bf16.bf16_dot, kernels::bf16_dot_enabled());  // reported as it runs (off where capped or absent)
+    EXPECT_EQ(bf16.summary().find("vdpbf16ps") != std::string::npos, bf16.bf16_dot);
 }
 
 TEST_F(ChoiceTest, AutoTimesOnceAndThenReadsTheCache) {
