@@ -228,14 +228,15 @@ bool adam_cpu_step(Adapter & a, const AdamParams & p, double norm, double clip) 
                            host_data<T>(a.flat_exp_avg, caller), host_data<T>(a.flat_exp_avg_sq, caller),
                            a.flat_params.numel()};
     const AdamCoefs<T> k = make_coefs<T>(p, a.step + 1, clip);
-    Maxima<T> mx;
     if (!step_is_bounded(a, p, make_coefs<double>(p, a.step + 1, clip), norm)) {
         a.checked_steps += 1;
-        if (!adam_cpu_pass<false>(b, k, mx)) {
+        Maxima<T> unused;  // the checking pass writes nothing, maxima included
+        if (!adam_cpu_pass<false>(b, k, unused)) {
             a.step_bounds.known = false;
             return false;
         }
     }
+    Maxima<T> mx;
     adam_cpu_pass<true>(b, k, mx);
     a.step_bounds = {true, double(mx.param), double(mx.m), double(mx.v), versions_of(a)};
     return true;

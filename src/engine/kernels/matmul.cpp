@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -24,28 +26,33 @@ constexpr int64_t kScratchBytes = int64_t{1} << 20;  // fp32 weight block for BL
 constexpr int64_t kColumnGroup = 32;                 // backward kernel columns per task
 constexpr int64_t kGrainElements = 1 << 15;          // weight elements per task, at least
 
-KernelIsa initial_isa() {
+// The cap TINKERD_MATMUL_KERNELS asks for: avx512, avx2, generic (or 0); none when unset, avx512bf16 or an
+// unknown name.
+std::optional<KernelIsa> asked_cap() {
     const char * env = std::getenv("TINKERD_MATMUL_KERNELS");
-    const KernelIsa best = cpu_kernel_isa();
-    if (env == nullptr) {
-        return best;
+    const std::string name = env == nullptr ? "" : env;
+    if (name == "avx512") {
+        return KernelIsa::avx512;
     }
-    const std::string name = env;
-    const KernelIsa asked = name == "avx512"                     ? KernelIsa::avx512
-                            : name == "avx2"                     ? KernelIsa::avx2
-                            : (name == "0" || name == "generic") ? KernelIsa::generic
-                                                                 : best;
-    return std::min(asked, best);
+    if (name == "avx2") {
+        return KernelIsa::avx2;
+    }
+    if (name == "0" || name == "generic") {
+        return KernelIsa::generic;
+    }
+    return std::nullopt;
 }
 
-// The CPU has AVX-512-BF16 and TINKERD_MATMUL_KERNELS (unset, avx512bf16 or an unknown name: no cap) allows it.
+KernelIsa initial_isa() {
+    const KernelIsa best = cpu_kernel_isa();
+    return std::min(asked_cap().value_or(best), best);
+}
+
+// The CPU has AVX-512-BF16 and TINKERD_MATMUL_KERNELS sets no cap (any cap, avx512 included, turns it off).
 bool bf16_dot_cpu() {
     static const bool allowed = [] {
-        const char * env = std::getenv("TINKERD_MATMUL_KERNELS");
-        const std::string name = env == nullptr ? "" : env;
-        const bool capped = name == "avx512" || name == "avx2" || name == "generic" || name == "0";
         __builtin_cpu_init();
-        return !capped && __builtin_cpu_supports("avx512bf16");
+        return !asked_cap().has_value() && __builtin_cpu_supports("avx512bf16");
     }();
     return allowed;
 }
