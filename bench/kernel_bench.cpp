@@ -1,5 +1,6 @@
 // Micro-benchmark of the base-weight products (engine/kernels/matmul.h) on the model's weight shapes: per
-// shape, rows T and direction, our dispatch, its register-blocked and BLAS paths, the generic path, the
+// shape, rows T and direction, our dispatch (on bf16 weights, and on fp32 ones: ours-fp32w), its register-blocked and
+// BLAS paths, the generic path, the
 // bf16-input paths (the AVX-512F kernels / BLAS below and from 64 rows; the AVX-512-BF16 dot kernel below 64
 // rows, where the CPU has it; brgemm from 64 rows), torch's bf16 matmul and
 // torch's fp32 matmul on a pre-converted weight; ms, GB/s of bf16 weight read, GFLOP/s.
@@ -105,7 +106,11 @@ std::vector<std::pair<std::string, Op>> ops(const Weights & w, bool backward) {
     const Op fp32 = [&w, backward](const torch::Tensor & a, size_t c) {
         return backward ? torch::matmul(a, w.fp32[c]) : torch::matmul(a, w.fp32[c].t());
     };
+    const Op ours_fp32 = [&w, backward](const torch::Tensor & a, size_t c) {  // fp32 weights through our dispatch
+        return backward ? k::matmul_weight_backward(a, w.fp32[c]) : k::matmul_weight(a, w.fp32[c]);
+    };
     return {{"ours", ours},
+            {"ours-fp32w", ours_fp32},
             {"kernel", with([] { k::set_blas_min_rows(int64_t{1} << 40); }, ours)},
             {"blas", with([] { k::set_blas_min_rows(1); }, ours)},
             {"generic", with([] { k::set_kernels_enabled(false); }, ours)},
@@ -267,8 +272,9 @@ int main(int argc, char ** argv) {
     const double bandwidth = tinkerd::bench::ReadBandwidth(size_t{1} << 30, threads).measure(3);
     std::printf("threads %d, kernel isa %d (0 generic, 1 avx2, 2 avx512), read bandwidth %.2f GB/s\n", threads,
                 static_cast<int>(k::kernel_isa()), bandwidth);
-    const std::vector<Shape> shapes = {
-        {960, 576, "qkv"}, {576, 576, "o_proj"}, {3072, 576, "gate_up"}, {576, 1536, "down"}, {49152, 576, "lm_head"}};
+    const std::vector<Shape> shapes = {{960, 576, "qkv"},   {576, 576, "o_proj"},    {3072, 576, "gate_up"},
+                                       {576, 1536, "down"}, {49152, 576, "lm_head"}, {256, 2048, "router"},
+                                       {32, 2048, "alpha"}};  // a Qwen3.5-35B-A3B GGUF's F32 router and DeltaNet alpha
     tinkerd::bench::ForeignCpu noise;
     for (const Shape & s : shapes) {
         if (only.empty() || only == s.name) {

@@ -4,10 +4,10 @@ Qwen3-30B-A3B-shaped Q4_K_M file cut to L layers (headline_gguf.proxy), base-mod
 (through the SDK) and by llama-bench on the same file in the same run, alternated, medians of --rounds, each after waiting (up to --quiet-wait s) for a quiet machine, the share
 other processes used meanwhile recorded (the machine is shared: read the rows with little foreign use).
 tinkerd's decode rate excludes the prompt: (GEN - 1) / (time of GEN tokens - time of 1 token), same prompt.
-With two or more layer counts, each side's seconds per token t(L) = a + b·L are fitted and extrapolated to 48
-layers (a: embedding, lm_head, sampling; b: one layer) -- the full model's estimate without loading it.
+With two or more layer counts, each side's seconds per token t(L) = a + b·L are fitted and extrapolated to the full
+model's layers (48; 40 with --family qwen35moe) (a: embedding, lm_head, sampling; b: one layer) -- the full model's estimate without loading it.
 --sample-activations fp32,int8 runs one server per mode (tinkerd's --sample-activations), each timed in every round.
-Usage: qlora_decode_proxy.py [--layers 4,8] [--rounds 3] [--gen 64] [--threads 2] [--skip-llamacpp]
+Usage: qlora_decode_proxy.py [--family qwen3moe|qwen35moe] [--layers 4,8] [--rounds 3] [--gen 64] [--threads 2] [--skip-llamacpp]
        [--sample-activations fp32|int8|fp32,int8] [--gguf FILE --vocab N]  (any GGUF as it is, e.g. SmolLM2 Q4_1)"""
 import argparse
 import json
@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import headline_gguf  # noqa: E402
+import headline_qwen35  # noqa: E402
 import llamacpp_bench  # noqa: E402
 import qlora_headline as qh  # noqa: E402
 
@@ -99,15 +100,23 @@ def quiet(args, what, fn, pid=None):
     return best
 
 
+def proxy_shape(family, layers):
+    """(shape, mix) of the proxy cut to `layers`: Qwen3-30B-A3B's Q4_K_M-like mix, or the Qwen3.5-35B-A3B shape
+    all Q4_K as its headline file (its layers alternate 3 Gated DeltaNet, 1 attention: give multiples of 4)."""
+    if family == headline_qwen35.ARCH:
+        return dict(headline_qwen35.FULL, layers=int(layers)), "q4_k"
+    return headline_gguf.proxy(layers), "q4_k_m"
+
+
 def measure(args, layers):
     """Per round: llama-bench, then each --sample-activations mode's server (all started up front, one idle
     while another is timed). Row keys: tinkerd / tinkerd_cpu for the first mode, tinkerd_<mode> for each."""
     if args.gguf:
         model = pathlib.Path(args.gguf)
     else:
-        shape = headline_gguf.proxy(layers)
-        model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape)
-        headline_gguf.write(model, shape, args.tokenizer)
+        shape, mix = proxy_shape(args.family, layers)
+        model = pathlib.Path(args.out_dir) / headline_gguf.file_name(shape, mix)
+        headline_gguf.write(model, shape, args.tokenizer, mix=mix)
     import tinker
     from tinker import types
     modes = args.sample_activations.split(",")
@@ -145,7 +154,7 @@ def measure(args, layers):
     return row
 
 
-def extrapolate(rows, side, layers=48):
+def extrapolate(rows, side, layers):
     """Seconds per token a + b·L fitted over the rows, at `layers`: tok/s."""
     L = np.array([r["layers"] for r in rows], dtype=float)
     t = np.array([1.0 / r[side] for r in rows])
@@ -156,6 +165,8 @@ def extrapolate(rows, side, layers=48):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default="8")
+    ap.add_argument("--family", choices=["qwen3moe", headline_qwen35.ARCH], default="qwen3moe",
+                    help="which headline's shape the proxy cuts (qwen35moe: Qwen3.5-35B-A3B, all Q4_K)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
@@ -180,15 +191,16 @@ def main():
             o, oc = r[f"tinkerd_{m}"], r[f"tinkerd_{m}_cpu"]
             print(f"| {r['layers']} | {m} | {o:.2f} | {r['llamacpp']:.2f} | {o / r['llamacpp']:.2f}x | "
                   f"{oc:.2f} | {r['llamacpp_cpu']:.2f} | {oc / r['llamacpp_cpu']:.2f}x |")
+    full = (headline_qwen35 if args.family == headline_qwen35.ARCH else headline_gguf).FULL["layers"]
     if len(rows) >= 2 and not args.skip_llamacpp:
         for m in modes:
             cells = []
             for ours, theirs in ((f"tinkerd_{m}", "llamacpp"), (f"tinkerd_{m}_cpu", "llamacpp_cpu")):
-                (o, a0, b0), (t, a1, b1) = extrapolate(rows, ours), extrapolate(rows, theirs)
+                (o, a0, b0), (t, a1, b1) = extrapolate(rows, ours, full), extrapolate(rows, theirs, full)
                 cells += [f"{o:.2f}", f"{t:.2f}", f"{o / t:.2f}x"]
                 log(f"fit s/token ({ours}): tinkerd {a0 * 1e3:.1f} + {b0 * 1e3:.2f}·L ms, llama.cpp {a1 * 1e3:.1f} + "
                     f"{b1 * 1e3:.2f}·L ms")
-            print(f"| 48 (fit) | {m} | " + " | ".join(cells) + " |")
+            print(f"| {full} (fit) | {m} | " + " | ".join(cells) + " |")
     print(json.dumps({"bench": "qlora_decode_proxy", "rows": rows}))
 
 

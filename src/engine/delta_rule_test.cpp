@@ -89,6 +89,49 @@ TEST(DeltaRule, ChunkedMatchesNaiveRecurrence) {
     EXPECT_LT(max_abs_diff(got32.to(torch::kFloat64), expected), 1e-4);
 }
 
+// The fused fp32 decode step (kernels/delta_step.h, taken by fp32 states on the CPU) against the fp64 naive rule:
+// 3 sequences stepped 40 tokens together, Dv not a multiple of a vector width, each state its own tensor (as
+// each sequence's cache holds it) and updated in place; and the stacked-state form against the tensor-op form.
+// fp32 bound: ~Dk roundings of unit-norm sums per step, damped by decay and beta <= 1 (measured ~1e-7): 1e-5.
+TEST(DeltaRule, FusedFp32StepMatchesNaiveRule) {
+    torch::manual_seed(7);
+    const int64_t S = 3, L = 40, H = 4, Dk = 24, Dv = 37;
+    const SequenceLayout layout = packed({L, L, L});
+    const RuleInputs in = random_rule_inputs(S * L, H, Dk, Dv);
+    torch::Tensor naive_states;
+    const torch::Tensor expected = naive_rule(in, layout, &naive_states);  // [S·L, H, Dv]
+    std::vector<torch::Tensor> states;
+    for (int64_t s = 0; s < S; ++s) {
+        states.push_back(torch::zeros({H, Dk, Dv}));
+    }
+    torch::Tensor stacked = torch::zeros({S, H, Dk, Dv}), stacked_ops = torch::zeros({S, H, Dk, Dv});
+    double out_err = 0, ops_err = 0;
+    for (int64_t t = 0; t < L; ++t) {
+        const torch::Tensor index = torch::tensor({t, L + t, 2 * L + t});
+        const auto f32 = [&](const torch::Tensor & x) { return x.index_select(0, index).to(torch::kFloat32); };
+        const torch::Tensor out =
+            engine::recurrent_gated_delta_step(f32(in.q), f32(in.k), f32(in.v), f32(in.g), f32(in.beta), states);
+        ASSERT_EQ(out.scalar_type(), torch::kFloat32);
+        out_err = std::max(out_err, max_abs_diff(out.to(torch::kFloat64), expected.index_select(0, index)));
+        const torch::Tensor fused =
+            engine::recurrent_gated_delta_step(f32(in.q), f32(in.k), f32(in.v), f32(in.g), f32(in.beta), stacked);
+        const torch::Tensor ops = engine::recurrent_gated_delta_step_ops(f32(in.q), f32(in.k), f32(in.v), f32(in.g),
+                                                                         f32(in.beta), stacked_ops);
+        ops_err = std::max(ops_err, max_abs_diff(fused, ops));
+    }
+    double state_err = 0;
+    for (int64_t s = 0; s < S; ++s) {
+        state_err = std::max(state_err, max_abs_diff(states[s].to(torch::kFloat64), naive_states[s]));
+    }
+    std::printf("fused fp32 step vs naive: outputs %.3g, states %.3g; vs tensor ops %.3g\n", out_err, state_err,
+                ops_err);
+    EXPECT_LT(out_err, 1e-5);
+    EXPECT_LT(state_err, 1e-5);
+    EXPECT_LT(ops_err, 1e-5);
+    EXPECT_LT(max_abs_diff(stacked, stacked_ops), 1e-5);
+    EXPECT_TRUE(torch::equal(stacked, torch::stack(states)));  // both forms: the same kernel on the same values
+}
+
 // Rows of seq's own sequence in a packed [T, ...] tensor.
 torch::Tensor rows_of(const torch::Tensor & x, const SequenceLayout & layout, size_t seq) {
     return x.narrow(0, layout.offsets[seq], layout.lengths[seq]);

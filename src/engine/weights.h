@@ -45,6 +45,7 @@ struct LayerWeights {
     torch::Tensor w_lin_in;  // [Cc + Vd + 2·HV, C] compute dtype: cat(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)
     std::vector<torch::Tensor> lin_in_parts;  // those four apart when they cannot be stacked (w_lin_in undefined)
     torch::Tensor w_lin_out;                  // [C, Vd] out_proj
+    bool lin_out_v_tiled = false;             // w_lin_out's columns in llama.cpp's tiled V-head order (gguf/qwen35.h)
     torch::Tensor conv1d;                     // [Cc, K] act dtype (the checkpoint's [Cc, 1, K])
     torch::Tensor dt_bias;                    // [HV] act dtype
     torch::Tensor A_log;                      // [HV] act dtype

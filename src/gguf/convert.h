@@ -35,7 +35,8 @@ bool can_keep_quantised(GgmlType type);
 std::vector<int64_t> blocks_shape(const TensorInfo & t);
 // True when tensor t is used where it lies in the file when quantised weights are kept: a kept type, a
 // matrix, and not one of llama's row-permuted q/k projections nor a transformed Qwen3.5 tensor (those are
-// written, permuted, as U8 blocks, or dequantised) nor an MTP layer's.
+// written, permuted, as U8 blocks, or dequantised) nor an MTP layer's. A Qwen3.5 ssm_out whose tiled V heads
+// split blocks is kept as it lies, under its name + kTiledColumnsSuffix (qwen35.h).
 bool kept_in_place(const GgufFile & file, const TensorInfo & t);
 
 // The weights under Hugging Face names, shapes checked against config. Quantised tensors become F32

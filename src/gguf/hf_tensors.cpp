@@ -214,7 +214,8 @@ bool kept_in_place(const GgufFile & file, const TensorInfo & t) {
     auto arch = file.get_string("general.architecture");
     bool needs_f32 = false;
     return arch.ok() && can_keep_quantised(t.type) && t.shape.size() >= 2 && !is_llama_qk(*arch, t.name) &&
-           !qwen35_transformed(file, t.name, needs_f32) && !qwen35_mtp_tensor(file, t.name);
+           (!qwen35_transformed(file, t.name, needs_f32) || qwen35_tiled_columns(file, t.name)) &&
+           !qwen35_mtp_tensor(file, t.name);
 }
 
 Result<std::map<std::string, model::OwnedTensor>> hf_tensors(const GgufFile & file, const json & config,

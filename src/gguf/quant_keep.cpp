@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "gguf/convert.h"
 #include "gguf/dequant.h"
+#include "gguf/qwen35.h"
 
 namespace tinkerd::gguf {
 
@@ -61,11 +62,12 @@ Result<nlohmann::json> external_manifest(const GgufFile & file, const nlohmann::
             return unsupported(file.name() + ": tensor '" + t.name + "' has no counterpart in " +
                                config["architectures"][0].get<std::string>());
         }
-        tensors[name] = {{"dtype", "U8"},
-                         {"shape", blocks_shape(t)},
-                         {"offset", file.file_offset(t)},
-                         {"n_bytes", t.n_bytes},
-                         {"ggml_type", ggml_type_name(static_cast<uint32_t>(t.type))}};
+        const std::string suffix = qwen35_tiled_columns(file, t.name) ? kTiledColumnsSuffix : "";
+        tensors[name + suffix] = {{"dtype", "U8"},
+                                  {"shape", blocks_shape(t)},
+                                  {"offset", file.file_offset(t)},
+                                  {"n_bytes", t.n_bytes},
+                                  {"ggml_type", ggml_type_name(static_cast<uint32_t>(t.type))}};
     }
     return nlohmann::json{{"file", source_path}, {"size", file.byte_size()}, {"tensors", tensors}};
 }

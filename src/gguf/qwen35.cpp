@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "gguf/convert.h"
 #include "gguf/dequant.h"
 
 namespace tinkerd::gguf {
@@ -216,6 +217,14 @@ bool qwen35_transformed(const GgufFile & file, const std::string & gguf_name, bo
         return !sizes.ok() || sizes->k_heads != sizes->v_heads;
     }
     return true;
+}
+
+bool qwen35_tiled_columns(const GgufFile & file, const std::string & gguf_name) {
+    bool needs_f32 = false;
+    int64_t head = 0;
+    const TensorInfo * t = file.find_tensor(gguf_name);
+    return t != nullptr && can_keep_quantised(t->type) && fix_of(layer_part(gguf_name), head) == Fix::V_COLS &&
+           qwen35_transformed(file, gguf_name, needs_f32) && needs_f32;
 }
 
 Result<void> undo_qwen35(const GgufFile & file, const std::string & gguf_name, model::OwnedTensor & data) {

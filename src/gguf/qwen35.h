@@ -33,6 +33,15 @@ Result<void> add_qwen35_fields(const GgufFile & file, const std::string & arch, 
 // permutation whole blocks).
 bool qwen35_transformed(const GgufFile & file, const std::string & gguf_name, bool & needs_f32);
 
+// The name suffix (after the Hugging Face name) of a tensor kept quantised with its columns still in llama.cpp's
+// tiled V-head order: ssm_out (out_proj) when its V heads of Dv columns are not whole blocks (a Q4_K's 256 values
+// span two heads of 128), so no block-moving permutation can undo the tiling. The engine multiplies it by its
+// input in the same tiled order instead (exact: the same products, the input's columns moved).
+inline constexpr char kTiledColumnsSuffix[] = ".v_heads_tiled";
+
+// True for such a tensor: a tiled Qwen3.5 file's ssm_out of a kept type whose block does not divide Dv.
+bool qwen35_tiled_columns(const GgufFile & file, const std::string & gguf_name);
+
 // Undoes the transform of tensor `gguf_name` on its data (F32, F16, BF16, or U8 blocks [rows, blocks, bytes]
 // for row permutations), shape in Hugging Face order; a no-op for untransformed tensors.
 Result<void> undo_qwen35(const GgufFile & file, const std::string & gguf_name, model::OwnedTensor & data);

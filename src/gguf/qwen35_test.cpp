@@ -127,7 +127,8 @@ TEST(GgufQwen35, OnlyRowPermutedTensorsStayQuantised) {
     EXPECT_TRUE(qwen35_transformed(*file, "blk.0.attn_gate.weight", needs_f32));
     EXPECT_FALSE(needs_f32);  // rows move as whole block rows
     EXPECT_TRUE(qwen35_transformed(*file, "blk.0.ssm_out.weight", needs_f32));
-    EXPECT_FALSE(needs_f32);  // columns of plain values (quantised: whole blocks per V head, else dequantised)
+    EXPECT_FALSE(needs_f32);  // columns of plain values (quantised: whole blocks per V head, else kept tiled)
+    EXPECT_FALSE(qwen35_tiled_columns(*file, "blk.0.ssm_out.weight"));  // F32: untiled, not kept as blocks
     EXPECT_TRUE(qwen35_transformed(*file, "blk.0.attn_norm.weight", needs_f32));
     EXPECT_TRUE(needs_f32);  // arithmetic
     EXPECT_FALSE(qwen35_transformed(*file, "blk.1.attn_q.weight", needs_f32));

@@ -10,7 +10,8 @@
 #        untransformed ones equal to gguf.quants.dequantize of the file's own blocks, F16 ones equal to the
 #        original rounded to F16, F32 ones as for the F32 file;
 #   kept (convert-keep): every weight, dequantised from its U8 blocks (safetensors or the GGUF byte ranges of
-#        external_weights.json), equal to the dequantised conversion's;
+#        external_weights.json), equal to the dequantised conversion's; an out_proj whose V heads are not whole
+#        blocks is kept in the file's tiled column order (name + ".v_heads_tiled"): untiled here before comparing;
 #   config.json: the model-defining fields equal the original's;
 #   with --tinkerd: the server on the F32 and Q8_0 GGUFs (its own conversion) and on the kept Q8_0 directory, its
 #        logprobs (tinker SDK) vs transformers on the same weights within gguf_engine_check.py's 1e-4.
@@ -165,11 +166,24 @@ def our_tensors_from(raw):
     return t
 
 
+TILED_SUFFIX = ".v_heads_tiled"  # gguf/qwen35.h kTiledColumnsSuffix
+
+
+def untiled_columns(values, config):
+    """[rows, HV·Dv] in llama.cpp's tiled V-head order (slot j·HK + k holds grouped head k·r + j) -> grouped."""
+    hk, hv, dv = config["linear_num_key_heads"], config["linear_num_value_heads"], config["linear_value_head_dim"]
+    rows = values.shape[0]
+    return values.reshape(rows, hv // hk, hk, dv).transpose(0, 2, 1, 3).reshape(rows, hv * dv)
+
+
 def kept_values(keep_dir):
-    """Every weight of a convert-keep directory as float32: U8 blocks (safetensors or GGUF ranges) dequantised."""
+    """Every weight of a convert-keep directory as float32: U8 blocks (safetensors or GGUF ranges) dequantised,
+    tiled out_proj columns put back in grouped order under the plain name."""
     import gguf
     with open(os.path.join(keep_dir, "external_weights.json")) as f:
         manifest = json.load(f)
+    with open(os.path.join(keep_dir, "config.json")) as f:
+        config = json.load(f)
     out = {}
     local = load_file(os.path.join(keep_dir, "model.safetensors"))
     blob = np.fromfile(manifest["file"], dtype=np.uint8)
@@ -179,6 +193,8 @@ def kept_values(keep_dir):
         if v.dtype == np.uint8:  # [..., blocks, 34] Q8_0 blocks -> [..., blocks * 32]
             flat = gguf.quants.dequantize(v.reshape(-1, v.shape[-1] * v.shape[-2]), gguf.GGMLQuantizationType.Q8_0)
             v = flat.reshape(list(v.shape[:-2]) + [v.shape[-2] * 32]).astype(np.float32)
+        if k.endswith(TILED_SUFFIX):
+            k, v = k[: -len(TILED_SUFFIX)], untiled_columns(v, config.get("text_config", config))
         out[k] = v
     return out, manifest
 
@@ -325,6 +341,9 @@ def check_case(case, args, failures):
         else:
             stats["kept tensors == dequantised conversion"] += 1
     stats["kept in place (GGUF byte ranges)"] = len(manifest["tensors"])
+    stats["kept in place in tiled column order"] = sum(k.endswith(TILED_SUFFIX) for k in manifest["tensors"])
+    if "wide_v" not in case and stats["kept in place in tiled column order"] == 0:
+        failures.append(f"{case}: no out_proj kept in tiled column order (V heads of 8 split Q8_0 blocks)")
     kept_raw = load_file(os.path.join(keep_dir, "model.safetensors"))
     stats["kept as U8 blocks in model.safetensors (rows/columns moved)"] = sum(v.dtype == np.uint8 for v in
                                                                                 kept_raw.values())

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/host_access.h"
+#include "engine/kernels/delta_step.h"
+
 namespace tinkerd::engine {
 namespace {
 
@@ -188,8 +191,9 @@ torch::Tensor gated_delta_rule(const torch::Tensor & q, const torch::Tensor & k,
     return from_chunks(torch::stack(outs, 2), plan).to(q.scalar_type());
 }
 
-torch::Tensor recurrent_gated_delta_step(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
-                                         const torch::Tensor & g, const torch::Tensor & beta, torch::Tensor & state) {
+torch::Tensor recurrent_gated_delta_step_ops(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                                             const torch::Tensor & g, const torch::Tensor & beta,
+                                             torch::Tensor & state) {
     torch::NoGradGuard no_grad;
     const auto cd = state.scalar_type() == torch::kFloat64 ? torch::kFloat64 : compute_dtype(q);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
@@ -200,6 +204,69 @@ torch::Tensor recurrent_gated_delta_step(const torch::Tensor & q, const torch::T
     S = S + kn.unsqueeze(-1) * delta.unsqueeze(-2);
     state.copy_(S);
     return qn.unsqueeze(-2).matmul(S).squeeze(-2).to(q.scalar_type());
+}
+
+namespace {
+
+// The fused kernel takes CPU fp32 states, each contiguous [H, Dk, Dv], and inputs that are not fp64.
+bool fused_step_applies(const torch::Tensor & q, const std::vector<torch::Tensor> & states) {
+    return q.device().is_cpu() && q.scalar_type() != torch::kFloat64 &&
+           std::all_of(states.begin(), states.end(), [](const torch::Tensor & s) {
+               return s.device().is_cpu() && s.scalar_type() == torch::kFloat && s.is_contiguous();
+           });
+}
+
+// kernels::delta_step over the rows' states in place, the inputs prepared as the ops form prepares them.
+torch::Tensor fused_delta_step(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                               const torch::Tensor & g, const torch::Tensor & beta,
+                               const std::vector<torch::Tensor> & states) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const torch::Tensor qn = (l2_normalize(q).to(torch::kFloat) * scale).contiguous();  // [S, H, Dk]
+    const torch::Tensor kn = l2_normalize(k).to(torch::kFloat).contiguous();            // [S, H, Dk]
+    const torch::Tensor vf = v.to(torch::kFloat).contiguous();                          // [S, H, Dv]
+    const torch::Tensor decay = g.to(torch::kFloat).exp().contiguous();                 // [S, H]
+    const torch::Tensor bf = beta.to(torch::kFloat).contiguous();                       // [S, H]
+    const int64_t S = q.size(0), H = q.size(1), Dk = q.size(2), Dv = v.size(2);
+    torch::Tensor out = torch::empty({S, H, Dv}, vf.options());  // [S, H, Dv]
+    std::vector<kernels::DeltaStepRow> rows;
+    for (int64_t s = 0; s < S; ++s) {
+        TORCH_CHECK(states[s].numel() == H * Dk * Dv, "delta step: state ", s, " has ", states[s].numel(),
+                    " values, expected ", H * Dk * Dv);
+        const char * who = "recurrent_gated_delta_step";
+        rows.push_back({host_data<const float>(qn[s], who), host_data<const float>(kn[s], who),
+                        host_data<const float>(vf[s], who), host_data<const float>(decay[s], who),
+                        host_data<const float>(bf[s], who), host_data<float>(states[s], who),
+                        host_data<float>(out[s], who)});
+    }
+    kernels::delta_step(rows.data(), S, H, Dk, Dv);
+    return out.to(q.scalar_type());
+}
+
+}  // namespace
+
+torch::Tensor recurrent_gated_delta_step(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                                         const torch::Tensor & g, const torch::Tensor & beta,
+                                         const std::vector<torch::Tensor> & states) {
+    torch::NoGradGuard no_grad;
+    TORCH_CHECK(static_cast<int64_t>(states.size()) == q.size(0), "delta step: ", states.size(), " states for ",
+                q.size(0), " rows");
+    if (fused_step_applies(q, states)) {
+        return fused_delta_step(q, k, v, g, beta, states);
+    }
+    torch::Tensor stacked = torch::stack(states);  // [S, H, Dk, Dv]
+    torch::Tensor out = recurrent_gated_delta_step_ops(q, k, v, g, beta, stacked);
+    for (size_t s = 0; s < states.size(); ++s) {
+        states[s].copy_(stacked[static_cast<int64_t>(s)]);  // the tensors share the callers' storage
+    }
+    return out;
+}
+
+torch::Tensor recurrent_gated_delta_step(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                                         const torch::Tensor & g, const torch::Tensor & beta, torch::Tensor & state) {
+    if (!fused_step_applies(q, {state}) || !state.is_contiguous()) {
+        return recurrent_gated_delta_step_ops(q, k, v, g, beta, state);
+    }
+    return recurrent_gated_delta_step(q, k, v, g, beta, state.unbind(0));  // views of state: updated in place
 }
 
 torch::Tensor gated_rms_norm(const torch::Tensor & x, const torch::Tensor & weight, const torch::Tensor & z,
@@ -262,33 +329,56 @@ torch::Tensor deltanet_mix(const DeltaNetWeights & w, const DeltaNetDims & dims,
     return norm_and_gate(core, w, dims, in.z);
 }
 
+namespace {
+
+// One decoding step: conv [S, Cc, K-1] and each sequence's recurrent state [HV, Dk, Dv] updated in place.
+torch::Tensor mix_step(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
+                       torch::Tensor & conv, const std::vector<torch::Tensor> & recurrent) {
+    const torch::Tensor mixed = causal_conv1d_silu_step(in.qkv, w.conv1d, conv);  // [S, Cc]
+    const HeadsAndGates h = heads_and_gates(mixed, w, dims, in);
+    const torch::Tensor core = recurrent_gated_delta_step(h.q, h.k, h.v, h.g, h.beta, recurrent);
+    return norm_and_gate(core, w, dims, in.z);
+}
+
+}  // namespace
+
 torch::Tensor deltanet_mix_step(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
                                 DeltaNetState & state) {
     torch::NoGradGuard no_grad;
-    const torch::Tensor mixed = causal_conv1d_silu_step(in.qkv, w.conv1d, state.conv);  // [S, Cc]
-    const HeadsAndGates h = heads_and_gates(mixed, w, dims, in);
-    const torch::Tensor core = recurrent_gated_delta_step(h.q, h.k, h.v, h.g, h.beta, state.recurrent);
-    return norm_and_gate(core, w, dims, in.z);
+    if (!state.recurrent.is_contiguous()) {
+        state.recurrent = state.recurrent.contiguous();
+    }
+    return mix_step(w, dims, in, state.conv, state.recurrent.unbind(0));
 }
 
 namespace {
 
-// The layer's states of every sequence, stacked: conv [S, Cc, K-1], recurrent [S, HV, Dk, Dv].
-DeltaNetState gather_states(const std::vector<SequenceCache *> & caches, int64_t layer) {
+void store_conv_states(const torch::Tensor & conv, const std::vector<SequenceCache *> & caches, int64_t layer) {
+    for (size_t s = 0; s < caches.size(); ++s) {
+        caches[s]->conv_state(layer).copy_(conv[static_cast<int64_t>(s)]);
+    }
+}
+
+void store_states(const DeltaNetState & state, const std::vector<SequenceCache *> & caches, int64_t layer) {
+    store_conv_states(state.conv, caches, layer);
+    for (size_t s = 0; s < caches.size(); ++s) {
+        caches[s]->recurrent_state(layer).copy_(state.recurrent[static_cast<int64_t>(s)]);
+    }
+}
+
+// A decode step on the caches' own states: the small conv states stacked and stored back, the recurrent ones
+// (2 MiB a sequence at Qwen3.5's sizes) updated where they are.
+torch::Tensor mix_step_in_caches(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
+                                 const std::vector<SequenceCache *> & caches, int64_t layer) {
     std::vector<torch::Tensor> conv, recurrent;
     for (SequenceCache * cache : caches) {
         conv.push_back(cache->conv_state(layer));
         recurrent.push_back(cache->recurrent_state(layer));
     }
-    return {torch::stack(conv), torch::stack(recurrent)};
-}
-
-void store_states(const DeltaNetState & state, const std::vector<SequenceCache *> & caches, int64_t layer) {
-    for (size_t s = 0; s < caches.size(); ++s) {
-        const int64_t row = static_cast<int64_t>(s);
-        caches[s]->conv_state(layer).copy_(state.conv[row]);
-        caches[s]->recurrent_state(layer).copy_(state.recurrent[row]);
-    }
+    torch::Tensor stacked_conv = torch::stack(conv);                     // [S, Cc, K-1]
+    torch::Tensor out = mix_step(w, dims, in, stacked_conv, recurrent);  // [S, HV·Dv]
+    store_conv_states(stacked_conv, caches, layer);
+    return out;
 }
 
 }  // namespace
@@ -298,10 +388,7 @@ torch::Tensor deltanet_mix_cached(const DeltaNetWeights & w, const DeltaNetDims 
                                   int64_t layer) {
     torch::NoGradGuard no_grad;
     if (std::all_of(lengths.begin(), lengths.end(), [](int64_t n) { return n == 1; })) {
-        DeltaNetState state = gather_states(caches, layer);
-        torch::Tensor out = deltanet_mix_step(w, dims, in, state);  // [S, HV·Dv]
-        store_states(state, caches, layer);
-        return out;
+        return mix_step_in_caches(w, dims, in, caches, layer);  // [S, HV·Dv]
     }
     SequenceLayout layout;
     int64_t offset = 0;

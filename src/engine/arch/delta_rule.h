@@ -34,9 +34,21 @@ torch::Tensor gated_delta_rule(const torch::Tensor & q, const torch::Tensor & k,
                                torch::Tensor * final_state = nullptr);
 
 // One recurrent step of the same rule for decoding (no autograd): q, k [S, H, Dk], v [S, H, Dv], g, beta
-// [S, H]; state [S, H, Dk, Dv] written in place (in its own dtype) -> [S, H, Dv] in q's dtype.
+// [S, H]; state [S, H, Dk, Dv] written in place (in its own dtype) -> [S, H, Dv] in q's dtype. CPU fp32 states
+// take the fused kernel (kernels/delta_step.h: the same formulas in one pass, another summation order); other
+// states (fp64, GPUs) the tensor ops of recurrent_gated_delta_step_ops.
 torch::Tensor recurrent_gated_delta_step(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
                                          const torch::Tensor & g, const torch::Tensor & beta, torch::Tensor & state);
+
+// The same over per-sequence states: states[s] [H, Dk, Dv] (views of the callers' tensors), each updated in place.
+torch::Tensor recurrent_gated_delta_step(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                                         const torch::Tensor & g, const torch::Tensor & beta,
+                                         const std::vector<torch::Tensor> & states);
+
+// The step as tensor ops (any device and dtype; the fused kernel's reference in tests).
+torch::Tensor recurrent_gated_delta_step_ops(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
+                                             const torch::Tensor & g, const torch::Tensor & beta,
+                                             torch::Tensor & state);
 
 // rmsnorm(x)·weight·silu(z) as Qwen3_5RMSNormGated: normalised in fp32 (fp64 stays fp64), cast back to x's
 // dtype before the weight, the gate in fp32. x, z [N, Dv], weight [Dv] -> [N, Dv] in x's dtype.

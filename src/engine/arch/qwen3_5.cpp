@@ -6,6 +6,7 @@
 #include "engine/arch/delta_rule.h"
 #include "engine/arch/qwen3.h"
 #include "engine/kernels/matmul.h"
+#include "gguf/qwen35.h"
 
 namespace tinkerd::engine {
 namespace {
@@ -33,7 +34,9 @@ Result<void> load_linear_attention(const WeightLoader & loader, const model::Mod
     TRY_STATUS(assign(z, loader.matrix(p + "in_proj_z.weight", {Vd, C})));
     TRY_STATUS(assign(b, loader.matrix(p + "in_proj_b.weight", {HV, C})));
     TRY_STATUS(assign(a, loader.matrix(p + "in_proj_a.weight", {HV, C})));
-    TRY_STATUS(assign(w.w_lin_out, loader.matrix(p + "out_proj.weight", {C, Vd})));
+    const std::string out = p + "out_proj.weight", tiled_out = out + gguf::kTiledColumnsSuffix;
+    w.lin_out_v_tiled = loader.contains(tiled_out);  // a GGUF's Q4_K-like out_proj kept as it lies
+    TRY_STATUS(assign(w.w_lin_out, loader.matrix(w.lin_out_v_tiled ? tiled_out : out, {C, Vd})));
     TRY_STATUS(assign(conv, loader.act_matrix(p + "conv1d.weight", {Cc, 1, d.conv_kernel})));
     TRY_STATUS(assign(w.dt_bias, loader.vector(p + "dt_bias", HV)));
     TRY_STATUS(assign(w.A_log, loader.vector(p + "A_log", HV)));
@@ -81,7 +84,7 @@ class Qwen35Family final : public Qwen3Family {
         if (c.is_linear_attention_layer(layer)) {
             const DeltaNetInputs in = deltanet_inputs(w, c, h, ctx.segments, layer);
             const torch::Tensor mixed = deltanet_mix(deltanet_weights(w), deltanet_dims(c), in, ctx.layout);
-            return lora_linear(mixed, w.w_lin_out, {}, ctx.segments, layer, LoraTarget::LINEAR_OUT);
+            return linear_out(w, c, mixed, ctx.segments, layer);
         }
         GatedQkv g = gated_qkv(w, c, h, ctx.segments, ctx.cos, ctx.sin, layer);
         const torch::Tensor attn = packed_causal_attention(g.q, g.k, g.v, ctx.layout);  // [T, H*D]
@@ -96,7 +99,7 @@ class Qwen35Family final : public Qwen3Family {
             const DeltaNetInputs in = deltanet_inputs(w, c, h, ctx.segments, layer);
             const torch::Tensor mixed =
                 deltanet_mix_cached(deltanet_weights(w), deltanet_dims(c), in, ctx.lengths, ctx.caches, layer);
-            return lora_linear(mixed, w.w_lin_out, {}, ctx.segments, layer, LoraTarget::LINEAR_OUT);
+            return linear_out(w, c, mixed, ctx.segments, layer);
         }
         GatedQkv g = gated_qkv(w, c, h, ctx.segments, ctx.cos, ctx.sin, layer);
         const torch::Tensor attn = ctx.attention.run(layer, g.q, g.k, g.v);  // [T, H*D]
@@ -104,6 +107,20 @@ class Qwen35Family final : public Qwen3Family {
     }
 
   private:
+    // out_proj with its LoRA (LINEAR_OUT) on mixed [T, HV·Dv] (grouped V heads). A w_lin_out kept in the file's
+    // tiled order multiplies mixed's columns moved to that order (grouped head k·r + j at tiled slot j·HK + k);
+    // the LoRA, in Hugging Face's order, takes mixed as it is.
+    static torch::Tensor linear_out(const LayerWeights & w, const model::ModelConfig & c, const torch::Tensor & mixed,
+                                    const std::vector<RowSegment> & segments, int64_t layer) {
+        if (!w.lin_out_v_tiled) {
+            return lora_linear(mixed, w.w_lin_out, {}, segments, layer, LoraTarget::LINEAR_OUT);
+        }
+        const DeltaNetDims d = deltanet_dims(c);
+        const int64_t T = mixed.size(0), r = d.v_heads / d.k_heads;
+        const torch::Tensor tiled = mixed.reshape({T, d.k_heads, r, d.v_head_dim}).transpose(1, 2).reshape({T, -1});
+        return add_lora(kernels::base_linear(tiled, w.w_lin_out), mixed, segments, layer, LoraTarget::LINEAR_OUT);
+    }
+
     static DeltaNetWeights deltanet_weights(const LayerWeights & w) {
         return {w.conv1d, w.dt_bias, w.A_log, w.lin_norm};
     }

@@ -205,6 +205,28 @@ void backward_small(const torch::Tensor & dy, const torch::Tensor & w, torch::Te
     });
 }
 
+// The few-row forward over fp32 weights (a GGUF's F32 routers and gates): the same register blocking, so these
+// small products neither take BLAS's per-call overhead nor its slow paths on some CPUs.
+void forward_small_f32(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
+    const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
+    const auto rows =
+        kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_f32_avx512 : detail::forward_rows_f32_avx2;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / in / 4);  // in blocks of 4 weight rows
+    at::parallel_for(0, (out + 3) / 4, grain, [&](int64_t b, int64_t e) {
+        rows(cpu_data<const float>(x), T, in, cpu_data<const float>(w), b * 4, std::min(out, e * 4), cpu_data<float>(y),
+             out);
+    });
+}
+
+// True when x [..., in] fp32 times fp32 w [out, in] takes forward_small_f32: CPU, contiguous, fewer than
+// blas_min_rows() rows, the kernels on, and no gradient wanted for x.
+bool f32_rows_apply(const torch::Tensor & x, const torch::Tensor & w) {
+    return kernel_isa() != KernelIsa::generic && x.device().is_cpu() && w.device().is_cpu() &&
+           x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kFloat && w.dim() == 2 && x.dim() >= 1 &&
+           x.size(-1) == w.size(1) && x.is_contiguous() && w.is_contiguous() && x.numel() > 0 && w.numel() > 0 &&
+           x.numel() / x.size(-1) < blas_min_rows() && !(torch::GradMode::is_enabled() && x.requires_grad());
+}
+
 using Product = void (*)(const torch::Tensor & a, const torch::Tensor & w, torch::Tensor & result);
 
 // a [..., k] -> [..., n] with the small-T kernel, or the BLAS path from blas_min_rows() rows of a on.
@@ -262,6 +284,9 @@ torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Di
     }
     if (dot_applies(x, w, d)) {
         return run_kernels(x, w, n, d.dot, d.dot);  // dot_applies: fewer than blas_min_rows() rows
+    }
+    if (d.w_dim == 1 && f32_rows_apply(x, w)) {
+        return run_kernels(x, w, n, forward_small_f32, forward_small_f32);  // f32_rows_apply: few rows
     }
     const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., k]
     if (!kernel_applies(a, w, d.w_dim)) {
@@ -358,6 +383,9 @@ struct BaseLinearFunction : public torch::autograd::Function<BaseLinearFunction>
 }  // namespace
 
 torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w) {
+    if (f32_rows_apply(x, w)) {
+        return matmul_weight(x, w);  // fp32 weights, few rows, no gradient: the register-blocked kernel
+    }
     if (w.scalar_type() == x.scalar_type()) {
         return torch::matmul(x, w.t());  // fp32 / fp64 weights: autograd's own matmul
     }

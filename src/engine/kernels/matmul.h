@@ -13,7 +13,9 @@ torch::Tensor matmul_weight(const torch::Tensor & x, const torch::Tensor & w);
 // dx [T, in] fp32 = dy [T, out] fp32 · w [out, in], w bf16 (or fp32). The backward of matmul_weight.
 torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tensor & w);
 
-// y = x · wᵀ with autograd for x only (w is a frozen base weight): the op the transformer calls.
+// y = x · wᵀ with autograd for x only (w is a frozen base weight): the op the transformer calls. fp32 weights
+// with fewer than blas_min_rows() rows and no gradient wanted take the same register-blocked kernels as bf16
+// ones (fp32 math either way; another summation order than BLAS).
 torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w);
 
 // Which CPU kernels matmul_weight / matmul_weight_backward use for fp32 activations on contiguous bf16

@@ -33,15 +33,34 @@ TINKERD_AVX2 __m256 load_bf16_partial(const uint16_t * p, int64_t n) {  // the f
     return load_bf16(padded);
 }
 
+TINKERD_AVX2 __m256 load_weights(const uint16_t * p) {  // 8 bf16 weights, widened
+    return load_bf16(p);
+}
+
+TINKERD_AVX2 __m256 load_weights(const float * p) {  // 8 fp32 weights
+    return _mm256_loadu_ps(p);
+}
+
+inline float weight_value(uint16_t bits) {  // one bf16 weight as fp32 (exact)
+    const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+    float value;
+    std::memcpy(&value, &wide, sizeof(value));
+    return value;
+}
+
+inline float weight_value(float value) {
+    return value;
+}
+
 TINKERD_AVX2 float reduce(__m256 v) {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-// y[t, r] (t < TB, r < R) = x[t, :] · w[r, :]; the last in % 8 columns in scalar.
-template <int R, int TB>
-TINKERD_AVX2 void forward_tile(const float * x, const uint16_t * w, int64_t in, float * y, int64_t ldy) {
+// y[t, r] (t < TB, r < R) = x[t, :] · w[r, :]; the last in % 8 columns in scalar. W: uint16_t (bf16) or float.
+template <int R, int TB, class W>
+TINKERD_AVX2 void forward_tile(const float * x, const W * w, int64_t in, float * y, int64_t ldy) {
     __m256 acc[R][TB];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -55,7 +74,7 @@ TINKERD_AVX2 void forward_tile(const float * x, const uint16_t * w, int64_t in, 
         __m256 wv[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-            wv[r] = load_bf16(w + r * in + i);
+            wv[r] = load_weights(w + r * in + i);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < TB; ++t) {
@@ -70,25 +89,34 @@ TINKERD_AVX2 void forward_tile(const float * x, const uint16_t * w, int64_t in, 
         for (int t = 0; t < TB; ++t) {
             float sum = reduce(acc[r][t]);
             for (int64_t j = i; j < in; ++j) {
-                uint32_t bits = static_cast<uint32_t>(w[r * in + j]) << 16;
-                float wj;
-                std::memcpy(&wj, &bits, sizeof(wj));
-                sum += x[t * in + j] * wj;
+                sum += x[t * in + j] * weight_value(w[r * in + j]);
             }
             y[t * ldy + r] = sum;
         }
     }
 }
 
-template <int R>
-__attribute__((target("avx2,fma"))) void forward_block(const float * x, int64_t T, int64_t in, const uint16_t * w,
-                                                       float * y, int64_t ldy) {
+template <int R, class W>
+__attribute__((target("avx2,fma"))) void forward_block(const float * x, int64_t T, int64_t in, const W * w, float * y,
+                                                       int64_t ldy) {
     int64_t t = 0;
     for (; t + 2 <= T; t += 2) {
-        forward_tile<R, 2>(x + t * in, w, in, y + t * ldy, ldy);
+        forward_tile<R, 2, W>(x + t * in, w, in, y + t * ldy, ldy);
     }
     if (t < T) {
-        forward_tile<R, 1>(x + t * in, w, in, y + t * ldy, ldy);
+        forward_tile<R, 1, W>(x + t * in, w, in, y + t * ldy, ldy);
+    }
+}
+
+template <class W>
+__attribute__((target("avx2,fma"))) void forward_rows(const float * x, int64_t T, int64_t in, const W * w, int64_t o0,
+                                                      int64_t o1, float * y, int64_t ldy) {
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4) {
+        forward_block<4, W>(x, T, in, w + o * in, y + o, ldy);
+    }
+    for (; o < o1; ++o) {
+        forward_block<1, W>(x, T, in, w + o * in, y + o, ldy);
     }
 }
 
@@ -142,13 +170,12 @@ __attribute__((target("avx2,fma"))) void backward_columns(const float * dy, int6
 
 __attribute__((target("avx2,fma"))) void forward_rows_avx2(const float * x, int64_t T, int64_t in, const uint16_t * w,
                                                            int64_t o0, int64_t o1, float * y, int64_t ldy) {
-    int64_t o = o0;
-    for (; o + 4 <= o1; o += 4) {
-        forward_block<4>(x, T, in, w + o * in, y + o, ldy);
-    }
-    for (; o < o1; ++o) {
-        forward_block<1>(x, T, in, w + o * in, y + o, ldy);
-    }
+    forward_rows<uint16_t>(x, T, in, w, o0, o1, y, ldy);
+}
+
+__attribute__((target("avx2,fma"))) void forward_rows_f32_avx2(const float * x, int64_t T, int64_t in, const float * w,
+                                                               int64_t o0, int64_t o1, float * y, int64_t ldy) {
+    forward_rows<float>(x, T, in, w, o0, o1, y, ldy);
 }
 
 __attribute__((target("avx2,fma"))) void backward_cols_avx2(const float * dy, int64_t T, int64_t out,

@@ -1,5 +1,5 @@
-// AVX-512 micro-kernels of matmul_kernels.h: register-blocked bf16-weight products for small T (decode),
-// fp32 accumulation, bf16 -> fp32 by a 16-bit shift. Only these functions carry the AVX-512 target, so the
+// AVX-512 micro-kernels of matmul_kernels.h: register-blocked bf16-weight (and fp32-weight) products for small T
+// (decode), fp32 accumulation, bf16 -> fp32 by a 16-bit shift. Only these functions carry the AVX-512 target, so the
 // rest of the build stays generic; matmul.cpp calls them only when the CPU reports avx512f/bw/vl.
 #include <immintrin.h>
 
@@ -27,14 +27,22 @@ TINKERD_AVX512 __m512 load_bf16(const uint16_t * p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
-// One 16-column step of a forward tile: acc[r][t] += w[r, i:i+16] * x[t, i:i+16].
-template <int R, int TB>
-TINKERD_AVX512 void forward_step(__m512 (&acc)[R][TB], const float * x, const uint16_t * w, int64_t in, int64_t i,
+TINKERD_AVX512 __m512 load_weights(const uint16_t * p, __mmask16 m) {  // bf16 weights, widened
+    return load_bf16(p, m);
+}
+
+TINKERD_AVX512 __m512 load_weights(const float * p, __mmask16 m) {  // fp32 weights
+    return _mm512_maskz_loadu_ps(m, p);
+}
+
+// One 16-column step of a forward tile: acc[r][t] += w[r, i:i+16] * x[t, i:i+16]; W: uint16_t (bf16) or float.
+template <int R, int TB, class W>
+TINKERD_AVX512 void forward_step(__m512 (&acc)[R][TB], const float * x, const W * w, int64_t in, int64_t i,
                                  __mmask16 m) {
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-        wv[r] = load_bf16(w + r * in + i, m);
+        wv[r] = load_weights(w + r * in + i, m);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < TB; ++t) {
@@ -47,8 +55,8 @@ TINKERD_AVX512 void forward_step(__m512 (&acc)[R][TB], const float * x, const ui
 }
 
 // y[t, r] (t < TB, r < R) = x[t, :] · w[r, :]; x [TB, in], w [R, in], y row stride ldy.
-template <int R, int TB>
-TINKERD_AVX512 void forward_tile(const float * x, const uint16_t * w, int64_t in, float * y, int64_t ldy) {
+template <int R, int TB, class W>
+TINKERD_AVX512 void forward_tile(const float * x, const W * w, int64_t in, float * y, int64_t ldy) {
     __m512 acc[R][TB];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -59,10 +67,10 @@ TINKERD_AVX512 void forward_tile(const float * x, const uint16_t * w, int64_t in
     }
     int64_t i = 0;
     for (; i + kLanes <= in; i += kLanes) {
-        forward_step<R, TB>(acc, x, w, in, i, lane_mask(kLanes));
+        forward_step<R, TB, W>(acc, x, w, in, i, lane_mask(kLanes));
     }
     if (i < in) {
-        forward_step<R, TB>(acc, x, w, in, i, lane_mask(in - i));
+        forward_step<R, TB, W>(acc, x, w, in, i, lane_mask(in - i));
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -74,20 +82,39 @@ TINKERD_AVX512 void forward_tile(const float * x, const uint16_t * w, int64_t in
 }
 
 // R weight rows against every row of x [T, in], tiles of 4, 2, 1 rows of x.
-template <int R>
+template <int R, class W>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void forward_block(const float * x, int64_t T, int64_t in,
-                                                                                 const uint16_t * w, float * y,
-                                                                                 int64_t ldy) {
+                                                                                 const W * w, float * y, int64_t ldy) {
     int64_t t = 0;
     for (; t + 4 <= T; t += 4) {
-        forward_tile<R, 4>(x + t * in, w, in, y + t * ldy, ldy);
+        forward_tile<R, 4, W>(x + t * in, w, in, y + t * ldy, ldy);
     }
     if (t + 2 <= T) {
-        forward_tile<R, 2>(x + t * in, w, in, y + t * ldy, ldy);
+        forward_tile<R, 2, W>(x + t * in, w, in, y + t * ldy, ldy);
         t += 2;
     }
     if (t < T) {
-        forward_tile<R, 1>(x + t * in, w, in, y + t * ldy, ldy);
+        forward_tile<R, 1, W>(x + t * in, w, in, y + t * ldy, ldy);
+    }
+}
+
+// Rows [o0, o1) of w against every row of x: 8 weight rows at a time for one row of x (batch-1 decode: no
+// spill with one x tile), else 4, then single rows.
+template <class W>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void forward_rows(const float * x, int64_t T, int64_t in,
+                                                                                const W * w, int64_t o0, int64_t o1,
+                                                                                float * y, int64_t ldy) {
+    int64_t o = o0;
+    if (T == 1) {
+        for (; o + 8 <= o1; o += 8) {
+            forward_block<8, W>(x, T, in, w + o * in, y + o, ldy);
+        }
+    }
+    for (; o + 4 <= o1; o += 4) {
+        forward_block<4, W>(x, T, in, w + o * in, y + o, ldy);
+    }
+    for (; o < o1; ++o) {
+        forward_block<1, W>(x, T, in, w + o * in, y + o, ldy);
     }
 }
 
@@ -146,18 +173,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void forward_rows_
                                                                                        int64_t in, const uint16_t * w,
                                                                                        int64_t o0, int64_t o1,
                                                                                        float * y, int64_t ldy) {
-    int64_t o = o0;
-    if (T == 1) {  // one row of x (batch-1 decode): 8 weight rows in flight, no spill with one x tile
-        for (; o + 8 <= o1; o += 8) {
-            forward_block<8>(x, T, in, w + o * in, y + o, ldy);
-        }
-    }
-    for (; o + 4 <= o1; o += 4) {
-        forward_block<4>(x, T, in, w + o * in, y + o, ldy);
-    }
-    for (; o < o1; ++o) {
-        forward_block<1>(x, T, in, w + o * in, y + o, ldy);
-    }
+    forward_rows<uint16_t>(x, T, in, w, o0, o1, y, ldy);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void forward_rows_f32_avx512(const float * x, int64_t T,
+                                                                                           int64_t in, const float * w,
+                                                                                           int64_t o0, int64_t o1,
+                                                                                           float * y, int64_t ldy) {
+    forward_rows<float>(x, T, in, w, o0, o1, y, ldy);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void backward_cols_avx512(const float * dy, int64_t T,

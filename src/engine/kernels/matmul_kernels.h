@@ -14,6 +14,12 @@ void forward_rows_avx512(const float * x, int64_t T, int64_t in, const uint16_t 
 void forward_rows_avx2(const float * x, int64_t T, int64_t in, const uint16_t * w, int64_t o0, int64_t o1, float * y,
                        int64_t ldy);
 
+// The same over fp32 weights w [out, in] (the F32 matrices of a GGUF: MoE routers, DeltaNet alpha / beta).
+void forward_rows_f32_avx512(const float * x, int64_t T, int64_t in, const float * w, int64_t o0, int64_t o1, float * y,
+                             int64_t ldy);
+void forward_rows_f32_avx2(const float * x, int64_t T, int64_t in, const float * w, int64_t o0, int64_t o1, float * y,
+                           int64_t ldy);
+
 // The bf16-input forward as bf16 dot products (AVX-512-BF16, matmul_avx512_bf16.cpp): rows [o0, o1) of
 // y[t * ldy + o] = Σ_i x[t * in + i] · w[o * in + i] for t < T, x [T, in] bf16 (the inputs already rounded),
 // w [out, in] bf16, pairs of exact products added in fp32 lanes, fp32 sums. Each weight row is read once.

@@ -229,8 +229,25 @@ TEST(MatmulKernels, GenericPathMatchesFloat64) {
     check_grid(bf16_grid());
 }
 
-TEST(MatmulKernels, Fp32WeightsMatchFloat64) {
-    check_grid(make_grid(torch::kFloat));
+// fp32 weights: the few-row kernels (forward, through matmul_weight and base_linear without a gradient) on
+// each ISA, BLAS from 64 rows (and always / never), the generic ops otherwise.
+TEST(MatmulKernels, Fp32WeightsMatchFloat64OnEveryPath) {
+    SettingsGuard guard;
+    const std::vector<Case> cases = make_grid(torch::kFloat);
+    for (KernelIsa isa : available_isas()) {
+        set_kernel_isa(isa);
+        for (int64_t blas : {int64_t{1}, int64_t{64}, int64_t{1} << 40}) {
+            SCOPED_TRACE("isa=" + std::to_string(static_cast<int>(isa)) + " blas_min_rows=" + std::to_string(blas));
+            set_blas_min_rows(blas);
+            check_grid(cases);
+            for (const Case & c : cases) {
+                SCOPED_TRACE(c.name);
+                expect_within(base_linear(c.x, c.w), c.forward);
+            }
+        }
+    }
+    set_kernels_enabled(false);
+    check_grid(cases);
 }
 
 TEST(MatmulKernels, DisabledKernelsGiveTheGenericResults) {
