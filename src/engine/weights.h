@@ -43,7 +43,7 @@ struct LayerWeights {
     // A Gated DeltaNet (linear-attention) layer instead of the attention tensors (arch/qwen3_5.cpp); Cc =
     // 2·HK·Dk + HV·Dv conv channels, Vd = HV·Dv:
     torch::Tensor w_lin_in;  // [Cc + Vd + 2·HV, C] compute dtype: cat(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)
-    std::vector<torch::Tensor> lin_in_parts;  // those four apart when they cannot be stacked (w_lin_in undefined)
+    std::vector<torch::Tensor> lin_in_parts;  // when they cannot all be stacked: each run of one type stacked
     torch::Tensor w_lin_out;                  // [C, Vd] out_proj
     bool lin_out_v_tiled = false;             // w_lin_out's columns in llama.cpp's tiled V-head order (gguf/qwen35.h)
     torch::Tensor conv1d;                     // [Cc, K] act dtype (the checkpoint's [Cc, 1, K])

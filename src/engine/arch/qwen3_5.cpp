@@ -22,6 +22,30 @@ DeltaNetDims deltanet_dims(const model::ModelConfig & c) {
     return d;
 }
 
+// parts with each run of consecutive stackable ones (same type) concatenated along the rows, in order: a
+// GGUF's [qkv ‖ z] (Q4_K) and [b ‖ a] (F32) become two products instead of four.
+std::vector<torch::Tensor> stacked_runs(const WeightLoader & loader, const std::vector<torch::Tensor> & parts) {
+    std::vector<std::vector<torch::Tensor>> runs;
+    for (const torch::Tensor & t : parts) {
+        if (runs.empty() || !can_stack({runs.back().front(), t})) {
+            runs.emplace_back();
+        }
+        runs.back().push_back(t);
+    }
+    std::vector<torch::Tensor> out;
+    for (const std::vector<torch::Tensor> & run : runs) {
+        if (run.size() == 1) {
+            out.push_back(run.front());
+            continue;
+        }
+        out.push_back(torch::cat(run, 0));  // [Σ rows, ...]
+        for (const torch::Tensor & t : run) {
+            loader.release(t);  // copied into the run's stack
+        }
+    }
+    return out;
+}
+
 // The linear_attn.* tensors of one layer: the four input projections fused into w_lin_in (one GEMM) when they
 // can be stacked.
 Result<void> load_linear_attention(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
@@ -42,8 +66,8 @@ Result<void> load_linear_attention(const WeightLoader & loader, const model::Mod
     TRY_STATUS(assign(w.A_log, loader.vector(p + "A_log", HV)));
     TRY_STATUS(assign(w.lin_norm, loader.vector(p + "norm.weight", d.v_head_dim)));
     std::vector<torch::Tensor> parts{qkv, z, b, a};
-    if (!can_stack(parts)) {  // e.g. a GGUF's kept Q4_K qkv / z beside F32 alpha / beta: multiplied one by one
-        w.lin_in_parts = std::move(parts);
+    if (!can_stack(parts)) {  // e.g. a GGUF's kept Q4_K qkv / z beside F32 alpha / beta: one product per run
+        w.lin_in_parts = stacked_runs(loader, parts);
     } else {
         w.w_lin_in = torch::cat(parts, 0);  // [Cc + Vd + 2·HV, C]
         for (const torch::Tensor & t : parts) {
