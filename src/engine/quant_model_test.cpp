@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/kernels/quant_matmul.h"
 #include "gguf/dequant.h"
+#include "gguf/qwen35.h"
 #include "sample_test_helpers.h"
 #include "test_models.h"
 
@@ -364,6 +365,42 @@ TEST(SampleActivationsInt8, SamplingWithinToleranceTrainingUnchanged) {
     const engine::SampleOutput pe = greedy_with_prompt_logprobs(*plain), pi = greedy_with_prompt_logprobs(*plain_int8);
     EXPECT_EQ(pe.sequences.at(0).logprobs, pi.sequences.at(0).logprobs);
     EXPECT_EQ(comparable_logprobs(pe, pi).first, comparable_logprobs(pe, pi).second);
+}
+
+// out_proj's columns in llama.cpp's tiled V-head order: [C, HK·r·Dv] with grouped head k·r + j at slot j·HK + k.
+model::OwnedTensor tiled_columns(const model::OwnedTensor & grouped, int64_t hk, int64_t hv, int64_t dv) {
+    const int64_t rows = grouped.shape[0];
+    const torch::Tensor w = torch::from_blob(const_cast<uint8_t *>(grouped.bytes.data()), {rows, hv * dv});
+    const torch::Tensor t = w.view({rows, hk, hv / hk, dv}).transpose(1, 2).reshape({rows, hv * dv}).contiguous();
+    model::OwnedTensor out{model::DType::F32, grouped.shape, std::vector<uint8_t>(grouped.bytes.size())};
+    std::memcpy(out.bytes.data(), t.data_ptr<float>(), out.bytes.size());
+    return out;
+}
+
+// A GGUF's out_proj kept in its tiled column order (name + gguf::kTiledColumnsSuffix, as a K-quant ssm_out is
+// kept): the engine moves the input's columns to match, so logprobs, LoRA gradients (out_proj's included) and
+// greedy samples equal the model whose out_proj is in Hugging Face's order, within the bounds above (the same
+// products; only the order of the base product's sum differs).
+TEST(QuantisedModel, TiledOutProjMatchesGroupedColumns) {
+    ScopedTempDir tdir("tiled_t"), gdir("tiled_g");
+    const std::string config = tiny_config_json(TinyFamily::QWEN3_5_MOE, true);
+    const auto c = nlohmann::json::parse(config);
+    const int64_t hk = c["linear_num_key_heads"], hv = c["linear_num_value_heads"], dv = c["linear_value_head_dim"];
+    ASSERT_GT(hv, hk);  // tiled order differs from grouped order
+    const auto grouped = tiny_model_tensors(TinyFamily::QWEN3_5_MOE, model::DType::F32, 11, true);
+    std::map<std::string, model::OwnedTensor> tiled;
+    int n_tiled = 0;
+    for (const auto & [name, t] : grouped) {
+        const bool out_proj = name.size() > 27 && name.substr(name.size() - 27) == "linear_attn.out_proj.weight";
+        n_tiled += out_proj;
+        tiled[out_proj ? name + gguf::kTiledColumnsSuffix : name] = out_proj ? tiled_columns(t, hk, hv, dv) : t;
+    }
+    ASSERT_GT(n_tiled, 0);
+    write_model_dir(tdir.path(), config, tiled);
+    write_model_dir(gdir.path(), config, grouped);
+    auto t = load(tdir.path()), g = load(gdir.path());
+    ASSERT_TRUE(t && g);
+    expect_same_model(*t, *g, "tiled out_proj");
 }
 
 std::vector<Case> cases() {
