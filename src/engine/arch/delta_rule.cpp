@@ -331,10 +331,47 @@ torch::Tensor deltanet_mix(const DeltaNetWeights & w, const DeltaNetDims & dims,
 
 namespace {
 
+// kernels::delta_mix_step takes the step after the conv: CPU fp32 inputs, weights and states (contiguous).
+bool fused_mix_applies(const torch::Tensor & mixed, const DeltaNetWeights & w, const DeltaNetInputs & in,
+                       const std::vector<torch::Tensor> & recurrent) {
+    const auto f32_cpu = [](const torch::Tensor & t) {
+        return t.device().is_cpu() && t.scalar_type() == torch::kFloat;
+    };
+    return f32_cpu(mixed) && f32_cpu(in.a) && f32_cpu(in.b) && f32_cpu(in.z) && f32_cpu(w.A_log) &&
+           f32_cpu(w.dt_bias) && f32_cpu(w.norm) && fused_step_applies(mixed, recurrent);
+}
+
+// The fused decode step: mixed [S, Cc] (the conv output) -> [S, HV·Dv], each recurrent state updated in place.
+torch::Tensor fused_mix_step(const torch::Tensor & mixed, const DeltaNetWeights & w, const DeltaNetDims & d,
+                             const DeltaNetInputs & in, const std::vector<torch::Tensor> & recurrent) {
+    const int64_t S = mixed.size(0);
+    const torch::Tensor m = mixed.contiguous(), a = in.a.contiguous(), b = in.b.contiguous();  // [S, Cc], [S, HV]
+    const torch::Tensor z = in.z.contiguous(), A_log = w.A_log.contiguous(), dt = w.dt_bias.contiguous();
+    const torch::Tensor norm = w.norm.contiguous();
+    torch::Tensor out = torch::empty({S, d.value_dim()}, m.options());  // [S, HV·Dv]
+    const char * who = "deltanet decode step";
+    std::vector<kernels::DeltaMixRow> rows;
+    for (int64_t s = 0; s < S; ++s) {
+        TORCH_CHECK(recurrent[s].numel() == d.v_heads * d.k_head_dim * d.v_head_dim, "deltanet decode step: state ", s,
+                    " has ", recurrent[s].numel(), " values");
+        const float * row = host_data<const float>(m[s], who);
+        rows.push_back({row, row + d.key_dim(), row + 2 * d.key_dim(), host_data<const float>(a[s], who),
+                        host_data<const float>(b[s], who), host_data<const float>(z[s], who),
+                        host_data<float>(recurrent[s], who), host_data<float>(out[s], who)});
+    }
+    const kernels::DeltaMixWeights weights{host_data<const float>(A_log, who), host_data<const float>(dt, who),
+                                           host_data<const float>(norm, who), static_cast<float>(d.rms_eps)};
+    kernels::delta_mix_step(rows.data(), S, d.k_heads, d.v_heads, d.k_head_dim, d.v_head_dim, weights);
+    return out;
+}
+
 // One decoding step: conv [S, Cc, K-1] and each sequence's recurrent state [HV, Dk, Dv] updated in place.
 torch::Tensor mix_step(const DeltaNetWeights & w, const DeltaNetDims & dims, const DeltaNetInputs & in,
                        torch::Tensor & conv, const std::vector<torch::Tensor> & recurrent) {
     const torch::Tensor mixed = causal_conv1d_silu_step(in.qkv, w.conv1d, conv);  // [S, Cc]
+    if (fused_mix_applies(mixed, w, in, recurrent)) {
+        return fused_mix_step(mixed, w, dims, in, recurrent);
+    }
     const HeadsAndGates h = heads_and_gates(mixed, w, dims, in);
     const torch::Tensor core = recurrent_gated_delta_step(h.q, h.k, h.v, h.g, h.beta, recurrent);
     return norm_and_gate(core, w, dims, in.z);
