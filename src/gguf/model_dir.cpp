@@ -16,7 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int CONVERTER_VERSION = 1;
+// 2: a Qwen3.5 K-quant ssm_out is kept in its tiled column order (was dequantised to F32).
+constexpr int CONVERTER_VERSION = 2;
 constexpr const char * MARKER = "gguf_source.json";
 
 Result<void> write_json(const fs::path & path, const json & value) {

@@ -84,7 +84,7 @@ Result<void> load_moe_weights(const WeightLoader & loader, const model::ModelCon
 }
 
 Routing route_tokens(const torch::Tensor & x, const torch::Tensor & router, int64_t top_k, bool norm_topk_prob) {
-    torch::Tensor probs = torch::softmax(kernels::base_linear(x, router), -1);  // [T, E]
+    torch::Tensor probs = torch::softmax(kernels::gate_linear(x, router), -1);  // [T, E]
     auto [weights, experts] = torch::topk(probs, top_k, -1);                    // [T, k] each
     if (norm_topk_prob) {
         weights = weights / weights.sum(-1, /*keepdim=*/true);
@@ -259,7 +259,7 @@ torch::Tensor add_shared_expert(const torch::Tensor & y, const LayerWeights & w,
     }
     const torch::Tensor shared =
         swiglu_mlp(x, w, segments, layer, {LoraTarget::SHARED_GATE, LoraTarget::SHARED_UP, LoraTarget::SHARED_DOWN});
-    const torch::Tensor gate = torch::sigmoid(kernels::base_linear(x, w.shared_expert_gate));  // [T, 1]
+    const torch::Tensor gate = torch::sigmoid(kernels::gate_linear(x, w.shared_expert_gate));  // [T, 1]
     return y + gate * shared;
 }
 

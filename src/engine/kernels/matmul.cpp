@@ -205,8 +205,8 @@ void backward_small(const torch::Tensor & dy, const torch::Tensor & w, torch::Te
     });
 }
 
-// The few-row forward over fp32 weights (a GGUF's F32 routers and gates): the same register blocking, so these
-// small products neither take BLAS's per-call overhead nor its slow paths on some CPUs.
+// The few-row forward over fp32 weights (gate_linear: MoE routers and gates): the same register blocking, so
+// these small products do not take BLAS's per-call overhead and gemv.
 void forward_small_f32(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
     const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
     const auto rows =
@@ -284,9 +284,6 @@ torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Di
     }
     if (dot_applies(x, w, d)) {
         return run_kernels(x, w, n, d.dot, d.dot);  // dot_applies: fewer than blas_min_rows() rows
-    }
-    if (d.w_dim == 1 && f32_rows_apply(x, w)) {
-        return run_kernels(x, w, n, forward_small_f32, forward_small_f32);  // f32_rows_apply: few rows
     }
     const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., k]
     if (!kernel_applies(a, w, d.w_dim)) {
@@ -382,10 +379,14 @@ struct BaseLinearFunction : public torch::autograd::Function<BaseLinearFunction>
 
 }  // namespace
 
-torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w) {
-    if (f32_rows_apply(x, w)) {
-        return matmul_weight(x, w);  // fp32 weights, few rows, no gradient: the register-blocked kernel
+torch::Tensor gate_linear(const torch::Tensor & x, const torch::Tensor & w) {
+    if (!f32_rows_apply(x, w)) {
+        return base_linear(x, w);
     }
+    return run_kernels(x, w, w.size(0), forward_small_f32, forward_small_f32);  // f32_rows_apply: few rows
+}
+
+torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w) {
     if (w.scalar_type() == x.scalar_type()) {
         return torch::matmul(x, w.t());  // fp32 / fp64 weights: autograd's own matmul
     }

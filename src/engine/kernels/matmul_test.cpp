@@ -229,8 +229,8 @@ TEST(MatmulKernels, GenericPathMatchesFloat64) {
     check_grid(bf16_grid());
 }
 
-// fp32 weights: the few-row kernels (forward, through matmul_weight and base_linear without a gradient) on
-// each ISA, BLAS from 64 rows (and always / never), the generic ops otherwise.
+// fp32 weights: matmul_weight's generic ops, and gate_linear's few-row kernels (without a gradient) on each
+// ISA, BLAS from 64 rows (and always / never).
 TEST(MatmulKernels, Fp32WeightsMatchFloat64OnEveryPath) {
     SettingsGuard guard;
     const std::vector<Case> cases = make_grid(torch::kFloat);
@@ -242,7 +242,7 @@ TEST(MatmulKernels, Fp32WeightsMatchFloat64OnEveryPath) {
             check_grid(cases);
             for (const Case & c : cases) {
                 SCOPED_TRACE(c.name);
-                expect_within(base_linear(c.x, c.w), c.forward);
+                expect_within(gate_linear(c.x, c.w), c.forward);
             }
         }
     }
