@@ -47,7 +47,7 @@ std::vector<torch::Tensor> stacked_runs(const WeightLoader & loader, const std::
 }
 
 // The linear_attn.* tensors of one layer: the four input projections fused into w_lin_in (one GEMM) when they
-// can be stacked.
+// form one run of stackable parts.
 Result<void> load_linear_attention(const WeightLoader & loader, const model::ModelConfig & c, int64_t layer,
                                    LayerWeights & w) {
     const std::string p = "model.layers." + std::to_string(layer) + ".linear_attn.";
@@ -65,14 +65,11 @@ Result<void> load_linear_attention(const WeightLoader & loader, const model::Mod
     TRY_STATUS(assign(w.dt_bias, loader.vector(p + "dt_bias", HV)));
     TRY_STATUS(assign(w.A_log, loader.vector(p + "A_log", HV)));
     TRY_STATUS(assign(w.lin_norm, loader.vector(p + "norm.weight", d.v_head_dim)));
-    std::vector<torch::Tensor> parts{qkv, z, b, a};
-    if (!can_stack(parts)) {  // e.g. a GGUF's kept Q4_K qkv / z beside F32 alpha / beta: one product per run
-        w.lin_in_parts = stacked_runs(loader, parts);
-    } else {
-        w.w_lin_in = torch::cat(parts, 0);  // [Cc + Vd + 2·HV, C]
-        for (const torch::Tensor & t : parts) {
-            loader.release(t);  // copied into w_lin_in
-        }
+    std::vector<torch::Tensor> runs = stacked_runs(loader, {qkv, z, b, a});
+    if (runs.size() == 1) {
+        w.w_lin_in = std::move(runs.front());  // [Cc + Vd + 2·HV, C]
+    } else {  // e.g. a GGUF's kept Q4_K qkv / z beside F32 alpha / beta: one product per run
+        w.lin_in_parts = std::move(runs);
     }
     w.conv1d = conv.reshape({Cc, d.conv_kernel});  // [Cc, K]
     return {};

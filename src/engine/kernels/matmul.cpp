@@ -92,11 +92,12 @@ const uint16_t * bf16_data(const torch::Tensor & w) {
     return reinterpret_cast<const uint16_t *>(cpu_data<const c10::BFloat16>(w));
 }
 
-// True when the kernels can take a (fp32, contiguous, CPU, last dim = w.size(w_dim)) with w (bf16 [out, in],
-// contiguous, CPU); w_dim is 1 for the forward (a = x), 0 for the backward (a = dy).
-bool kernel_applies(const torch::Tensor & a, const torch::Tensor & w, int64_t w_dim) {
+// True when the kernels can take a (fp32, contiguous, CPU, last dim = w.size(w_dim)) with w (`weights`: bf16, or
+// fp32 for gate_linear; [out, in], contiguous, CPU); w_dim is 1 for the forward (a = x), 0 for the backward (a = dy).
+bool kernel_applies(const torch::Tensor & a, const torch::Tensor & w, int64_t w_dim,
+                    torch::ScalarType weights = torch::kBFloat16) {
     return kernel_isa() != KernelIsa::generic && a.device().is_cpu() && w.device().is_cpu() &&
-           a.scalar_type() == torch::kFloat && w.scalar_type() == torch::kBFloat16 && w.dim() == 2 && a.dim() >= 1 &&
+           a.scalar_type() == torch::kFloat && w.scalar_type() == weights && w.dim() == 2 && a.dim() >= 1 &&
            a.size(-1) == w.size(w_dim) && a.is_contiguous() && w.is_contiguous() && a.numel() > 0 && w.numel() > 0 &&
            !(torch::GradMode::is_enabled() && a.requires_grad());
 }
@@ -185,13 +186,24 @@ void forward_dot(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor
     });
 }
 
-void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
-    const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
-    const auto rows = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
+// A few-row kernel over weight rows [o0, o1) (matmul_kernels.h); W: uint16_t (bf16 bits) or float.
+template <class W>
+using RowsKernel = void (*)(const float * x, int64_t T, int64_t in, const W * w, int64_t o0, int64_t o1, float * y,
+                            int64_t ldy);
+
+// y [T, out] = x [T, in] · w [out, in]ᵀ by `rows`, the weight rows split across threads in blocks of 4.
+template <class W>
+void forward_rows_split(const torch::Tensor & x, const W * w, int64_t out, torch::Tensor & y, RowsKernel<W> rows) {
+    const int64_t T = x.size(0), in = x.size(1);
     const int64_t grain = std::max<int64_t>(1, kGrainElements / in / 4);  // in blocks of 4 weight rows
     at::parallel_for(0, (out + 3) / 4, grain, [&](int64_t b, int64_t e) {
-        rows(cpu_data<const float>(x), T, in, bf16_data(w), b * 4, std::min(out, e * 4), cpu_data<float>(y), out);
+        rows(cpu_data<const float>(x), T, in, w, b * 4, std::min(out, e * 4), cpu_data<float>(y), out);
     });
+}
+
+void forward_small(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
+    const auto rows = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
+    forward_rows_split<uint16_t>(x, bf16_data(w), w.size(0), y, rows);
 }
 
 void backward_small(const torch::Tensor & dy, const torch::Tensor & w, torch::Tensor & dx) {
@@ -208,23 +220,15 @@ void backward_small(const torch::Tensor & dy, const torch::Tensor & w, torch::Te
 // The few-row forward over fp32 weights (gate_linear: MoE routers and gates): the same register blocking, so
 // these small products do not take BLAS's per-call overhead and gemv.
 void forward_small_f32(const torch::Tensor & x, const torch::Tensor & w, torch::Tensor & y) {
-    const int64_t T = x.size(0), out = w.size(0), in = w.size(1);
     const auto rows =
         kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_f32_avx512 : detail::forward_rows_f32_avx2;
-    const int64_t grain = std::max<int64_t>(1, kGrainElements / in / 4);  // in blocks of 4 weight rows
-    at::parallel_for(0, (out + 3) / 4, grain, [&](int64_t b, int64_t e) {
-        rows(cpu_data<const float>(x), T, in, cpu_data<const float>(w), b * 4, std::min(out, e * 4), cpu_data<float>(y),
-             out);
-    });
+    forward_rows_split<float>(x, cpu_data<const float>(w), w.size(0), y, rows);
 }
 
-// True when x [..., in] fp32 times fp32 w [out, in] takes forward_small_f32: CPU, contiguous, fewer than
-// blas_min_rows() rows, the kernels on, and no gradient wanted for x.
+// True when x [..., in] fp32 times fp32 w [out, in] takes forward_small_f32: the kernels take them (as bf16
+// weights), fewer than blas_min_rows() rows.
 bool f32_rows_apply(const torch::Tensor & x, const torch::Tensor & w) {
-    return kernel_isa() != KernelIsa::generic && x.device().is_cpu() && w.device().is_cpu() &&
-           x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kFloat && w.dim() == 2 && x.dim() >= 1 &&
-           x.size(-1) == w.size(1) && x.is_contiguous() && w.is_contiguous() && x.numel() > 0 && w.numel() > 0 &&
-           x.numel() / x.size(-1) < blas_min_rows() && !(torch::GradMode::is_enabled() && x.requires_grad());
+    return kernel_applies(x, w, 1, torch::kFloat) && x.numel() / x.size(-1) < blas_min_rows();
 }
 
 using Product = void (*)(const torch::Tensor & a, const torch::Tensor & w, torch::Tensor & result);
