@@ -6,6 +6,7 @@
 // torch's fp32 matmul on a pre-converted weight; ms, GB/s of bf16 weight read, GFLOP/s.
 // Weights cycle through copies larger than the LLC, so small-T numbers are from memory, as in decoding.
 // --quant: instead, quant_forward_rows at T = 1 on GGUF-quantised weights (GB/s of quantised bytes read).
+// --attention: instead, the decode step's attention (attention_decode) at SmolLM2's heads for batches 1 and 32.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "engine/kernels/attention_decode.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quant_int8.h"
 #include "engine/kernels/quant_kernels.h"
@@ -229,6 +231,35 @@ void bench_quant(int threads) {
     at::set_num_threads(threads);
 }
 
+// attention_decode for B sequences of L cached tokens at SmolLM2-135M's heads (9 query heads, 3 kv heads, D 64):
+// ms per call and GB/s of K/V read (fp32), the calls cycling through copies of the caches over the LLC.
+void bench_attention() {
+    constexpr int64_t H = 9, KV = 3, D = 64;
+    std::printf("attention_decode, H %lld, KV %lld, D %lld\n%5s %6s %9s %8s\n", static_cast<long long>(H),
+                static_cast<long long>(KV), static_cast<long long>(D), "B", "L", "ms", "GB/s");
+    for (const int64_t B : {1, 32}) {
+        for (const int64_t L : {64, 512, 2048}) {
+            const double bytes = 2.0 * 4 * static_cast<double>(B * KV * L * D);
+            const auto copies = static_cast<size_t>(std::max(1.0, kCopyBytes / bytes));
+            std::vector<std::vector<torch::Tensor>> keys(copies), values(copies);
+            for (size_t c = 0; c < copies; ++c) {
+                for (int64_t b = 0; b < B; ++b) {
+                    keys[c].push_back(torch::randn({KV, L, D}));
+                    values[c].push_back(torch::randn({KV, L, D}));
+                }
+            }
+            const torch::Tensor q = torch::randn({B, H, D});
+            const std::vector<int64_t> lengths(static_cast<size_t>(B), L);
+            const Op op = [&](const torch::Tensor &, size_t c) {
+                return k::attention_decode(q, keys[c], values[c], lengths);
+            };
+            const double s = time_op(op, q, copies);
+            std::printf("%5lld %6lld %9.3f %8.2f\n", static_cast<long long>(B), static_cast<long long>(L), s * 1e3,
+                        bytes / s / 1e9);
+        }
+    }
+}
+
 std::vector<int64_t> parse_rows(const char * text) {
     std::vector<int64_t> rows;
     for (std::string item, s = text;; s = s.substr(s.find(',') + 1)) {
@@ -241,16 +272,18 @@ std::vector<int64_t> parse_rows(const char * text) {
 
 }  // namespace
 
-// kernel_bench [--rows 1,8,32,64,128,512] [--shape NAME] [--threads N] [--quant] [--min-call] [--forward]
+// kernel_bench [--rows 1,8,32,64,128,512] [--shape NAME] [--threads N] [--quant | --attention] [--min-call] [--forward]
 int main(int argc, char ** argv) {
     std::vector<int64_t> rows = {1, 8, 32, 64, 128, 512};
     std::string only;
-    bool quant = false;
+    bool quant = false, attention = false;
     int threads = static_cast<int>(std::thread::hardware_concurrency());
     for (int i = 1; i < argc; ++i) {
         const std::string key = argv[i];
         if (key == "--quant") {
             quant = true;
+        } else if (key == "--attention") {
+            attention = true;
         } else if (key == "--min-call") {
             g_min_call = true;
         } else if (key == "--forward") {
@@ -265,8 +298,8 @@ int main(int argc, char ** argv) {
     }
     at::set_num_threads(threads);
     torch::NoGradGuard no_grad;
-    if (quant) {
-        bench_quant(threads);
+    if (quant || attention) {
+        quant ? bench_quant(threads) : bench_attention();
         return 0;
     }
     const double bandwidth = tinkerd::bench::ReadBandwidth(size_t{1} << 30, threads).measure(3);

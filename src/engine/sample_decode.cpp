@@ -3,6 +3,8 @@
 // stop rules, and the collection of finished / failed requests.
 #include <algorithm>
 
+#include <ATen/Parallel.h>
+
 #include "common/log.h"
 #include "engine/host_access.h"
 #include "engine/prompt_logits.h"
@@ -104,17 +106,30 @@ void SampleLoop::decode() {
     const torch::Tensor logits = to_host(t_.logits(h, batch.segments), torch::kFloat64);  // [B, V], one copy per step
     const int64_t V = logits.size(1);
     const double * host = host_data<const double>(logits, "decode");
+    // Each row draws from its own sequence's RNG, so the rows' passes over the vocabulary run in parallel; the
+    // tokens are then appended in row order (callbacks, stop rules) on this thread.
+    std::vector<TokenChoice> choices(rows.size());
+    at::parallel_for(0, static_cast<int64_t>(rows.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            const SampleRequest & req = rows[b].request->request;
+            choices[b] = choose_token(host + b * V, V, req.params, rows[b].seq().rng, req.top_logprobs);
+        }
+    });
     for (size_t b = 0; b < rows.size(); ++b) {
-        append_token(*rows[b].request, rows[b].index, host + b * V, V);
+        append_choice(*rows[b].request, rows[b].index, std::move(choices[b]));
     }
 }
 
-// Chooses and appends a token, then applies the stop rules: a stop token or EOS (kept, once, as the last
-// token) or stop_check -> stopped; max_tokens -> done without stopped.
 void SampleLoop::append_token(LiveRequest & r, int64_t index, const double * logits, int64_t vocab) {
+    const SampleRequest & req = r.request;
+    append_choice(r, index, choose_token(logits, vocab, req.params, r.seqs[index].rng, req.top_logprobs));
+}
+
+// Appends a chosen token, then applies the stop rules: a stop token or EOS (kept, once, as the last token) or
+// stop_check -> stopped; max_tokens -> done without stopped.
+void SampleLoop::append_choice(LiveRequest & r, int64_t index, TokenChoice choice) {
     Sequence & seq = r.seqs[index];
     const SampleRequest & req = r.request;
-    TokenChoice choice = choose_token(logits, vocab, req.params, seq.rng, req.top_logprobs);
     seq.out.tokens.push_back(choice.token);
     seq.out.logprobs.push_back(static_cast<float>(choice.logprob));
     if (req.on_token) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "engine/transformer.h"
 
 namespace tinkerd::engine {
@@ -79,7 +80,9 @@ class SampleLoop {
     std::vector<Row> decode_rows();
     void make_room();
     void preempt(SampleHandle handle, LiveRequest & r);
+    // Chooses a token from logits [vocab] with the sequence's RNG, then append_choice.
     void append_token(LiveRequest & r, int64_t index, const double * logits, int64_t vocab);
+    void append_choice(LiveRequest & r, int64_t index, TokenChoice choice);
     std::vector<FinishedSample> collect_finished();
     void fail_all(const std::string & message);
 

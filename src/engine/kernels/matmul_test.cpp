@@ -222,6 +222,31 @@ TEST(MatmulKernels, Bf16DotKernelIsChosenWhereTheCpuHasIt) {
     }
 }
 
+// The bf16 dot kernel's blocked path (8 rows of x or more: 4 weight rows x 6 rows of x) gives every output the
+// same sum in the same order as its row-by-row path, so a sequence's values do not depend on how many others
+// share its decode batch: each row of a T-row product equals that row multiplied alone, bit for bit. Odd sizes:
+// a masked tail of the reduction, weight rows past the last block of 4, rows of x past the last block of 6.
+TEST(MatmulKernels, Bf16DotRowsDoNotDependOnTheBatch) {
+    SettingsGuard guard;
+    set_blas_min_rows(64);
+    set_matmul_inputs(MatmulInputs::bf16);
+    if (!bf16_dot_enabled()) {
+        GTEST_SKIP() << "no AVX-512-BF16 here (or capped): the bf16 dot kernel's batch invariance is NOT tested";
+    }
+    torch::manual_seed(7);
+    for (const int64_t in : {64, 577}) {
+        const torch::Tensor w = torch::randn({37, in}).to(torch::kBFloat16);  // [out, in]
+        for (const int64_t T : {8, 9, 13, 31, 63}) {
+            SCOPED_TRACE("in=" + std::to_string(in) + " T=" + std::to_string(T));
+            const torch::Tensor x = torch::randn({T, in});  // [T, in]
+            const torch::Tensor y = matmul_weight(x, w);    // [T, out]
+            for (int64_t t = 0; t < T; ++t) {
+                EXPECT_TRUE(torch::equal(y[t], matmul_weight(x.narrow(0, t, 1), w)[0])) << "row " << t;
+            }
+        }
+    }
+}
+
 TEST(MatmulKernels, GenericPathMatchesFloat64) {
     SettingsGuard guard;
     set_kernels_enabled(false);
