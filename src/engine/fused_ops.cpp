@@ -2,7 +2,9 @@
 // loops over rows, split across threads with at::parallel_for; sums over a row accumulate in double.
 #include "engine/fused_ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include <ATen/Parallel.h>
 
@@ -19,6 +21,14 @@ constexpr int64_t GRAIN_ELEMENTS = 16384;  // per parallel chunk
 
 bool fusable(const torch::Tensor & x) {
     return x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kFloat64);
+}
+
+// True when autograd records a node for these inputs (grad mode on, one of them requiring a gradient). When it
+// does not, the fused ops run their forward alone, without a Function's node and context: a few µs a call,
+// which decoding pays ~150 times a token.
+bool records_graph(std::initializer_list<const torch::Tensor *> inputs) {
+    return torch::GradMode::is_enabled() &&
+           std::any_of(inputs.begin(), inputs.end(), [](const torch::Tensor * t) { return t->requires_grad(); });
 }
 
 // The elements of a fused function's tensor: CPU, contiguous (fusable() admitted it; host_data checks again).
@@ -106,18 +116,29 @@ void rms_norm_backward_rows(const T * x, const T * w, const T * rstd, const T * 
     });
 }
 
+// y = rms_norm(x) · w and what its backward keeps: x and w contiguous, rstd [N].
+struct RmsNormValues {
+    torch::Tensor y, x, w, rstd;
+};
+
+RmsNormValues rms_norm_values(const torch::Tensor & x_in, const torch::Tensor & w_in, double eps) {
+    RmsNormValues v{torch::Tensor(), x_in.contiguous(), w_in.contiguous(), torch::Tensor()};
+    const int64_t c = v.x.size(-1), n = v.x.numel() / std::max<int64_t>(c, 1);
+    v.y = torch::empty_like(v.x);               // [..., C]
+    v.rstd = torch::empty({n}, v.x.options());  // [N]
+    AT_DISPATCH_FLOATING_TYPES(v.x.scalar_type(), "fused_rms_norm", [&] {
+        rms_norm_rows<scalar_t>(cpu_data<scalar_t>(v.x), cpu_data<scalar_t>(v.w), cpu_data<scalar_t>(v.y),
+                                cpu_data<scalar_t>(v.rstd), n, c, eps);
+    });
+    return v;
+}
+
 struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     static torch::Tensor forward(AutogradContext * ctx, const torch::Tensor & x_in, const torch::Tensor & w_in,
                                  double eps) {
-        const torch::Tensor x = x_in.contiguous(), w = w_in.contiguous();
-        const int64_t c = x.size(-1), n = x.numel() / std::max<int64_t>(c, 1);
-        torch::Tensor y = torch::empty_like(x), rstd = torch::empty({n}, x.options());  // [..., C], [N]
-        AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm", [&] {
-            rms_norm_rows<scalar_t>(cpu_data<scalar_t>(x), cpu_data<scalar_t>(w), cpu_data<scalar_t>(y),
-                                    cpu_data<scalar_t>(rstd), n, c, eps);
-        });
-        ctx->save_for_backward({x, w, rstd});
-        return y;
+        RmsNormValues v = rms_norm_values(x_in, w_in, eps);
+        ctx->save_for_backward({v.x, v.w, v.rstd});
+        return v.y;
     }
     static tensor_list backward(AutogradContext * ctx, tensor_list grads) {
         auto saved = ctx->get_saved_variables();
@@ -202,17 +223,22 @@ void swiglu_backward_rows(const T * g, const T * sig, const T * u, const T * dy,
     });
 }
 
+// y = g·σ(g)·u [T, F] for contiguous g, u [T, F].
+torch::Tensor swiglu_values(const torch::Tensor & g, const torch::Tensor & u) {
+    const torch::Tensor sig = torch::sigmoid(g);  // [T, F]
+    torch::Tensor y = torch::empty_like(g);       // [T, F]
+    AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fused_swiglu", [&] {
+        swiglu_rows<scalar_t>(cpu_data<scalar_t>(g), cpu_data<scalar_t>(sig), cpu_data<scalar_t>(u),
+                              cpu_data<scalar_t>(y), g.numel());
+    });
+    return y;
+}
+
 struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     static torch::Tensor forward(AutogradContext * ctx, const torch::Tensor & gate, const torch::Tensor & up) {
         const torch::Tensor g = gate.contiguous(), u = up.contiguous();
-        const torch::Tensor sig = torch::sigmoid(g);  // [T, F]
-        torch::Tensor y = torch::empty_like(g);       // [T, F]
-        AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fused_swiglu", [&] {
-            swiglu_rows<scalar_t>(cpu_data<scalar_t>(g), cpu_data<scalar_t>(sig), cpu_data<scalar_t>(u),
-                                  cpu_data<scalar_t>(y), g.numel());
-        });
         ctx->save_for_backward({g, u});
-        return y;
+        return swiglu_values(g, u);
     }
     static tensor_list backward(AutogradContext * ctx, tensor_list grads) {
         auto saved = ctx->get_saved_variables();
@@ -238,6 +264,9 @@ torch::Tensor fused_rms_norm(const torch::Tensor & x, const torch::Tensor & weig
     if (!fusable(x) || weight.scalar_type() != x.scalar_type() || weight.requires_grad()) {
         return rms_norm_reference(x, weight, eps);
     }
+    if (!records_graph({&x})) {
+        return rms_norm_values(x, weight, eps).y;
+    }
     return RmsNormFunction::apply(x, weight, eps);
 }
 
@@ -253,6 +282,9 @@ torch::Tensor fused_rope(const torch::Tensor & x, const torch::Tensor & cos, con
         !sin.is_contiguous() || x.size(2) % 2 != 0) {
         return rope_reference(x, cos, sin);
     }
+    if (!records_graph({&x, &cos, &sin})) {
+        return rope_apply(x, cos, sin, false);
+    }
     return RopeFunction::apply(x, cos, sin);
 }
 
@@ -263,6 +295,9 @@ torch::Tensor swiglu_reference(const torch::Tensor & gate, const torch::Tensor &
 torch::Tensor fused_swiglu(const torch::Tensor & gate, const torch::Tensor & up) {
     if (!fusable(gate) || up.scalar_type() != gate.scalar_type() || gate.sizes() != up.sizes()) {
         return swiglu_reference(gate, up);
+    }
+    if (!records_graph({&gate, &up})) {
+        return swiglu_values(gate.contiguous(), up.contiguous());
     }
     return SwigluFunction::apply(gate, up);
 }

@@ -397,6 +397,9 @@ torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w) {
     if (!w.device().is_cpu()) {  // GPUs: bf16 tensor-core products, rounded activations
         return torch::matmul(x.to(w.scalar_type()), w.t()).to(x.scalar_type());
     }
+    if (!torch::GradMode::is_enabled() || !x.requires_grad()) {  // no node to record: the product alone
+        return matmul_weight(x, w);
+    }
     return BaseLinearFunction::apply(x, w);
 }
 
