@@ -7,6 +7,7 @@
 // Weights cycle through copies larger than the LLC, so small-T numbers are from memory, as in decoding.
 // --quant: instead, quant_forward_rows at T = 1 on GGUF-quantised weights (GB/s of quantised bytes read).
 // --attention: instead, the decode step's attention (attention_decode) at SmolLM2's heads for batches 1 and 32.
+// --lora: instead, sampling's row-wise LoRA (add_lora_rows) at SmolLM2's projections, rank 32, batches 1, 8, 32.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +22,8 @@
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quant_int8.h"
 #include "engine/kernels/quant_kernels.h"
+#include "engine/lora.h"
+#include "engine/lora_rows.h"
 #include "foreign_cpu.h"
 #include "read_bandwidth.h"
 
@@ -260,6 +263,41 @@ void bench_attention() {
     }
 }
 
+// add_lora_rows for T rows of one rank-32 adapter (random factors) at SmolLM2-135M's projections: ms per call and
+// GB/s of fp32 factors read (A and B once a call). One adapter, whose 45 MB of factors exceed the LLC.
+void bench_lora() {
+    namespace e = tinkerd::engine;
+    tinkerd::model::ModelConfig c;
+    c.vocab_size = 49152, c.hidden_size = 576, c.intermediate_size = 1536, c.n_layers = 30;
+    c.n_heads = 9, c.n_kv_heads = 3, c.head_dim = 64;
+    e::LoraSpec spec;
+    spec.rank = 32, spec.alpha = 32;
+    e::Adapter adapter = e::make_adapter(1, spec, c, torch::kFloat32, torch::kCPU, 1);
+    for (torch::Tensor & p : adapter.params) {
+        p.copy_(torch::randn_like(p) * 0.05);
+    }
+    std::printf("add_lora_rows, rank 32, one adapter\n%-8s %4s %9s %8s\n", "target", "T", "ms", "GB/s");
+    for (const e::LoraTarget target :
+         {e::LoraTarget::Q, e::LoraTarget::K, e::LoraTarget::GATE, e::LoraTarget::DOWN, e::LoraTarget::LM_HEAD}) {
+        const auto shape = e::projection_shape(c, target);
+        const double bytes = 4.0 * 32 * static_cast<double>(shape.in + shape.out);
+        for (const int64_t T : {1, 8, 32}) {
+            const torch::Tensor x = torch::randn({T, shape.in});
+            torch::Tensor y = torch::zeros({T, shape.out});
+            const std::vector<e::RowSegment> segments = {{0, T, &adapter}};
+            size_t layer_turn = 0;  // cycle through the layers, so the factors come from memory as in decoding
+            const Op op = [&](const torch::Tensor &, size_t) {
+                const int64_t layer = target == e::LoraTarget::LM_HEAD ? -1 : static_cast<int64_t>(layer_turn++ % 30);
+                e::add_lora_rows(y, x, segments, layer, target);
+                return y;
+            };
+            const double s = time_op(op, x, 1);
+            std::printf("%-8s %4lld %9.4f %8.2f\n", std::string(e::lora_target_name(target)).c_str(),
+                        static_cast<long long>(T), s * 1e3, bytes / s / 1e9);
+        }
+    }
+}
+
 std::vector<int64_t> parse_rows(const char * text) {
     std::vector<int64_t> rows;
     for (std::string item, s = text;; s = s.substr(s.find(',') + 1)) {
@@ -272,11 +310,12 @@ std::vector<int64_t> parse_rows(const char * text) {
 
 }  // namespace
 
-// kernel_bench [--rows 1,8,32,64,128,512] [--shape NAME] [--threads N] [--quant | --attention] [--min-call] [--forward]
+// kernel_bench [--rows 1,8,32,64,128,512] [--shape NAME] [--threads N] [--quant | --attention | --lora] [--min-call]
+// [--forward]
 int main(int argc, char ** argv) {
     std::vector<int64_t> rows = {1, 8, 32, 64, 128, 512};
     std::string only;
-    bool quant = false, attention = false;
+    bool quant = false, attention = false, lora = false;
     int threads = static_cast<int>(std::thread::hardware_concurrency());
     for (int i = 1; i < argc; ++i) {
         const std::string key = argv[i];
@@ -284,6 +323,8 @@ int main(int argc, char ** argv) {
             quant = true;
         } else if (key == "--attention") {
             attention = true;
+        } else if (key == "--lora") {
+            lora = true;
         } else if (key == "--min-call") {
             g_min_call = true;
         } else if (key == "--forward") {
@@ -298,8 +339,8 @@ int main(int argc, char ** argv) {
     }
     at::set_num_threads(threads);
     torch::NoGradGuard no_grad;
-    if (quant || attention) {
-        quant ? bench_quant(threads) : bench_attention();
+    if (quant || attention || lora) {
+        quant ? bench_quant(threads) : attention ? bench_attention() : bench_lora();
         return 0;
     }
     const double bandwidth = tinkerd::bench::ReadBandwidth(size_t{1} << 30, threads).measure(3);

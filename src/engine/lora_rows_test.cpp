@@ -2,6 +2,9 @@
 // base-model rows and odd sizes in one batch, every target including the lm_head, ranks 5, 32 and 300.
 #include "engine/lora_rows.h"
 
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "engine/lora.h"
@@ -40,9 +43,12 @@ Adapter random_adapter(engine::AdapterId id, int64_t rank, const model::ModelCon
     return a;
 }
 
+// A vocabulary of 600 splits the lm_head's B·u across several blocks of outputs (and threads).
 TEST(LoraRows, EqualsTheSegmentedMatmulPathForEveryTarget) {
-    const model::ModelConfig c = tiny_config();
-    for (int64_t rank : {5, 32, 300}) {  // 300: beyond any fixed-size buffer
+    model::ModelConfig c = tiny_config();
+    for (const auto & [vocab, rank] :
+         std::vector<std::pair<int64_t, int64_t>>{{37, 5}, {37, 32}, {37, 300}, {600, 32}}) {
+        c.vocab_size = vocab;  // rank 300: beyond any fixed-size buffer
         const Adapter a = random_adapter(1, rank, c, 11), b = random_adapter(2, rank, c, 12);
         // rows: 2 of a, 1 base, 3 of b, 1 of a
         const std::vector<RowSegment> segments = {{0, 2, &a}, {2, 3, nullptr}, {3, 6, &b}, {6, 7, &a}};
@@ -53,7 +59,8 @@ TEST(LoraRows, EqualsTheSegmentedMatmulPathForEveryTarget) {
             }
             const int64_t layer = target == LoraTarget::LM_HEAD ? -1 : 1;
             const auto shape = engine::projection_shape(c, target);
-            SCOPED_TRACE(std::string(engine::lora_target_name(target)) + " rank " + std::to_string(rank));
+            SCOPED_TRACE(std::string(engine::lora_target_name(target)) + " rank " + std::to_string(rank) + " vocab " +
+                         std::to_string(vocab));
             const torch::Tensor x = torch::randn({7, shape.in});
             const torch::Tensor y = torch::randn({7, shape.out});
             const torch::Tensor want = engine::add_lora(y.clone(), x, segments, layer, target);  // grad mode: matmuls
