@@ -3,75 +3,27 @@
 #include "engine/lora_rows.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include <ATen/Parallel.h>
 
 #include "engine/host_access.h"
-
-// The 64-byte vector helpers are always inlined into the target clones, so no call passes a vector through the
-// baseline ABI that -Wpsabi warns about.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "engine/kernels/vec16.h"
 
 namespace tinkerd::engine {
 
 namespace {
 
 constexpr int64_t MAX_ROWS_PER_SEGMENT = 16;
-constexpr int64_t LANES = 16;
+constexpr int64_t LANES = kernels::vec16::kLanes;
 constexpr int64_t OUT_BLOCK = 256;  // outputs of y per parallel work item (a row's B·u split across threads)
 
-typedef float v16f __attribute__((vector_size(64)));
+using kernels::vec16::dot;
+using kernels::vec16::load;
+using kernels::vec16::sum16;
+using kernels::vec16::v16f;
 
-#define TINKERD_INLINE __attribute__((always_inline)) inline
 #define TINKERD_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-
-TINKERD_INLINE v16f load16(const float * p) {
-    v16f v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-// The 16 lane sums of a[0..15] as one vector (out[j] = Σ_lanes a[j]): four levels of pairwise shuffles and adds,
-// 45 operations for 16 sums instead of 15 each.
-TINKERD_INLINE v16f sum16(const v16f (&a)[LANES]) {
-    v16f h[8], q[4], e[2];
-    for (int i = 0; i < 8; ++i) {  // h[i] = [a[2i] lanes 0-7 + 8-15 | a[2i+1] likewise]
-        h[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-               __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30,
-                                       31);
-    }
-    for (int i = 0; i < 4; ++i) {  // q[i]: 4 partial sums of each of a[4i .. 4i+3]
-        q[i] =
-            __builtin_shufflevector(h[2 * i], h[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-            __builtin_shufflevector(h[2 * i], h[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    }
-    for (int i = 0; i < 2; ++i) {  // e[i]: 2 partial sums of each of a[8i .. 8i+7]
-        e[i] =
-            __builtin_shufflevector(q[2 * i], q[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
-            __builtin_shufflevector(q[2 * i], q[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-    }
-    return __builtin_shufflevector(e[0], e[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-           __builtin_shufflevector(e[0], e[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-}
-
-// Σ_i m[i]·v[i] over n floats, 16 lanes at a time, the tail added in order.
-TINKERD_INLINE float dot(const float * m, const float * v, int64_t n) {
-    v16f acc = {};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        acc += load16(m + i) * load16(v + i);
-    }
-    float sum = 0.0F;
-    for (int l = 0; l < LANES; ++l) {
-        sum += acc[l];
-    }
-    for (; i < n; ++i) {
-        sum += m[i] * v[i];
-    }
-    return sum;
-}
 
 // out[j] = c · Σ_i m[j, i]·v[i] for j < rows (m [rows, n] row-major) when add is false, out[j] += that when it
 // is: 16 rows of m at a time against the same v, their lane sums reduced together (sum16).
@@ -82,9 +34,9 @@ TINKERD_CLONES void matrix_vector(const float * m, const float * v, int64_t rows
         v16f acc[LANES] = {};
         int64_t i = 0;
         for (; i + LANES <= n; i += LANES) {
-            const v16f vv = load16(v + i);
+            const v16f vv = load(v + i);
             for (int r = 0; r < LANES; ++r) {
-                acc[r] += load16(m + (j + r) * n + i) * vv;
+                acc[r] += load(m + (j + r) * n + i) * vv;
             }
         }
         v16f sums = sum16(acc);
@@ -139,10 +91,12 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
     std::vector<const Adapter *> row_adapter(static_cast<size_t>(T), nullptr);  // [T]
     int64_t max_rank = 0;
     for (const RowSegment & s : segments) {
-        for (int64_t r = s.begin; r < s.end; ++r) {
-            row_adapter[r] = s.adapter && s.adapter->lora_a(layer, target) ? s.adapter : nullptr;
-            max_rank = row_adapter[r] ? std::max(max_rank, s.adapter->lora_a(layer, target)->size(0)) : max_rank;
+        const torch::Tensor * a = s.adapter ? s.adapter->lora_a(layer, target) : nullptr;  // [R, in]
+        if (a == nullptr || s.end <= s.begin) {
+            continue;  // no delta for these rows
         }
+        std::fill(row_adapter.begin() + s.begin, row_adapter.begin() + s.end, s.adapter);
+        max_rank = std::max(max_rank, a->size(0));
     }
     float * y_data = host_strided_data<float>(y, "add_lora_rows");  // rows y_stride apart, each contiguous
     const float * x_data = host_data<const float>(x, "add_lora_rows");

@@ -10,46 +10,20 @@
 #include <ATen/Parallel.h>
 
 #include "engine/host_access.h"
-
-// The 64-byte vector helpers below are always inlined into the target clones, so no call passes a vector
-// through the baseline ABI that -Wpsabi warns about.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "engine/kernels/vec16.h"
 
 namespace tinkerd::engine::kernels {
 
 namespace {
 
-typedef float v16f __attribute__((vector_size(64)));
+using vec16::dot;
+using vec16::kLanes;
+using vec16::load;
+using vec16::store;
+using vec16::v16f;
 typedef int v16i __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
 
 #define TINKERD_INLINE __attribute__((always_inline)) inline
-
-TINKERD_INLINE v16f load(const float * p) {
-    v16f v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-TINKERD_INLINE void store(float * p, v16f v) {
-    std::memcpy(p, &v, sizeof(v));
-}
-
-TINKERD_INLINE float dot(const float * a, const float * b, int64_t n) {
-    v16f acc = {};
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-        acc += load(a + i) * load(b + i);
-    }
-    float sum = 0;
-    for (; i < n; ++i) {
-        sum += a[i] * b[i];
-    }
-    for (int j = 0; j < kLanes; ++j) {
-        sum += acc[j];
-    }
-    return sum;
-}
 
 TINKERD_INLINE void axpy(float * y, float a, const float * x, int64_t n) {  // y += a · x
     int64_t i = 0;
