@@ -222,12 +222,9 @@ TEST(MatmulKernels, Bf16DotKernelIsChosenWhereTheCpuHasIt) {
     }
 }
 
-// The bf16 dot kernel's blocked path (8 rows of x or more: 4 weight rows x 6 rows of x) gives every output the
-// same sum in the same order as its row-by-row path, so a sequence's values do not depend on how many others
-// share its decode batch: each row of a T-row product equals that row multiplied alone, bit for bit. Odd sizes:
-// a masked tail of the reduction, weight rows past the last block of 4, rows of x past the last block of 6.
 // A row's product does not depend on how many other rows share the call (below BLAS's rows): every few-row kernel
 // sums each output in one order whatever the tile, so a decoded sequence's values do not depend on its batch.
+// Each row of a T-row product equals that row multiplied alone, bit for bit.
 void expect_rows_do_not_depend_on_the_batch() {
     torch::manual_seed(7);
     for (const int64_t in : {64, 577}) {
@@ -243,6 +240,10 @@ void expect_rows_do_not_depend_on_the_batch() {
     }
 }
 
+// The bf16 dot kernel's blocked path (8 rows of x or more: 4 weight rows x 6 rows of x) gives every output the
+// same sum in the same order as its row-by-row path, so a sequence's values do not depend on how many others
+// share its decode batch: each row of a T-row product equals that row multiplied alone, bit for bit. Odd sizes:
+// a masked tail of the reduction, weight rows past the last block of 4, rows of x past the last block of 6.
 TEST(MatmulKernels, Bf16DotRowsDoNotDependOnTheBatch) {
     SettingsGuard guard;
     set_blas_min_rows(64);
