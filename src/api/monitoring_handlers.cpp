@@ -179,6 +179,8 @@ json kernels_json(const engine::KernelChoice & c) {
                 {"kernel", c.kernel},
                 {"isa", c.isa},
                 {"bf16_dot", c.bf16_dot},
+                {"fp32_copies", c.fp32_copies},
+                {"fp32_copy_budget_bytes", c.fp32_copy_budget},
                 {"cpu", c.cpu},
                 {"threads", c.threads},
                 {"measured", candidates},

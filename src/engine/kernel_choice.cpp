@@ -1,6 +1,7 @@
-// choose_kernels (kernel_choice.h): times the exact path and the bf16 dot-product path on the model's shapes
-// (256 rows, forward and backward), takes bf16 where it is BF16_MIN_SPEEDUP faster, and keeps the timings in
-// a JSON cache keyed by CPU, threads, shapes and build so that later starts skip the timing.
+// choose_kernels (kernel_choice.h): times the exact path (blocked, and on fp32 weight copies) and the bf16
+// dot-product path on the model's shapes (256 rows, forward and backward), takes bf16 where it is
+// BF16_MIN_SPEEDUP faster, copies where FP32_COPIES_MIN_SPEEDUP, and keeps the timings in a JSON cache keyed by
+// CPU, threads, shapes and build so that later starts skip the timing.
 #include "engine/kernel_choice.h"
 
 #include <algorithm>
@@ -16,7 +17,9 @@
 
 #include "common/log.h"
 #include "common/version.h"
+#include "engine/kernels/fp32_copies.h"
 #include "engine/kernels/matmul.h"
+#include "model/memory_check.h"
 
 namespace tinkerd::engine {
 
@@ -90,7 +93,7 @@ std::string cache_key(const std::vector<MatmulShape> & shapes, int threads, cons
     std::ostringstream key;
     key << cpu << "|threads " << threads << "|isa " << isa_name(kernels::kernel_isa()) << "|brgemm "
         << kernels::brgemm_available() << "|tinkerd " << SERVER_VERSION << "|torch " << TORCH_VERSION_MAJOR << '.'
-        << TORCH_VERSION_MINOR << "|shapes";
+        << TORCH_VERSION_MINOR << "|fp32 copies|shapes";
     for (const MatmulShape & s : shapes) {
         key << ' ' << s.in << 'x' << s.out;
     }
@@ -152,6 +155,11 @@ std::vector<KernelCandidate> measure(const std::vector<MatmulShape> & shapes) {
     std::vector<KernelCandidate> candidates;
     apply(false, false);
     candidates.push_back({"exact-fp32", time_products(shapes)});
+    if (kernels::kernel_isa() != kernels::KernelIsa::generic) {  // copies replace the kernels' blocked path
+        kernels::set_fp32_copy_budget(int64_t{1} << 62);         // the timed weights' copies go with them
+        candidates.push_back({"exact-fp32-copies", time_products(shapes)});
+        kernels::set_fp32_copy_budget(0);
+    }
     if (kernels::brgemm_available()) {
         apply(true, true);
         candidates.push_back({"bf16-brgemm", time_products(shapes)});
@@ -184,6 +192,17 @@ void decide(KernelChoice & choice) {
         std::snprintf(why, sizeof why, "exact %.0f GFLOP/s; this CPU has no bf16 dot products (brgemm)", exact);
     }
     choice.reason = why;
+    const double copies = gflops_of(choice.candidates, "exact-fp32-copies");
+    if (choice.inputs == "fp32" && copies >= FP32_COPIES_MIN_SPEEDUP * exact && exact > 0) {
+        std::snprintf(why, sizeof why, "; fp32 weight copies %.0f GFLOP/s (%.2fx >= %.2fx)", copies, copies / exact,
+                      FP32_COPIES_MIN_SPEEDUP);
+        choice.fp32_copies = true;
+        choice.reason += why;
+    } else if (choice.inputs == "fp32" && copies > 0) {
+        std::snprintf(why, sizeof why, "; no fp32 weight copies (%.0f GFLOP/s, %.2fx < %.2fx)", copies, copies / exact,
+                      FP32_COPIES_MIN_SPEEDUP);
+        choice.reason += why;
+    }
 }
 
 }  // namespace
@@ -217,8 +236,9 @@ std::vector<MatmulShape> matmul_shapes_of(const model::ModelConfig & c) {
 std::string KernelChoice::summary() const {
     std::string line = "matmul for bf16 weights: " + std::string(inputs == "bf16" ? "bf16 inputs" : "exact fp32") +
                        " (" + kernel + ", " + isa + (bf16_dot ? " + vdpbf16ps" : "") + " kernels, " +
-                       std::to_string(threads) + " threads, --matmul " + mode + "): " + reason +
-                       (from_cache ? " [cached timings]" : "");
+                       std::to_string(threads) + " threads, --matmul " + mode +
+                       (fp32_copies ? ", fp32 copies up to " + std::to_string(fp32_copy_budget >> 20) + " MiB" : "") +
+                       "): " + reason + (from_cache ? " [cached timings]" : "");
     return line;
 }
 
@@ -252,6 +272,8 @@ KernelChoice choose_kernels(MatmulMode mode, const std::vector<MatmulShape> & sh
     }
     const bool bf16 = choice.inputs == "bf16";
     apply(bf16, bf16);
+    choice.fp32_copy_budget = choice.fp32_copies ? static_cast<int64_t>(model::available_memory_bytes() / 8) : 0;
+    kernels::set_fp32_copy_budget(choice.fp32_copy_budget);
     choice.bf16_dot = bf16 && kernels::bf16_dot_enabled();
     choice.kernel = kernels::kernel_isa() == kernels::KernelIsa::generic ? "generic"
                     : kernels::brgemm_enabled()                          ? "brgemm-bf16"

@@ -20,7 +20,8 @@ const char * matmul_mode_name(MatmulMode mode);
 
 // One timed candidate: forward + backward products of the model's shapes, GFLOP/s.
 struct KernelCandidate {
-    std::string name;  // "exact-fp32" (fp32 BLAS / register kernels on exact inputs), "bf16-brgemm"
+    std::string
+        name;  // "exact-fp32" (fp32 BLAS / register kernels on exact inputs), "exact-fp32-copies", "bf16-brgemm"
     double gflops = 0;
 };
 
@@ -30,6 +31,8 @@ struct KernelChoice {
     std::string kernel = "blas-fp32";  // many-row products: blas-fp32, brgemm-bf16 or generic
     std::string isa = "generic";       // few-row kernels: avx512, avx2 or generic
     bool bf16_dot = false;             // few-row bf16-input products on AVX-512-BF16 dot products (VDPBF16PS)
+    bool fp32_copies = false;          // exact many-row products on fp32 copies of the weights (fp32_copies.h)
+    int64_t fp32_copy_budget = 0;      // bytes the copies may take: an eighth of the memory available at the choice
     std::string cpu;                   // /proc/cpuinfo's model name
     int threads = 0;
     std::vector<KernelCandidate> candidates;  // empty when forced
@@ -63,5 +66,8 @@ void note_sample_activations(const std::string & what);
 
 // auto takes bf16 dot products when they time at least this much faster than the exact path.
 inline constexpr double BF16_MIN_SPEEDUP = 1.25;
+// auto keeps fp32 copies of the bf16 weights for exact many-row products when they time at least this much faster
+// than widening blocks of the bf16 weights per call (they cost 4 bytes a weight; decode keeps reading bf16).
+inline constexpr double FP32_COPIES_MIN_SPEEDUP = 1.10;
 
 }  // namespace tinkerd::engine

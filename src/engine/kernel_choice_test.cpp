@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/kernels/fp32_copies.h"
 #include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
@@ -16,6 +17,15 @@ namespace {
 
 namespace fs = std::filesystem;
 const std::vector<MatmulShape> kShapes = {{128, 256}, {256, 128}};
+
+double gflops_of(const KernelChoice & choice, const std::string & name) {
+    for (const KernelCandidate & c : choice.candidates) {
+        if (c.name == name) {
+            return c.gflops;
+        }
+    }
+    return 0;
+}
 
 struct ChoiceTest : ::testing::Test {
     fs::path dir = fs::temp_directory_path() / ("kernel_choice_test_" + std::to_string(::getpid()));
@@ -33,6 +43,8 @@ TEST_F(ChoiceTest, ForcedModesApplyTheirNumerics) {
     EXPECT_EQ(kernels::matmul_inputs(), kernels::MatmulInputs::fp32);
     EXPECT_FALSE(kernels::brgemm_enabled());
     EXPECT_TRUE(exact.candidates.empty());
+    EXPECT_FALSE(exact.fp32_copies);  // forced modes time nothing, so they keep no copies
+    EXPECT_EQ(kernels::fp32_copy_budget(), 0);
     EXPECT_FALSE(fs::exists(cache));  // nothing timed, nothing cached
     EXPECT_FALSE(exact.bf16_dot);     // exact inputs never take the bf16 dot kernel
 
@@ -51,19 +63,27 @@ TEST_F(ChoiceTest, AutoTimesOnceAndThenReadsTheCache) {
     const KernelChoice first = choose_kernels(MatmulMode::AUTO, kShapes, 0, cache);
     EXPECT_FALSE(first.from_cache);
     EXPECT_GT(first.measure_ms, 0.0);
-    ASSERT_EQ(first.candidates.size(), kernels::brgemm_available() ? 2u : 1u);
+    const bool generic = kernels::kernel_isa() == kernels::KernelIsa::generic;  // TINKERD_MATMUL_KERNELS=generic
+    ASSERT_EQ(first.candidates.size(), 1u + (generic ? 0u : 1u) + (kernels::brgemm_available() ? 1u : 0u));
     EXPECT_EQ(first.candidates[0].name, "exact-fp32");
     EXPECT_GT(first.candidates[0].gflops, 0.0);
-    // The rule: bf16 only when it times BF16_MIN_SPEEDUP faster.
-    const bool bf16_wins =
-        first.candidates.size() == 2 && first.candidates[1].gflops >= BF16_MIN_SPEEDUP * first.candidates[0].gflops;
+    const double exact = gflops_of(first, "exact-fp32"), copies = gflops_of(first, "exact-fp32-copies");
+    const double bf16 = gflops_of(first, "bf16-brgemm");
+    EXPECT_EQ(copies > 0, !generic);  // timed wherever the kernels run
+    // The rules: bf16 only when it times BF16_MIN_SPEEDUP faster; fp32 copies, keeping exact inputs, only when they
+    // time FP32_COPIES_MIN_SPEEDUP faster, and then with a budget.
+    const bool bf16_wins = bf16 > 0 && bf16 >= BF16_MIN_SPEEDUP * exact;
     EXPECT_EQ(first.inputs, bf16_wins ? "bf16" : "fp32") << first.reason;
+    EXPECT_EQ(first.fp32_copies, !bf16_wins && copies >= FP32_COPIES_MIN_SPEEDUP * exact) << first.reason;
+    EXPECT_EQ(kernels::fp32_copy_budget() > 0, first.fp32_copies);
+    EXPECT_EQ(first.fp32_copy_budget, kernels::fp32_copy_budget());
     ASSERT_TRUE(fs::exists(cache));
 
     const KernelChoice second = choose_kernels(MatmulMode::AUTO, kShapes, 0, cache);
     EXPECT_TRUE(second.from_cache);
     EXPECT_EQ(second.measure_ms, 0.0);
     EXPECT_EQ(second.inputs, first.inputs);
+    EXPECT_EQ(second.fp32_copies, first.fp32_copies);
     EXPECT_EQ(second.candidates[0].gflops, first.candidates[0].gflops);
 
     // Other shapes are another entry: timed again, the first entry kept.

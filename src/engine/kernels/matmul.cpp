@@ -14,6 +14,7 @@
 #include <ATen/Parallel.h>
 
 #include "engine/host_access.h"
+#include "engine/kernels/fp32_copies.h"
 #include "engine/kernels/matmul_brgemm.h"
 #include "engine/kernels/matmul_kernels.h"
 #include "engine/kernels/quant_matmul.h"
@@ -280,7 +281,8 @@ bool dot_applies(const torch::Tensor & a, const torch::Tensor & w, const Directi
 }
 
 // a [..., k] times w in direction d -> [..., n]: brgemm or the dot kernel (both round a themselves), else the
-// kernels or the generic ops on a rounded first when the inputs are bf16.
+// kernels or the generic ops on a rounded first when the inputs are bf16; exact many-row products take w's fp32
+// copy where kernel_choice turned copies on (fp32_copies.h).
 torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Direction & d) {
     const int64_t n = w.size(1 - d.w_dim);
     if (brgemm_applies(x, w, d.w_dim)) {
@@ -292,6 +294,11 @@ torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Di
     const torch::Tensor a = rounds_inputs(x, w) ? rounded_to_bf16(x) : x;  // [..., k]
     if (!kernel_applies(a, w, d.w_dim)) {
         return d.generic(a, w);
+    }
+    if (a.numel() / a.size(-1) >= blas_min_rows() && !rounds_inputs(x, w)) {
+        if (const torch::Tensor w32 = fp32_copy_of(w); w32.defined()) {  // [out, in] fp32: one BLAS call
+            return d.generic(a, w32);
+        }
     }
     return run_kernels(a, w, n, d.small, d.blas);
 }
