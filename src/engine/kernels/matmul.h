@@ -1,6 +1,7 @@
 // Base-weight products with fp32 math over bf16-stored weights ("bf16 storage, fp32 math"): the weights
-// stay bf16 in memory (half the bytes to read while decoding) and every product accumulates in fp32 on
-// fp32 activations, so a bf16 checkpoint computes what fp32 would on the bf16-rounded weights.
+// stay bf16 in memory (half the bytes to read while decoding; many-row products may use fp32 copies where
+// kernel_choice timed them faster, fp32_copies.h) and every product accumulates in fp32 on fp32 activations,
+// so a bf16 checkpoint computes what fp32 would on the bf16-rounded weights.
 #pragma once
 
 #include <torch/torch.h>
