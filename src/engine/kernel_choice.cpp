@@ -151,12 +151,19 @@ void write_cache(const std::string & path, const std::string & key, const std::v
     }
 }
 
+// What fp32 weight copies may take: an eighth of the memory available now (0 when unknown).
+int64_t copy_budget() {
+    return static_cast<int64_t>(model::available_memory_bytes() / 8);
+}
+
 std::vector<KernelCandidate> measure(const std::vector<MatmulShape> & shapes) {
     std::vector<KernelCandidate> candidates;
     apply(false, false);
     candidates.push_back({"exact-fp32", time_products(shapes)});
-    if (kernels::kernel_isa() != kernels::KernelIsa::generic) {  // copies replace the kernels' blocked path
-        kernels::set_fp32_copy_budget(int64_t{1} << 62);         // the timed weights' copies go with them
+    // Copies replace the kernels' blocked path (none under the generic cap), within the budget they would have.
+    const int64_t budget = copy_budget();
+    if (kernels::kernel_isa() != kernels::KernelIsa::generic && budget > 0) {
+        kernels::set_fp32_copy_budget(budget);  // the timed weights' copies go with them
         candidates.push_back({"exact-fp32-copies", time_products(shapes)});
         kernels::set_fp32_copy_budget(0);
     }
@@ -272,7 +279,7 @@ KernelChoice choose_kernels(MatmulMode mode, const std::vector<MatmulShape> & sh
     }
     const bool bf16 = choice.inputs == "bf16";
     apply(bf16, bf16);
-    choice.fp32_copy_budget = choice.fp32_copies ? static_cast<int64_t>(model::available_memory_bytes() / 8) : 0;
+    choice.fp32_copy_budget = choice.fp32_copies ? copy_budget() : 0;
     kernels::set_fp32_copy_budget(choice.fp32_copy_budget);
     choice.bf16_dot = bf16 && kernels::bf16_dot_enabled();
     choice.kernel = kernels::kernel_isa() == kernels::KernelIsa::generic ? "generic"

@@ -13,7 +13,7 @@ namespace tinkerd::engine::kernels {
 
 namespace {
 
-constexpr int64_t kHeadroomBytes = int64_t{1} << 30;  // left available after a copy, beyond the copy again
+constexpr int64_t kHeadroomBytes = int64_t{1} << 30;  // left available after a copy, beyond twice the budget
 
 struct Key {
     const void * storage;
@@ -49,10 +49,12 @@ Copies & copies() {
     return c;
 }
 
-// The machine keeps twice the copy plus kHeadroomBytes available (false when MemAvailable is unknown).
-bool memory_allows(int64_t bytes) {
+// After the copy the machine still has twice the budget plus kHeadroomBytes available, so copies never take
+// what activations, caches or another model need (false when MemAvailable is unknown).
+bool memory_allows(int64_t bytes, int64_t budget) {
     const uint64_t available = model::available_memory_bytes();
-    return available > 0 && available >= static_cast<uint64_t>(2 * bytes + kHeadroomBytes);
+    const uint64_t keep = 2 * static_cast<uint64_t>(budget) + static_cast<uint64_t>(kHeadroomBytes);  // budget < 2^62
+    return available > 0 && available >= static_cast<uint64_t>(bytes) + keep;
 }
 
 bool copyable(const torch::Tensor & w) {
@@ -65,7 +67,7 @@ bool copyable(const torch::Tensor & w) {
 void set_fp32_copy_budget(int64_t bytes) {
     Copies & c = copies();
     const std::lock_guard<std::mutex> lock(c.mu);
-    bytes = std::max<int64_t>(0, bytes);
+    bytes = std::clamp<int64_t>(bytes, 0, int64_t{1} << 61);
     if (bytes < c.budget) {
         c.entries.clear();
         c.held = 0;
@@ -106,7 +108,7 @@ torch::Tensor fp32_copy_of(const torch::Tensor & w) {
         return {};
     }
     Copy copy{w.storage().getWeakStorageImpl(), torch::Tensor(), 0};
-    if (memory_allows(bytes)) {
+    if (memory_allows(bytes, c.budget)) {
         const torch::NoGradGuard no_grad;
         copy.values = w.to(torch::kFloat);  // [out, in]
         copy.bytes = bytes;

@@ -10,8 +10,8 @@
 
 namespace tinkerd::engine::kernels {
 
-// Copies are made while their total stays within `bytes` (0, the default: none) and the machine keeps enough
-// memory available (twice the copy, plus 1 GiB). Lowering the budget drops every copy made so far.
+// Copies are made while their total stays within `bytes` (0, the default: none) and the machine keeps, after each
+// copy, twice the budget plus 1 GiB available. Lowering the budget drops every copy made so far.
 void set_fp32_copy_budget(int64_t bytes);
 int64_t fp32_copy_budget();
 int64_t fp32_copy_bytes();  // held now
