@@ -174,19 +174,10 @@ std::vector<KernelCandidate> measure(const std::vector<MatmulShape> & shapes) {
     return candidates;
 }
 
-double gflops_of(const std::vector<KernelCandidate> & candidates, const std::string & name) {
-    for (const KernelCandidate & c : candidates) {
-        if (c.name == name) {
-            return c.gflops;
-        }
-    }
-    return 0;
-}
-
 // auto's decision from the timings: bf16 dot products only where they pay for their rounding.
 void decide(KernelChoice & choice) {
-    const double exact = gflops_of(choice.candidates, "exact-fp32");
-    const double bf16 = gflops_of(choice.candidates, "bf16-brgemm");
+    const double exact = choice.gflops("exact-fp32");
+    const double bf16 = choice.gflops("bf16-brgemm");
     char why[200];
     if (bf16 >= BF16_MIN_SPEEDUP * exact && bf16 > 0) {
         std::snprintf(why, sizeof why, "bf16 dot products %.0f GFLOP/s vs exact %.0f (%.2fx >= %.2fx)", bf16, exact,
@@ -199,7 +190,7 @@ void decide(KernelChoice & choice) {
         std::snprintf(why, sizeof why, "exact %.0f GFLOP/s; this CPU has no bf16 dot products (brgemm)", exact);
     }
     choice.reason = why;
-    const double copies = gflops_of(choice.candidates, "exact-fp32-copies");
+    const double copies = choice.gflops("exact-fp32-copies");
     if (choice.inputs == "fp32" && copies >= FP32_COPIES_MIN_SPEEDUP * exact && exact > 0) {
         std::snprintf(why, sizeof why, "; fp32 weight copies %.0f GFLOP/s (%.2fx >= %.2fx)", copies, copies / exact,
                       FP32_COPIES_MIN_SPEEDUP);
@@ -238,6 +229,15 @@ std::vector<MatmulShape> matmul_shapes_of(const model::ModelConfig & c) {
                                                     : 4 * C;
     const int64_t qkv = std::max<int64_t>((c.n_heads + 2 * c.n_kv_heads) * c.head_dim, C);
     return {{C, 2 * F}, {F, C}, {C, qkv}};
+}
+
+double KernelChoice::gflops(const std::string & name) const {
+    for (const KernelCandidate & c : candidates) {
+        if (c.name == name) {
+            return c.gflops;
+        }
+    }
+    return 0;
 }
 
 std::string KernelChoice::summary() const {

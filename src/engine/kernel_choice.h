@@ -20,8 +20,8 @@ const char * matmul_mode_name(MatmulMode mode);
 
 // One timed candidate: forward + backward products of the model's shapes, GFLOP/s.
 struct KernelCandidate {
-    std::string
-        name;  // "exact-fp32" (fp32 BLAS / register kernels on exact inputs), "exact-fp32-copies", "bf16-brgemm"
+    // "exact-fp32" (fp32 BLAS / register kernels on exact inputs), "exact-fp32-copies", "bf16-brgemm"
+    std::string name;
     double gflops = 0;
 };
 
@@ -42,7 +42,8 @@ struct KernelChoice {
     // --sample-activations with a quantised base: "fp32", "int8 (<kernel path>)", or "int8 (no effect: ...)".
     std::string sample_activations = "fp32";
 
-    std::string summary() const;  // one line for the log
+    std::string summary() const;                    // one line for the log
+    double gflops(const std::string & name) const;  // the candidate's timing; 0 when it was not timed
 };
 
 // The products timed: rows × in → out, forward and backward (the model's MLP and attention shapes).

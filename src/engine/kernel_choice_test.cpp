@@ -18,15 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 const std::vector<MatmulShape> kShapes = {{128, 256}, {256, 128}};
 
-double gflops_of(const KernelChoice & choice, const std::string & name) {
-    for (const KernelCandidate & c : choice.candidates) {
-        if (c.name == name) {
-            return c.gflops;
-        }
-    }
-    return 0;
-}
-
 struct ChoiceTest : ::testing::Test {
     fs::path dir = fs::temp_directory_path() / ("kernel_choice_test_" + std::to_string(::getpid()));
     std::string cache = (dir / "kernel-choice.json").string();
@@ -67,8 +58,8 @@ TEST_F(ChoiceTest, AutoTimesOnceAndThenReadsTheCache) {
     ASSERT_EQ(first.candidates.size(), 1u + (generic ? 0u : 1u) + (kernels::brgemm_available() ? 1u : 0u));
     EXPECT_EQ(first.candidates[0].name, "exact-fp32");
     EXPECT_GT(first.candidates[0].gflops, 0.0);
-    const double exact = gflops_of(first, "exact-fp32"), copies = gflops_of(first, "exact-fp32-copies");
-    const double bf16 = gflops_of(first, "bf16-brgemm");
+    const double exact = first.gflops("exact-fp32"), copies = first.gflops("exact-fp32-copies");
+    const double bf16 = first.gflops("bf16-brgemm");
     EXPECT_EQ(copies > 0, !generic);  // timed wherever the kernels run
     // The rules: bf16 only when it times BF16_MIN_SPEEDUP faster; fp32 copies, keeping exact inputs, only when they
     // time FP32_COPIES_MIN_SPEEDUP faster, and then with a budget.
