@@ -28,6 +28,8 @@ RUN_BUDGET=${RUN_BUDGET:-}               # seconds for `run`: 450 (within 8 minu
 JOBS=${JOBS:-2}
 SDK_VERSION=$(sed -n 's/^tinker==//p' scripts/requirements.lock)
 E2E_SCENARIOS=(sdk_sft sdk_resume sdk_sample sdk_rl sdk_tenants sdk_dpo sdk_moe sdk_qwen35 openai)
+# shellcheck disable=SC2206 # GPU_SCENARIOS: a space-separated subset (a second, shorter run); "none" runs none
+[ -n "${GPU_SCENARIOS:-}" ] && E2E_SCENARIOS=(${GPU_SCENARIOS/none/})
 
 die() { echo "gpu-check: $*" >&2; exit 1; }
 say() { echo "gpu-check: $*" >&2; }
@@ -48,7 +50,7 @@ make_venv() {
 build_cuda() {
   cmake -S . -B "$BUILD_GPU" -DCMAKE_BUILD_TYPE=Release -DTINKERD_CUDA=ON -DTINKERD_BUILD_TESTS=OFF \
     -DTINKERD_PYTHON="$(cd "$VENV_GPU" && pwd)/bin/python"
-  nice -n 19 cmake --build "$BUILD_GPU" -j"$JOBS" --target tinkerd tinkerd_wire_python
+  nice -n 19 cmake --build "$BUILD_GPU" -j"$JOBS" --target tinkerd tinkerd_wire_python profile_step
 }
 
 # Libraries BIN needs that the GPU machine lacks: ldd's closure less torch's and CUDA's (the machine's torch
@@ -112,6 +114,8 @@ pack() {
   [ -f "$pb2" ] || die "no $pb2 (the build's tinkerd_wire_python target)"
   rm -rf "$GPU_PACK" && stage=$GPU_PACK/stage && mkdir -p "$stage"/{build/python,lib,wheels,shared}
   strip -o "$stage/build/tinkerd.bin" "$bin"
+  # bench/profile_step (where built): the kineto profile of a training step and of decode on the GPU
+  [ -x "$(dirname "$bin")/bench/profile_step" ] && strip -o "$stage/build/profile_step.bin" "$(dirname "$bin")/bench/profile_step"
   cp "$pb2" "$stage/build/python/"
   pack_libs "$bin" "$stage/lib"
   pack_wheels "$stage/wheels"
@@ -159,7 +163,9 @@ case "${1:-}" in
   build) build_cuda ;;
   pack) shift; pack "$@" ;;
   run) shift; run_checks "$@" ;;
-  startup) shift; startup_check "$@" ;;  # one step of `run` (under `timeout`, which needs a command)
+  # single steps of `run` (under `timeout`, which needs a command)
+  startup) shift; startup_check "$@" ;;
+  profile) shift; profile_checks "$@" ;;
   dry-run)
     GPU_PACK=build-gpu-dry-pack pack "${BUILD:-build}/tinkerd"
     GPU_PACK=build-gpu-dry-pack run_checks --cpu-dry-run ;;

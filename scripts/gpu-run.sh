@@ -9,12 +9,29 @@ STEP_ROWS=()
 # The server as the harness starts it (<build>/tinkerd): the carried libraries, then the machine's torch and
 # CUDA libraries, for the server only (python keeps its own environment).
 write_wrapper() {
-  local build=$1 libpath=$2
-  cat >"$build/tinkerd" <<EOF
+  local build=$1 libpath=$2 name
+  for name in tinkerd profile_step; do
+    [ -f "$build/$name.bin" ] || continue
+    cat >"$build/$name" <<EOF
 #!/bin/sh
-LD_LIBRARY_PATH="$libpath\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$build/tinkerd.bin" "\$@"
+LD_LIBRARY_PATH="$libpath\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$build/$name.bin" "\$@"
 EOF
-  chmod +x "$build/tinkerd"
+    chmod +x "$build/$name"
+  done
+}
+
+# The kineto profiles of one training step (8 x 512 tokens, gpu_bench's adapter) and of decode at batch 1 and
+# 32 on the benchmark's model, each under its own limit; their summaries go to stdout, the traces to OUT.
+profile_checks() {
+  local build=$1 model=$2 device=$3 out=$4 mode
+  [ -x "$build/profile_step" ] || { echo "profile: no profile_step in the pack"; return 1; }
+  [ -f "$model/config.json" ] || { echo "profile: no benchmark model at $model"; return 1; }
+  for mode in gpu sample; do
+    echo "== profile_step $mode"
+    TINKERD_BENCH_DEVICE=$device timeout 70 "$build/profile_step" "$model" auto "$mode" 8 2>&1 |
+      grep -v '^USDT\|^ERROR:.*DeviceProperties' || echo "profile_step $mode failed"
+  done
+  echo "profile: done"
 }
 
 # The SDK and the OpenAI client as cp312 wheels, into SITE (on PYTHONPATH for the clients only). In a dry run
@@ -59,7 +76,7 @@ step() {
     *) verdict="FAIL (exit $rc)" ;;
   esac
   local what
-  what=$(grep -E '^(PASS|FAIL) e2e_|^(startup|bench):|^  FAIL ' "$LOGS/$name.log" | tail -2 | sort -r | sed 's/^ *//' | tr '\n' ' ' |
+  what=$(grep -E '^(PASS|FAIL) e2e_|^(startup|bench|profile|numerics):|^  FAIL ' "$LOGS/$name.log" | tail -2 | sort -r | sed 's/^ *//' | tr '\n' ' ' |
     cut -c1-240 | tr '|' '/' || true)
   STEP_ROWS+=("| $name | $verdict | $secs | $what |")
   say "$name: $verdict ($secs s)"
@@ -130,7 +147,7 @@ write_report() {
 run_checks() {
   local dry=0
   [ "${1:-}" = --cpu-dry-run ] && dry=1
-  local scenario_cap=150
+  local scenario_cap=${GPU_SCENARIO_CAP:-150}
   if [ "$dry" = 1 ]; then RUN_BUDGET=${RUN_BUDGET:-1500} scenario_cap=300; else RUN_BUDGET=${RUN_BUDGET:-450}; fi
   DEADLINE=$(($(date +%s) + RUN_BUDGET))
   local out=${OUT:-$REPO/build-gpu-out} work py device site sdk_path="" libpath d
@@ -162,21 +179,33 @@ run_checks() {
   local model_pid=$!
 
   step startup 90 300 "$REPO/scripts/gpu-check.sh" startup "$work/build" "$device"
+  # The GPU paths' numerics against float64 (bench/gpu_numerics.py): the lm_head split, fused attention, RMSNorm.
+  step numerics 60 300 env PYTHONUNBUFFERED=1 "$py" bench/gpu_numerics.py --device "$device" "${tiny[@]}"
   # Kept for the benchmark: two model loads, 8 timed training calls and 4 timed generations per side.
-  local s reserve=150
+  local profile_reserve=0
+  [ -f "$work/build/profile_step.bin" ] && profile_reserve=${PROFILE_RESERVE:-110}
+  local s reserve=$((${BENCH_RESERVE:-150} + profile_reserve))
   for s in "${E2E_SCENARIOS[@]}"; do
     local expect=()
     [[ $s == sdk_* ]] && expect=(--expect-sdk "$SDK_VERSION")
-    step "e2e_$s" "$scenario_cap" "$reserve" env PYTHONPATH="$sdk_path" PYTHONUNBUFFERED=1 \
+    step "e2e_$s" "$scenario_cap" "$reserve" env PYTHONPATH="$sdk_path" PYTHONUNBUFFERED=1 TINKERD_E2E_KEEP=1 \
       TINKERD_SHARED_DIR="$work/shared" TINKERD_E2E_SERVER_ARGS="--device $device" \
       "$py" tests/e2e/run.py --build "$work/build" "${expect[@]}" "$s"
   done
+  # The scenarios' server logs (kept: a scenario cut at its time limit prints none), into the logs' tarball.
+  mkdir -p "$LOGS/servers" && find /tmp -maxdepth 1 -name 'tinkerd*.log' -size -4M -exec cp {} "$LOGS/servers/" \; || true
   wait "$model_pid" || say "the benchmark model's build failed (bench_model.log); the bench step tries again"
-  local bench_left=$((DEADLINE - $(date +%s) - 10))
-  step bench 400 10 env PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py --build "$work/build" --device "$device" \
+  local bench_left=$((DEADLINE - $(date +%s) - 10 - profile_reserve))
+  step bench 400 $((10 + profile_reserve)) env PYTHONUNBUFFERED=1 "$py" bench/gpu_bench.py --build "$work/build" --device "$device" \
     --work "$work/bench" --sdk-path "$sdk_path" --seconds "$((bench_left - 10))" "${tiny[@]}" \
     --jsonl "$out/gpu-bench.jsonl" --markdown "$work/bench.md"
 
+  if [ "$profile_reserve" -gt 0 ]; then
+    local model=$work/bench/qwen3-1.7b-shape
+    [ "$dry" = 1 ] && model=$work/bench/tiny-qwen3
+    step profile "$profile_reserve" 5 "$REPO/scripts/gpu-check.sh" profile "$work/build" "$model" "$device" "$out"
+    cp "$LOGS/profile.log" "$out/profile.txt" 2>/dev/null || true
+  fi
   write_report "$out/gpu-report.md" "$work/header.md" "$work/bench.md"
   tar -C "$work" -czf "$out/gpu-logs.tar.gz" logs
   cat "$out/gpu-report.md"

@@ -202,6 +202,42 @@ void EngineImpl::collect_outputs(const std::vector<PlannedInput> & planned, cons
     }
 }
 
+// Adds an adapter's new gradients grads[first + j] (undefined: none) to its accumulated ones when every value is
+// finite; false (nothing added) otherwise. One read of a device flag either way; on a GPU two multi-tensor
+// kernels (the AMP non-finite check, with a scale of 1, and a foreach add) instead of four kernels per tensor.
+static bool accumulate_if_finite(Adapter & adapter, const std::vector<torch::Tensor> & grads, size_t first) {
+    std::vector<torch::Tensor> added, into;
+    for (size_t j = 0; j < adapter.params.size(); ++j) {
+        if (grads[first + j].defined()) {
+            added.push_back(grads[first + j]);
+            into.push_back(adapter.grads[j]);
+        }
+    }
+    if (added.empty()) {
+        return true;
+    }
+    if (added[0].is_cuda()) {
+        torch::Tensor found = torch::zeros({1}, added[0].options());  // becomes 1 where a value is not finite
+        at::_amp_foreach_non_finite_check_and_unscale_(added, found, torch::ones({1}, added[0].options()));
+        const bool finite = host_value<float>(found, "forward_backward gradient check") == 0;
+        if (finite) {
+            at::_foreach_add_(into, added);
+        }
+        return finite;
+    }
+    std::vector<torch::Tensor> nonfinite_flags;  // one device scalar per gradient; read once
+    for (const torch::Tensor & g : added) {
+        nonfinite_flags.push_back(g.isfinite().logical_not().any());
+    }
+    if (host_value<bool>(torch::stack(nonfinite_flags).any(), "forward_backward gradient check")) {
+        return false;
+    }
+    for (size_t j = 0; j < added.size(); ++j) {
+        into[j].add_(added[j]);
+    }
+    return true;
+}
+
 // Gradients of every adapter in the batch in one backward pass; accumulated per adapter only when the
 // adapter's inputs all succeeded and its gradients are finite.
 void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std::vector<torch::Tensor> & losses,
@@ -232,20 +268,7 @@ void EngineImpl::apply_gradients(std::vector<PlannedInput> & planned, const std:
                                        /*allow_unused=*/true);
     torch::NoGradGuard no_grad;
     for (auto & [adapter, first] : owners) {
-        std::vector<torch::Tensor> nonfinite_flags;  // one device scalar per gradient; read once per adapter
-        for (size_t j = 0; j < adapter->params.size(); ++j) {
-            if (grads[first + j].defined()) {
-                nonfinite_flags.push_back(grads[first + j].isfinite().logical_not().any());
-            }
-        }
-        const bool finite = nonfinite_flags.empty() ||
-                            !host_value<bool>(torch::stack(nonfinite_flags).any(), "forward_backward gradient check");
-        for (size_t j = 0; j < adapter->params.size() && finite; ++j) {
-            if (grads[first + j].defined()) {
-                adapter->grads[j].add_(grads[first + j]);
-            }
-        }
-        if (!finite) {
+        if (!accumulate_if_finite(*adapter, grads, first)) {
             for (auto & p : planned) {
                 if (p.adapter == adapter && results[p.index].ok()) {
                     results[p.index] = invalid_argument("the gradient is not finite; nothing was accumulated");

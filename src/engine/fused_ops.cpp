@@ -1,5 +1,6 @@
 // Fused RMSNorm, RoPE and SwiGLU (fused_ops.h): autograd functions whose forward and backward are single
-// loops over rows, split across threads with at::parallel_for; sums over a row accumulate in double.
+// loops over rows, split across threads with at::parallel_for; sums over a row accumulate in double. On CUDA,
+// RMSNorm takes torch's fused kernel (at::_fused_rms_norm) unless TINKERD_GPU_PATHS=reference.
 #include "engine/fused_ops.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <ATen/Parallel.h>
 
 #include "engine/host_access.h"
+#include "engine/kernels/gpu_matmul.h"
 
 namespace tinkerd::engine {
 
@@ -261,6 +263,9 @@ torch::Tensor rms_norm_reference(const torch::Tensor & x, const torch::Tensor & 
 }
 
 torch::Tensor fused_rms_norm(const torch::Tensor & x, const torch::Tensor & weight, double eps) {
+    if (x.is_cuda() && !weight.requires_grad() && kernels::gpu_fast_paths()) {  // torch's fused CUDA kernel
+        return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight.to(x.scalar_type()), eps));
+    }
     if (!fusable(x) || weight.scalar_type() != x.scalar_type() || weight.requires_grad()) {
         return rms_norm_reference(x, weight, eps);
     }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "engine/kernels/gpu_matmul.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quant_matmul.h"
 #include "engine/layer_checkpoint.h"
@@ -131,8 +132,10 @@ Result<void> Transformer::load_weights(const std::shared_ptr<model::SafetensorsF
         }
         weights_.lm_head = std::move(head).value();
     }
-    if (!device_.is_cpu() && weights_.lm_head.scalar_type() != act_) {  // CUDA (and meta, which stands for it)
-        lm_head_exact_ = weights_.lm_head.to(act_);  // GPUs round base products to bf16; logits stay exact
+    // GPUs take the stored lm_head through kernels::split_bf16_product; only for an A/B against the reference
+    // paths (TINKERD_GPU_PATHS=reference at load) an fp32 copy, multiplied in fp32.
+    if (!device_.is_cpu() && weights_.lm_head.scalar_type() != act_ && !kernels::gpu_fast_paths()) {
+        lm_head_exact_ = weights_.lm_head.to(act_);
     }
     return {};
 }
@@ -259,7 +262,7 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
 torch::Tensor Transformer::logits(const torch::Tensor & h, const std::vector<RowSegment> & segments) const {
     // fp32 sums on the stored lm_head (bf16 included); under --matmul bf16 the input h is rounded to bf16 like
     // every other product's (kernels/matmul.h), so the logits are exact only for that rounded input.
-    torch::Tensor y = kernels::base_linear(h, lm_head_exact_.defined() ? lm_head_exact_ : weights_.lm_head);  // [n, V]
+    torch::Tensor y = kernels::exact_linear(h, lm_head_weight());  // [n, V]
     return add_lora(y, h, segments, -1, LoraTarget::LM_HEAD);
 }
 

@@ -114,7 +114,9 @@ class Transformer {
     torch::Device device_;
     std::shared_ptr<model::SafetensorsFile> file_;  // keeps memory-mapped weights alive
     BaseWeights weights_;
-    torch::Tensor lm_head_exact_;  // [V, C] fp32 copy of a bf16 lm_head on GPUs only (CPU: fp32 math in place)
+    torch::Tensor lm_head_exact_;  // [V, C] fp32 copy of a bf16 lm_head: GPUs under TINKERD_GPU_PATHS=reference only
+    // The lm_head the logits take: the stored one (exact products on every device), or lm_head_exact_.
+    const torch::Tensor & lm_head_weight() const;
     RopeTables rope_;
     std::shared_ptr<const CacheShape> cache_shape_;
     std::unique_ptr<VisionTower> vision_;  // image-text checkpoints only

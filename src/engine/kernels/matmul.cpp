@@ -15,6 +15,7 @@
 
 #include "engine/host_access.h"
 #include "engine/kernels/fp32_copies.h"
+#include "engine/kernels/gpu_matmul.h"
 #include "engine/kernels/matmul_brgemm.h"
 #include "engine/kernels/matmul_kernels.h"
 #include "engine/kernels/quant_matmul.h"
@@ -280,11 +281,28 @@ bool dot_applies(const torch::Tensor & a, const torch::Tensor & w, const Directi
            a.numel() / a.size(-1) < blas_min_rows();
 }
 
+// A GPU's bf16 weight times fp32 inputs: split_bf16_product (exact inputs, tensor-core rate).
+bool split_applies(const torch::Tensor & a, const torch::Tensor & w) {
+    return !w.device().is_cpu() && w.scalar_type() == torch::kBFloat16 && a.scalar_type() == torch::kFloat &&
+           gpu_fast_paths();
+}
+
+torch::Tensor split_product(const torch::Tensor & x, const torch::Tensor & w, const Direction & d) {
+    const torch::Tensor b = d.w_dim == 1 ? w.t() : w;                      // [k, n]
+    torch::Tensor y = split_bf16_product(x.reshape({-1, x.size(-1)}), b);  // [T, n]
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+    shape.push_back(b.size(1));
+    return y.view(shape);
+}
+
 // a [..., k] times w in direction d -> [..., n]: brgemm or the dot kernel (both round a themselves), else the
 // kernels or the generic ops on a rounded first when the inputs are bf16; exact many-row products take w's fp32
 // copy where kernel_choice turned copies on (fp32_copies.h).
 torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Direction & d) {
     const int64_t n = w.size(1 - d.w_dim);
+    if (split_applies(x, w)) {
+        return split_product(x, w, d);
+    }
     if (brgemm_applies(x, w, d.w_dim)) {
         return run_kernels(x, w, n, d.brgemm, d.brgemm);  // brgemm_applies: blas_min_rows() rows or more
     }
@@ -397,12 +415,25 @@ torch::Tensor gate_linear(const torch::Tensor & x, const torch::Tensor & w) {
     return run_kernels(x, w, w.size(0), forward_small_f32, forward_small_f32);  // f32_rows_apply: few rows
 }
 
+torch::Tensor exact_linear(const torch::Tensor & x, const torch::Tensor & w) {
+    if (w.device().is_cpu() || w.scalar_type() == x.scalar_type()) {
+        return base_linear(x, w);
+    }
+    if (!torch::GradMode::is_enabled() || !x.requires_grad()) {
+        return matmul_weight(x, w);  // [..., out]
+    }
+    return BaseLinearFunction::apply(x, w);
+}
+
 torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w) {
     if (w.scalar_type() == x.scalar_type()) {
         return torch::matmul(x, w.t());  // fp32 / fp64 weights: autograd's own matmul
     }
     if (!w.device().is_cpu()) {  // GPUs: bf16 tensor-core products, rounded activations
-        return torch::matmul(x.to(w.scalar_type()), w.t()).to(x.scalar_type());
+        if (!rounded_gpu_applies(x, w)) {
+            return torch::matmul(x.to(w.scalar_type()), w.t()).to(x.scalar_type());
+        }
+        return rounded_gpu_linear(x, w);  // [..., out]
     }
     if (!torch::GradMode::is_enabled() || !x.requires_grad()) {  // no node to record: the product alone
         return matmul_weight(x, w);

@@ -67,6 +67,11 @@ bool bf16_dot_available();
 bool bf16_dot_enabled();
 void set_bf16_dot_enabled(bool enabled);  // takes effect only where available
 
+// y = x · wᵀ with fp32 sums on x's own fp32 values on every device (the lm_head's product: logits stay exact).
+// base_linear, except on GPUs, where base_linear rounds x to bf16 and this takes split_bf16_product
+// (gpu_matmul.h).
+torch::Tensor exact_linear(const torch::Tensor & x, const torch::Tensor & w);
+
 // The generic ops the kernels replace (the reference in tests, and the path on GPUs and other CPUs).
 torch::Tensor matmul_weight_generic(const torch::Tensor & x, const torch::Tensor & w);
 torch::Tensor matmul_weight_backward_generic(const torch::Tensor & dy, const torch::Tensor & w);

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/kernels/gpu_matmul.h"
+
 namespace tinkerd::engine::kernels {
 namespace {
 
@@ -334,6 +336,29 @@ TEST(MatmulKernels, BaseLinearGradientIsTheBackwardProduct) {
         y.backward(dy);
         expect_close(x.grad(), dy, wf);
     }
+}
+
+// The GPU's exact product of fp32 inputs and bf16 weights (three bf16 parts of each input): the parts add back
+// to the input exactly, and the product meets the fp32 bound against float64. On the CPU the stacked product runs
+// in fp32, so this checks the splitting; the tensor-core product itself is checked on a GPU (scripts/gpu-check.sh).
+TEST(MatmulKernels, SplitBf16ProductIsExactOnFp32Inputs) {
+    torch::manual_seed(12);
+    // Inputs over many binades (bf16 alone keeps 8 of their 24 significant bits).
+    const torch::Tensor a = torch::randn({37, 577}) * torch::exp2(torch::randint(-20, 20, {37, 577}).to(torch::kFloat));
+    const torch::Tensor b = torch::randn({577, 65}).to(torch::kBFloat16);
+    const torch::Tensor hi = a.to(torch::kBFloat16).to(torch::kDouble);
+    const torch::Tensor rest = a.to(torch::kDouble) - hi;
+    const torch::Tensor mid = rest.to(torch::kBFloat16).to(torch::kDouble);
+    const torch::Tensor lo = (rest - mid).to(torch::kBFloat16).to(torch::kDouble);
+    EXPECT_TRUE(torch::equal(hi + mid + lo, a.to(torch::kDouble)));
+    expect_close(split_bf16_product(a, b), a, b.to(torch::kFloat));
+}
+
+TEST(MatmulKernels, ExactLinearIsBaseLinearOnTheCpu) {
+    torch::manual_seed(13);
+    const torch::Tensor w = torch::randn({33, 65}).to(torch::kBFloat16);
+    const torch::Tensor x = torch::randn({100, 65});
+    EXPECT_TRUE(torch::equal(exact_linear(x, w), base_linear(x, w)));
 }
 
 }  // namespace
