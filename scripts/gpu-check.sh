@@ -23,6 +23,7 @@ VENV_GPU=${VENV_GPU:-.venv-gpu}          # relative to the checkout, or absolute
 BUILD_GPU=${BUILD_GPU:-build-gpu}
 GPU_PACK=${GPU_PACK:-build-gpu-pack}
 WHEEL_CACHE=${WHEEL_CACHE:-build-gpu-wheels}
+FIXTURES=${FIXTURES:-build/fixtures}     # the reference fixtures the CPU build's `make fixtures` wrote
 PACK_LIMIT_MIB=${PACK_LIMIT_MIB:-56}     # 64 MiB travel, less the working tree (~5 MiB)
 RUN_BUDGET=${RUN_BUDGET:-}               # seconds for `run`: 450 (within 8 minutes); a CPU dry run 1500
 JOBS=${JOBS:-2}
@@ -48,9 +49,9 @@ make_venv() {
 }
 
 build_cuda() {
-  cmake -S . -B "$BUILD_GPU" -DCMAKE_BUILD_TYPE=Release -DTINKERD_CUDA=ON -DTINKERD_BUILD_TESTS=OFF \
+  cmake -S . -B "$BUILD_GPU" -DCMAKE_BUILD_TYPE=Release -DTINKERD_CUDA=ON -DTINKERD_BUILD_TESTS=ON \
     -DTINKERD_PYTHON="$(cd "$VENV_GPU" && pwd)/bin/python"
-  nice -n 19 cmake --build "$BUILD_GPU" -j"$JOBS" --target tinkerd tinkerd_wire_python profile_step
+  nice -n 19 cmake --build "$BUILD_GPU" -j"$JOBS" --target tinkerd tinkerd_wire_python profile_step reference_test
 }
 
 # Libraries BIN needs that the GPU machine lacks: ldd's closure less torch's and CUDA's (the machine's torch
@@ -114,8 +115,15 @@ pack() {
   [ -f "$pb2" ] || die "no $pb2 (the build's tinkerd_wire_python target)"
   rm -rf "$GPU_PACK" && stage=$GPU_PACK/stage && mkdir -p "$stage"/{build/python,lib,wheels,shared}
   strip -o "$stage/build/tinkerd.bin" "$bin"
-  # bench/profile_step (where built): the kineto profile of a training step and of decode on the GPU
-  [ -x "$(dirname "$bin")/bench/profile_step" ] && strip -o "$stage/build/profile_step.bin" "$(dirname "$bin")/bench/profile_step"
+  # bench/profile_step (where built): the kineto profile of a training step and of decode on the GPU; the
+  # reference tier's reference_test with the tiny models' fixtures (`make fixtures` here writes them)
+  local built
+  built=$(dirname "$bin")
+  [ -x "$built/bench/profile_step" ] && strip -o "$stage/build/profile_step.bin" "$built/bench/profile_step"
+  if [ -x "$built/tests/reference/reference_test" ] && [ -d "$FIXTURES/qwen3_tiny" ]; then
+    strip -o "$stage/build/reference_test.bin" "$built/tests/reference/reference_test"
+    mkdir -p "$stage/fixtures" && cp -r "$FIXTURES"/{llama_tiny,qwen2_tiny,qwen3_tiny} "$stage/fixtures/"
+  fi
   cp "$pb2" "$stage/build/python/"
   pack_libs "$bin" "$stage/lib"
   pack_wheels "$stage/wheels"

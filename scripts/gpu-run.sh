@@ -10,7 +10,7 @@ STEP_ROWS=()
 # CUDA libraries, for the server only (python keeps its own environment).
 write_wrapper() {
   local build=$1 libpath=$2 name
-  for name in tinkerd profile_step; do
+  for name in tinkerd profile_step reference_test; do
     [ -f "$build/$name.bin" ] || continue
     cat >"$build/$name" <<EOF
 #!/bin/sh
@@ -76,7 +76,7 @@ step() {
     *) verdict="FAIL (exit $rc)" ;;
   esac
   local what
-  what=$(grep -E '^(PASS|FAIL) e2e_|^(startup|bench|profile|numerics):|^  FAIL ' "$LOGS/$name.log" | tail -2 | sort -r | sed 's/^ *//' | tr '\n' ' ' |
+  what=$(grep -E '^(PASS|FAIL) e2e_|^(startup|bench|profile|numerics):|^\[  (PASSED|FAILED) |^  FAIL ' "$LOGS/$name.log" | tail -2 | sort -r | sed 's/^ *//' | tr '\n' ' ' |
     cut -c1-240 | tr '|' '/' || true)
   STEP_ROWS+=("| $name | $verdict | $secs | $what |")
   say "$name: $verdict ($secs s)"
@@ -179,8 +179,13 @@ run_checks() {
   local model_pid=$!
 
   step startup 90 300 "$REPO/scripts/gpu-check.sh" startup "$work/build" "$device"
-  # The GPU paths' numerics against float64 (bench/gpu_numerics.py): the lm_head split, fused attention, RMSNorm.
+  # The GPU paths' numerics against float64 (bench/gpu_numerics.py): the lm_head split, attention, RMSNorm.
   step numerics 60 300 env PYTHONUNBUFFERED=1 "$py" bench/gpu_numerics.py --device "$device" "${tiny[@]}"
+  # The reference tier on the device: the tiny models' fixtures (fp32 bounds; the bf16 case prints its errors).
+  if [ -x "$work/build/reference_test" ]; then
+    step reference 90 300 env TINKERD_TEST_DEVICE="$device" TINKERD_FIXTURES_DIR="$work/fixtures" \
+      "$work/build/reference_test" --gtest_filter='*/0:*/1:*/2'  # the tiny models (3: stories260K)
+  fi
   # Kept for the benchmark: two model loads, 8 timed training calls and 4 timed generations per side.
   local profile_reserve=0
   [ -f "$work/build/profile_step.bin" ] && profile_reserve=${PROFILE_RESERVE:-110}

@@ -1,8 +1,10 @@
 // Replays the PyTorch reference fixtures through the engine in fp32: target logprobs, losses and LoRA
 // gradients for every loss, 5 AdamW steps, a batch mixing three adapters and the base model, and
 // packed vs one-sequence-at-a-time. Logprob bounds are derived (fixture.cpp), gradients 1e-4 relative.
+// TINKERD_TEST_DEVICE (default cpu) puts the engines on another device: scripts/gpu-check.sh runs this on a GPU.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include <gtest/gtest.h>
 
@@ -29,7 +31,10 @@ struct EngineSetup {
 
 EngineSetup make_setup(const Fixture & f, engine::ComputeDType dtype) {
     EngineSetup s;
-    auto loaded = Engine::load(f.model_dir, {dtype, 2});
+    engine::EngineOptions options{dtype, 2};
+    const char * device = std::getenv("TINKERD_TEST_DEVICE");
+    options.device = device != nullptr && *device != '\0' ? device : "cpu";
+    auto loaded = Engine::load(f.model_dir, options);
     if (!loaded.ok()) {
         throw std::runtime_error(loaded.error().message);
     }
