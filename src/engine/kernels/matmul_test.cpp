@@ -354,6 +354,22 @@ TEST(MatmulKernels, SplitBf16ProductIsExactOnFp32Inputs) {
     expect_close(split_bf16_product(a, b), a, b.to(torch::kFloat));
 }
 
+TEST(MatmulKernels, GpuFastPathsFollowTheEnvironment) {
+    const char * before = std::getenv("TINKERD_GPU_PATHS");
+    const std::string saved = before == nullptr ? "" : before;
+    ::unsetenv("TINKERD_GPU_PATHS");
+    EXPECT_TRUE(gpu_fast_paths());
+    ::setenv("TINKERD_GPU_PATHS", "reference", 1);
+    EXPECT_FALSE(gpu_fast_paths());
+    ::setenv("TINKERD_GPU_PATHS", "fast", 1);  // anything else: the fast paths
+    EXPECT_TRUE(gpu_fast_paths());
+    if (before == nullptr) {
+        ::unsetenv("TINKERD_GPU_PATHS");
+    } else {
+        ::setenv("TINKERD_GPU_PATHS", saved.c_str(), 1);
+    }
+}
+
 TEST(MatmulKernels, ExactLinearIsBaseLinearOnTheCpu) {
     torch::manual_seed(13);
     const torch::Tensor w = torch::randn({33, 65}).to(torch::kBFloat16);
