@@ -153,49 +153,48 @@ int profile_sampling(tinkerd::engine::Engine & engine, tinkerd::engine::AdapterI
 void timed_steps(tinkerd::engine::Engine & engine, tinkerd::engine::AdapterId id,
                  const tinkerd::engine::ForwardBackwardInput & input, int steps, const std::string & device) {
     const auto small = tinkerd::bench::make_batch({8}, engine.config().vocab_size, id, 2);  // writes every gradient
+    const auto optim_step = [&] {
+        (void)engine.optim_step(id, {});
+        tinkerd::bench::sync_device(device);  // a GPU runs it asynchronously
+    };
     for (int i = 0; i < -steps; ++i) {
         (void)engine.forward_backward({small}, true);
-        timed("optim_step", [&] {
-            (void)engine.optim_step(id, {});
-            tinkerd::bench::sync_device(device);
-        });
+        timed("optim_step", optim_step);
     }
     for (int i = 0; i < steps; ++i) {
         timed("forward_backward", [&] { (void)engine.forward_backward({input}, true); });
-        timed("optim_step", [&] {
-            (void)engine.optim_step(id, {});
-            tinkerd::bench::sync_device(device);
-        });
+        timed("optim_step", optim_step);
     }
 }
 
 // The logprobs of a forward pass (no backward), all datums' values in one list.
-std::vector<float> forward_logprobs(tinkerd::engine::Engine & engine,
-                                    const tinkerd::engine::ForwardBackwardInput & in) {
+std::vector<double> forward_logprobs(tinkerd::engine::Engine & engine,
+                                     const tinkerd::engine::ForwardBackwardInput & in) {
     auto results = engine.forward_backward({in}, false);
-    std::vector<float> all;
+    std::vector<double> all;
     if (results.empty() || !results[0].ok()) {
         std::fprintf(stderr, "profile_step: forward failed\n");
         return all;
     }
     for (const auto & t : results[0]->logprobs) {
-        const auto * v = reinterpret_cast<const float *>(t.bytes.data());
-        all.insert(all.end(), v, v + t.bytes.size() / sizeof(float));
+        const std::vector<double> values = tinkerd::engine::host_tensor_values(t);
+        all.insert(all.end(), values.begin(), values.end());
     }
     return all;
 }
 
-// On a GPU, the reference paths (TINKERD_GPU_PATHS=reference: an fp32 lm_head, SDPA's own GQA) against the fast
-// ones in this process: the largest logprob difference of one forward, then `steps` timed steps of each.
+// On a GPU, the reference paths (TINKERD_GPU_PATHS=reference: an fp32 lm_head, bf16 results, unfused RMSNorm)
+// against the fast ones in this process: the largest logprob difference of one forward, then `steps` timed steps of
+// each.
 void gpu_paths_ab(tinkerd::engine::Engine & engine, tinkerd::engine::AdapterId id,
                   const tinkerd::engine::ForwardBackwardInput & input, const std::string & device) {
     ::setenv("TINKERD_GPU_PATHS", "reference", 1);
-    const std::vector<float> reference = forward_logprobs(engine, input);
+    const std::vector<double> reference = forward_logprobs(engine, input);
     ::unsetenv("TINKERD_GPU_PATHS");
-    const std::vector<float> fast = forward_logprobs(engine, input);
+    const std::vector<double> fast = forward_logprobs(engine, input);
     double worst = 0, mean = 0;
     for (size_t i = 0; i < reference.size() && i < fast.size(); ++i) {
-        worst = std::max(worst, static_cast<double>(std::abs(reference[i] - fast[i])));
+        worst = std::max(worst, std::abs(reference[i] - fast[i]));
         mean += std::abs(reference[i] - fast[i]) / static_cast<double>(reference.size());
     }
     std::printf("gpu paths: fast vs reference logprobs over %zu tokens: max |diff| %.3g, mean %.3g\n", reference.size(),

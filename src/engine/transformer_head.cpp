@@ -23,10 +23,6 @@ torch::Tensor Transformer::target_logprobs(const torch::Tensor & h, const std::v
     return chunked_target_logprobs(h, lm_head_weight(), loras, index);
 }
 
-}  // namespace tinkerd::engine
-
-namespace tinkerd::engine {
-
 const torch::Tensor & Transformer::lm_head_weight() const {
     return lm_head_exact_.defined() && !kernels::gpu_fast_paths() ? lm_head_exact_ : weights_.lm_head;
 }

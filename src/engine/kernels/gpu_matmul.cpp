@@ -37,7 +37,8 @@ struct RoundedGpuLinearFunction : public torch::autograd::Function<RoundedGpuLin
 
 }  // namespace
 
-torch::Tensor split_bf16_product(const torch::Tensor & a, const torch::Tensor & b) {
+torch::Tensor split_bf16_product(const torch::Tensor & x, const torch::Tensor & b) {
+    const torch::Tensor a = x.reshape({-1, x.size(-1)});  // [n, k]
     const torch::Tensor hi = a.to(torch::kBFloat16);      // [n, k]
     const torch::Tensor rest = a - hi.to(torch::kFloat);  // [n, k], exact (Sterbenz)
     const torch::Tensor mid = rest.to(torch::kBFloat16);  // [n, k]
@@ -46,7 +47,7 @@ torch::Tensor split_bf16_product(const torch::Tensor & a, const torch::Tensor & 
     // mm.dtype (bf16 products, fp32 sums and results) has CUDA kernels only; elsewhere the parts are widened.
     const torch::Tensor sums = parts.is_cuda() ? at::mm(parts, b, torch::kFloat)
                                                : at::mm(parts.to(torch::kFloat), b.to(torch::kFloat));  // [3n, m]
-    return sums.view({3, a.size(0), b.size(1)}).sum(0);                                                 // [n, m]
+    return shaped_like(sums.view({3, a.size(0), b.size(1)}).sum(0), x);                                 // [..., m]
 }
 
 bool rounded_gpu_applies(const torch::Tensor & x, const torch::Tensor & w) {

@@ -7,13 +7,13 @@
 
 namespace tinkerd::engine::kernels {
 
-// a [n, k] fp32 · b [k, m] bf16 -> [n, m] fp32 on a GPU's bf16 tensor cores without rounding a: a is split into
-// three bf16 parts (hi = bf16(a), mid = bf16(a − hi), lo = bf16(a − hi − mid): 3 x 8 significant bits = fp32's
-// 24), stacked as [3n, k] for one product with fp32 sums (b read once), and the three [n, m] results added. So
-// it computes what an fp32 product computes on b's bf16 values, to summation order, at a third of the bf16
-// rate instead of fp32's (~13x slower on an H100/H200). Only a below 2^-110 in magnitude loses bits (lo
-// underflows). Off the GPU (tests) the stacked product runs in fp32.
-torch::Tensor split_bf16_product(const torch::Tensor & a, const torch::Tensor & b);
+// x [..., k] fp32 · b [k, m] bf16 -> [..., m] fp32 on a GPU's bf16 tensor cores without rounding x: x as a [n, k]
+// is split into three bf16 parts (hi = bf16(a), mid = bf16(a − hi), lo = bf16(a − hi − mid): 3 x 8 significant
+// bits = fp32's 24), stacked as [3n, k] for one product with fp32 sums (b read once), and the three [n, m]
+// results added. So it computes what an fp32 product computes on b's bf16 values, to summation order, at a third
+// of the bf16 rate instead of fp32's (~13x slower on an H100/H200). Only values below 2^-110 in magnitude lose
+// bits (lo underflows). Off the GPU (tests) the stacked product runs in fp32.
+torch::Tensor split_bf16_product(const torch::Tensor & x, const torch::Tensor & b);
 
 // True for a CUDA bf16 weight w [out, in] and fp32 x with the fast paths on: rounded_gpu_linear applies.
 bool rounded_gpu_applies(const torch::Tensor & x, const torch::Tensor & w);

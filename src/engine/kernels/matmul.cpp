@@ -287,21 +287,13 @@ bool split_applies(const torch::Tensor & a, const torch::Tensor & w) {
            gpu_fast_paths();
 }
 
-torch::Tensor split_product(const torch::Tensor & x, const torch::Tensor & w, const Direction & d) {
-    const torch::Tensor b = d.w_dim == 1 ? w.t() : w;                      // [k, n]
-    torch::Tensor y = split_bf16_product(x.reshape({-1, x.size(-1)}), b);  // [T, n]
-    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
-    shape.push_back(b.size(1));
-    return y.view(shape);
-}
-
 // a [..., k] times w in direction d -> [..., n]: brgemm or the dot kernel (both round a themselves), else the
 // kernels or the generic ops on a rounded first when the inputs are bf16; exact many-row products take w's fp32
 // copy where kernel_choice turned copies on (fp32_copies.h).
 torch::Tensor product(const torch::Tensor & x, const torch::Tensor & w, const Direction & d) {
     const int64_t n = w.size(1 - d.w_dim);
     if (split_applies(x, w)) {
-        return split_product(x, w, d);
+        return split_bf16_product(x, d.w_dim == 1 ? w.t() : w);  // w as [k, n]
     }
     if (brgemm_applies(x, w, d.w_dim)) {
         return run_kernels(x, w, n, d.brgemm, d.brgemm);  // brgemm_applies: blas_min_rows() rows or more
