@@ -132,6 +132,13 @@ std::vector<std::pair<std::string, Op>> ops(const Weights & w, bool backward) {
                                     k::set_brgemm_enabled(true);
                                 },
                                 ours)},
+            {"brgemm-any", with(  // brgemm at any row count (blas_min_rows 1): the dot kernel's rival below 64
+                               [] {
+                                   k::set_matmul_inputs(k::MatmulInputs::bf16);
+                                   k::set_brgemm_enabled(true);
+                                   k::set_blas_min_rows(1);
+                               },
+                               ours)},
             {"torch-bf16", bf16},
             {"torch-fp32", fp32}};
 }

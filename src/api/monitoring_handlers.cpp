@@ -182,6 +182,7 @@ json kernels_json(const engine::KernelChoice & c) {
                 {"fp32_copies", c.fp32_copies},
                 {"fp32_copy_budget_bytes", c.fp32_copy_budget},
                 {"cpu", c.cpu},
+                {"mkl", c.mkl},
                 {"threads", c.threads},
                 {"measured", candidates},
                 {"from_cache", c.from_cache},

@@ -65,6 +65,8 @@ const char * const CONSOLE_SCHEMAS = R"json({
         "description": "exact many-row products on fp32 copies of the bf16 weights (timed faster; decode keeps bf16)"},
       "fp32_copy_budget_bytes": {"type": "integer", "minimum": 0, "description": "the most the copies may take"},
       "cpu": {"type": "string"}, "threads": {"type": "integer", "minimum": 0},
+      "mkl": {"type": "string",
+        "description": "how MKL (the fp32 BLAS) picks its code: 'by features (<vendor>)' (the default off Intel), 'vendor (...)' under TINKERD_MKL_CPU_CHECK=vendor, or 'GenuineIntel'"},
       "measured": {"type": "object", "additionalProperties": {"type": "number"},
         "description": "GFLOP/s of each timed candidate (exact-fp32_gflops, exact-fp32-copies_gflops, bf16-brgemm_gflops); empty when forced"},
       "from_cache": {"type": "boolean"}, "reason": {"type": "string"},

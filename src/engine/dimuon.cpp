@@ -4,6 +4,7 @@
 // documentation leaves unsaid are in docs/sdk-0.38.md ("Dimuon").
 #include <cmath>
 
+#include "engine/grad_accumulate.h"
 #include "engine/host_access.h"
 #include "engine/optimizer.h"
 
@@ -57,6 +58,7 @@ torch::Tensor direction(const torch::Tensor & m, int64_t rank, double damping) {
 
 Result<double> dimuon_step(Adapter & a, const AdamParams & p, torch::Tensor & scratch) {
     torch::NoGradGuard no_grad;
+    settle_gradient(a);
     auto grad = gradient_norm(a, p.grad_clip_norm);
     TRY_STATUS(grad);
     const double clip = grad->clip;

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "engine/engine_impl.h"
+#include "engine/grad_accumulate.h"
 #include "engine/host_access.h"
 #include "engine/kernel_choice.h"
 #include "engine/kernels/quant_int8.h"
@@ -219,6 +220,7 @@ Result<std::map<std::string, HostTensor>> EngineImpl::export_gradients(AdapterId
         return not_found("unknown adapter " + std::to_string(id));
     }
     std::map<std::string, HostTensor> out;
+    settle_gradient(*it->second);
     for (size_t i = 0; i < it->second->grads.size(); ++i) {
         out[it->second->names[i]] = tensor_to_host(it->second->grads[i], model::DType::F64);
     }
@@ -239,12 +241,14 @@ Result<void> EngineImpl::visit_gradients(AdapterId id, const std::function<void(
         return adapter.error();
     }
     torch::NoGradGuard no_grad;
+    settle_gradient(**adapter);
     torch::Tensor & flat = (*adapter)->flat_grads;              // [N]
     const torch::Tensor host = to_host(flat, torch::kFloat32);  // [N] flat itself when on the CPU in fp32
     visit(host_data<float>(host, "visit_gradients"), host.numel());
     if (!host.is_alias_of(flat)) {
         flat.copy_(host);
     }
+    note_raw_gradient_write(**adapter);
     return {};
 }
 
@@ -301,7 +305,8 @@ Result<void> EngineImpl::import_adapter(AdapterId id, const std::map<std::string
         dst->copy_(value);
     }
     zero_releasing(a.flat_grads);  // every gradient and moment is a view of these flat buffers
-    if (!with_optimizer) {         // weights only: the optimizer starts afresh
+    a.gradient_consumed = false;
+    if (!with_optimizer) {  // weights only: the optimizer starts afresh
         zero_releasing(a.flat_exp_avg);
         zero_releasing(a.flat_exp_avg_sq);
     }

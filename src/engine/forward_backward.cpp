@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "engine/engine_impl.h"
+#include "engine/grad_accumulate.h"
 #include "engine/host_access.h"
 #include "engine/image_layout.h"
 #include "engine/torch_convert.h"
@@ -203,9 +204,13 @@ void EngineImpl::collect_outputs(const std::vector<PlannedInput> & planned, cons
 }
 
 // Adds an adapter's new gradients grads[first + j] (undefined: none) to its accumulated ones when every value is
-// finite; false (nothing added) otherwise. One read of a device flag either way; on a GPU two multi-tensor
-// kernels (the AMP non-finite check, with a scale of 1, and a foreach add) instead of four kernels per tensor.
+// finite; false (nothing added) otherwise. On the CPU two passes over memory (grad_accumulate.h); on a GPU two
+// multi-tensor kernels (the AMP non-finite check, with a scale of 1, and a foreach add) and one flag read.
 static bool accumulate_if_finite(Adapter & adapter, const std::vector<torch::Tensor> & grads, size_t first) {
+    if (!adapter.flat_grads.is_cuda()) {
+        return accumulate_gradients(adapter, grads, first);
+    }
+    settle_gradient(adapter);
     std::vector<torch::Tensor> added, into;
     for (size_t j = 0; j < adapter.params.size(); ++j) {
         if (grads[first + j].defined()) {
@@ -216,26 +221,13 @@ static bool accumulate_if_finite(Adapter & adapter, const std::vector<torch::Ten
     if (added.empty()) {
         return true;
     }
-    if (added[0].is_cuda()) {
-        torch::Tensor found = torch::zeros({1}, added[0].options());  // becomes 1 where a value is not finite
-        at::_amp_foreach_non_finite_check_and_unscale_(added, found, torch::ones({1}, added[0].options()));
-        const bool finite = host_value<float>(found, "forward_backward gradient check") == 0;
-        if (finite) {
-            at::_foreach_add_(into, added);
-        }
-        return finite;
+    torch::Tensor found = torch::zeros({1}, added[0].options());  // becomes 1 where a value is not finite
+    at::_amp_foreach_non_finite_check_and_unscale_(added, found, torch::ones({1}, added[0].options()));
+    const bool finite = host_value<float>(found, "forward_backward gradient check") == 0;
+    if (finite) {
+        at::_foreach_add_(into, added);
     }
-    std::vector<torch::Tensor> nonfinite_flags;  // one device scalar per gradient; read once
-    for (const torch::Tensor & g : added) {
-        nonfinite_flags.push_back(g.isfinite().logical_not().any());
-    }
-    if (host_value<bool>(torch::stack(nonfinite_flags).any(), "forward_backward gradient check")) {
-        return false;
-    }
-    for (size_t j = 0; j < added.size(); ++j) {
-        into[j].add_(added[j]);
-    }
-    return true;
+    return finite;
 }
 
 // Gradients of every adapter in the batch in one backward pass; accumulated per adapter only when the

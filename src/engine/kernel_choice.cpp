@@ -19,6 +19,7 @@
 #include "common/version.h"
 #include "engine/kernels/fp32_copies.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/mkl_cpu_check.h"
 #include "model/memory_check.h"
 
 namespace tinkerd::engine {
@@ -93,7 +94,7 @@ std::string cache_key(const std::vector<MatmulShape> & shapes, int threads, cons
     std::ostringstream key;
     key << cpu << "|threads " << threads << "|isa " << isa_name(kernels::kernel_isa()) << "|brgemm "
         << kernels::brgemm_available() << "|tinkerd " << SERVER_VERSION << "|torch " << TORCH_VERSION_MAJOR << '.'
-        << TORCH_VERSION_MINOR << "|fp32 copies|shapes";
+        << TORCH_VERSION_MINOR << "|mkl " << kernels::mkl_cpu_check() << "|fp32 copies|shapes";
     for (const MatmulShape & s : shapes) {
         key << ' ' << s.in << 'x' << s.out;
     }
@@ -245,7 +246,7 @@ std::string KernelChoice::summary() const {
                        " (" + kernel + ", " + isa + (bf16_dot ? " + vdpbf16ps" : "") + " kernels, " +
                        std::to_string(threads) + " threads, --matmul " + mode +
                        (fp32_copies ? ", fp32 copies up to " + std::to_string(fp32_copy_budget >> 20) + " MiB" : "") +
-                       "): " + reason + (from_cache ? " [cached timings]" : "");
+                       ", MKL " + mkl + "): " + reason + (from_cache ? " [cached timings]" : "");
     return line;
 }
 
@@ -260,6 +261,7 @@ KernelChoice choose_kernels(MatmulMode mode, const std::vector<MatmulShape> & sh
     choice.cpu = cpu_model_name();
     choice.threads = at::get_num_threads();
     choice.isa = isa_name(kernels::kernel_isa());
+    choice.mkl = kernels::mkl_cpu_check();
     if (mode == MatmulMode::EXACT) {
         choice.reason = "forced by --matmul exact";
     } else if (mode == MatmulMode::BF16) {
@@ -301,6 +303,7 @@ KernelChoice current_kernel_choice() {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (!g_made) {
         g_choice.isa = isa_name(kernels::kernel_isa());
+        g_choice.mkl = kernels::mkl_cpu_check();
     }
     return g_choice;
 }

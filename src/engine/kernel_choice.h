@@ -34,6 +34,7 @@ struct KernelChoice {
     bool fp32_copies = false;          // exact many-row products on fp32 copies of the weights (fp32_copies.h)
     int64_t fp32_copy_budget = 0;      // bytes the copies may take: an eighth of the memory available at the choice
     std::string cpu;                   // /proc/cpuinfo's model name
+    std::string mkl;                   // how MKL (fp32 BLAS) picks its code: kernels/mkl_cpu_check.h
     int threads = 0;
     std::vector<KernelCandidate> candidates;  // empty when forced
     bool from_cache = false;                  // the candidates were read from the cache file, not timed now

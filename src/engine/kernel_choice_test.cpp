@@ -2,6 +2,7 @@
 // CPU / threads / shapes (a second call reads them back), a corrupt cache is ignored and rewritten.
 #include "engine/kernel_choice.h"
 
+#include <dlfcn.h>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 
 #include "engine/kernels/fp32_copies.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/mkl_cpu_check.h"
 
 namespace tinkerd::engine {
 namespace {
@@ -101,6 +103,21 @@ TEST(MatmulMode, ParsesTheFlagWords) {
     EXPECT_EQ(parse_matmul_mode("exact"), MatmulMode::EXACT);
     EXPECT_EQ(parse_matmul_mode("bf16"), MatmulMode::BF16);
     EXPECT_FALSE(parse_matmul_mode("fp32").has_value());
+}
+
+// libtorch's MKL asks mkl_serv_intel_cpu_true whether to run its feature-dispatched code; the symbol must resolve
+// to this executable's answer (kernels/mkl_cpu_check.cpp, exported by the link options), not libtorch's own.
+TEST(MklCpuCheck, TheExecutableAnswersMklsQuery) {
+    void * query = dlsym(RTLD_DEFAULT, "mkl_serv_intel_cpu_true");
+    ASSERT_NE(query, nullptr);
+    Dl_info found{}, here{};
+    ASSERT_NE(dladdr(query, &found), 0);
+    ASSERT_NE(dladdr(reinterpret_cast<void *>(&kernels::mkl_cpu_check), &here), 0);
+    EXPECT_EQ(found.dli_fbase, here.dli_fbase) << "resolved in " << found.dli_fname;
+    const std::string check = kernels::mkl_cpu_check();
+    const bool vendor_kept = check.rfind("vendor", 0) == 0;
+    EXPECT_EQ(reinterpret_cast<int (*)()>(query)(), vendor_kept ? 0 : 1) << check;
+    EXPECT_EQ(current_kernel_choice().mkl, check);
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ void zero_releasing(torch::Tensor & flat) {
     }
     std::memset(begin, 0, static_cast<size_t>(first - begin));
     std::memset(last, 0, static_cast<size_t>(end - last));
+    flat.unsafeGetTensorImpl()->bump_version();  // torch did not see these writes
 }
 
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,

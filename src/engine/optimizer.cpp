@@ -1,7 +1,7 @@
-// AdamW and gradient clipping over an adapter's flat buffers (see optimizer.h): one norm over the flat
-// gradient, then the writing pass (clip, decoupled weight decay, moments, bias-corrected step) split over
-// threads, preceded by a checking pass unless the last step's maxima prove every new value finite; AVX2 on
-// x86 CPUs, a scalar loop otherwise, torch ops off the CPU.
+// AdamW and gradient clipping over an adapter's flat buffers (see optimizer.h): the gradient's norm (on the
+// CPU the accumulation's Σ g², when current), then the writing pass (clip, decoupled weight decay, moments,
+// bias-corrected step) split over threads, preceded by a checking pass unless the last step's maxima prove every new
+// value finite; AVX2 on x86 CPUs, a scalar loop otherwise, torch ops off the CPU.
 #include "engine/optimizer.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "engine/grad_accumulate.h"
 #include "engine/host_access.h"
 
 #if defined(__x86_64__)
@@ -63,7 +64,8 @@ struct Maxima {
 };
 
 // Elements [begin, end), one at a time. kStore = false only computes the new values and says whether all
-// are finite; kStore = true writes them and their maxima into mx and zeroes the gradient. Both evaluate the same
+// are finite; kStore = true writes them and their maxima into mx (the gradient is left as it is: the caller marks
+// it consumed). Both evaluate the same
 // expressions in the same order, so a range the first pass found finite is written finite by the second.
 template <bool kStore, typename T>
 bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const AdamCoefs<T> & k, Maxima<T> & mx) {
@@ -78,7 +80,6 @@ bool adam_scalar(const StepBuffers<T> & b, int64_t begin, int64_t end, const Ada
             b.m[i] = mi;
             b.v[i] = vi;
             b.param[i] = pi;
-            b.grad[i] = 0;  // consumed: the next forward_backward accumulates from zero
             mx.merge({std::abs(pi), std::abs(mi), std::abs(vi)});
         } else {
             finite = finite && std::isfinite(pi) && std::isfinite(mi) && std::isfinite(vi);
@@ -119,7 +120,6 @@ __attribute__((target("avx2,fma"))) bool adam_avx2(const StepBuffers<float> & b,
             _mm256_storeu_ps(b.param + i, pi);
             _mm256_storeu_ps(b.m + i, mi);
             _mm256_storeu_ps(b.v + i, vi);
-            _mm256_storeu_ps(b.grad + i, zero);
             max_p = _mm256_max_ps(max_p, _mm256_and_ps(pi, abs_mask));
             max_m = _mm256_max_ps(max_m, _mm256_and_ps(mi, abs_mask));
             max_v = _mm256_max_ps(max_v, _mm256_and_ps(vi, abs_mask));
@@ -247,7 +247,10 @@ bool adam_cpu_step(Adapter & a, const AdamParams & p, double norm, double clip) 
 }  // namespace
 
 Result<GradientNorm> gradient_norm(const Adapter & a, double grad_clip_norm) {
-    const double norm = a.flat_grads.numel() == 0 ? 0.0 : host_value<double>(a.flat_grads.norm(2), "optim_step norm");
+    const std::optional<double> squares = recorded_gradient_squares(a);  // the accumulation's, when still current
+    const double norm = squares                     ? std::sqrt(*squares)
+                        : a.flat_grads.numel() == 0 ? 0.0
+                                                    : host_value<double>(a.flat_grads.norm(2), "optim_step norm");
     if (!std::isfinite(norm)) {
         return invalid_argument("optim_step refused: the accumulated gradient is not finite (norm " +
                                 std::to_string(norm) + "); the adapter is unchanged");
@@ -266,6 +269,7 @@ torch::Tensor & step_scratch(torch::Tensor & scratch, const Adapter & a) {
 
 Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scratch) {
     torch::NoGradGuard no_grad;
+    settle_gradient(a);
     auto grad = gradient_norm(a, p.grad_clip_norm);
     TRY_STATUS(grad);
     const double norm = grad->norm, clip = grad->clip;
@@ -289,10 +293,11 @@ Result<double> adamw_step(Adapter & a, const AdamParams & p, torch::Tensor & scr
             "or Adam moments non-finite; the adapter, its moments and its gradient are unchanged");
     }
     a.step += 1;
-    // The CPU's writing pass zeroed the gradient as it read it. It is zeroed in place, never released: the next
-    // forward_backward writes every page again, and faulting 40 MB of released pages back in cost 250 ms a
-    // step on a KVM guest (SmolLM2, rank 32).
-    if (!a.flat_params.is_cpu()) {
+    // The gradient is consumed. On the CPU it is not rewritten (the next accumulation writes over it), nor
+    // released: faulting 40 MB of released pages back in cost 250 ms a step on a KVM guest (SmolLM2, rank 32).
+    if (a.flat_params.is_cpu()) {
+        consume_gradient(a);
+    } else {
         a.flat_grads.zero_();
     }
     return norm;
