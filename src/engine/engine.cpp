@@ -305,8 +305,7 @@ Result<void> EngineImpl::import_adapter(AdapterId id, const std::map<std::string
         dst->copy_(value);
     }
     zero_releasing(a.flat_grads);  // every gradient and moment is a view of these flat buffers
-    a.gradient_consumed = false;
-    if (!with_optimizer) {  // weights only: the optimizer starts afresh
+    if (!with_optimizer) {         // weights only: the optimizer starts afresh
         zero_releasing(a.flat_exp_avg);
         zero_releasing(a.flat_exp_avg_sq);
     }

@@ -109,6 +109,18 @@ void for_block(const std::vector<Segment<T>> & segments, int64_t b0, int64_t b1,
     }
 }
 
+// Calls visit(block, segment, begin, end) for every block of kBlock elements of the flat index space [0, n) and every
+// part of a segment inside it, the blocks split over the threads.
+template <typename T, typename Visit>
+void for_each_block(const std::vector<Segment<T>> & segments, int64_t n, Visit && visit) {
+    at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            for_block(segments, b * kBlock, std::min(n, (b + 1) * kBlock),
+                      [&](const Segment<T> & s, int64_t i, int64_t j) { visit(b, s, i, j); });
+        }
+    });
+}
+
 // The segments of a's flat gradient with their new values; empty when a new gradient is not usable raw.
 template <typename T>
 std::vector<Segment<T>> segments_of(const Adapter & a, const std::vector<torch::Tensor> & grads, size_t first) {
@@ -138,14 +150,9 @@ bool accumulate_raw(Adapter & a, const std::vector<Segment<T>> & segments) {
     T * dst = host_data<T>(a.flat_grads, "gradient accumulation");
     const int64_t n = a.flat_grads.numel(), blocks = (n + kBlock - 1) / kBlock;
     std::atomic<bool> finite{true};
-    at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end && finite; ++b) {
-            for_block(segments, b * kBlock, std::min(n, (b + 1) * kBlock),
-                      [&](const Segment<T> & s, int64_t i, int64_t j) {
-                          if (s.src != nullptr && !all_finite(s.src + i, j - i)) {
-                              finite = false;
-                          }
-                      });
+    for_each_block(segments, n, [&](int64_t, const Segment<T> & s, int64_t i, int64_t j) {
+        if (finite && s.src != nullptr && !all_finite(s.src + i, j - i)) {  // after a failure: no more reading
+            finite = false;
         }
     });
     if (!finite) {
@@ -153,25 +160,19 @@ bool accumulate_raw(Adapter & a, const std::vector<Segment<T>> & segments) {
     }
     const bool overwrite = gradient_is_consumed(a);
     std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
-    at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) {
-            for_block(segments, b * kBlock, std::min(n, (b + 1) * kBlock),
-                      [&](const Segment<T> & s, int64_t i, int64_t j) {
-                          T * d = dst + s.offset + i;
-                          if (s.src == nullptr && overwrite) {
-                              std::fill(d, d + (j - i), T(0));
-                          } else {
-                              partial[b] += add_squares(d, s.src == nullptr ? nullptr : s.src + i, j - i, overwrite);
-                          }
-                      });
+    for_each_block(segments, n, [&](int64_t b, const Segment<T> & s, int64_t i, int64_t j) {
+        T * d = dst + s.offset + i;
+        if (s.src == nullptr && overwrite) {
+            std::fill(d, d + (j - i), T(0));
+        } else {
+            partial[b] += add_squares(d, s.src == nullptr ? nullptr : s.src + i, j - i, overwrite);
         }
     });
     double sum = 0;
     for (double p : partial) {
         sum += p;
     }
-    a.gradient_consumed = false;
-    note_raw_gradient_write(a);
+    note_raw_gradient_write(a);  // also ends a consumed state
     a.gradient_squares = {true, sum, a.flat_grads._version()};
     return true;
 }
@@ -218,19 +219,17 @@ bool accumulate_gradients(Adapter & a, const std::vector<torch::Tensor> & grads,
 }
 
 void consume_gradient(Adapter & a) {
-    a.gradient_consumed = true;
     a.consumed_version = a.flat_grads._version();
 }
 
 bool gradient_is_consumed(const Adapter & a) {
-    return a.gradient_consumed && a.consumed_version == a.flat_grads._version();
+    return a.consumed_version == a.flat_grads._version();
 }
 
 void settle_gradient(Adapter & a) {
     if (gradient_is_consumed(a)) {
-        a.flat_grads.zero_();
+        a.flat_grads.zero_();  // moves the version: no longer consumed
     }
-    a.gradient_consumed = false;
 }
 
 void note_raw_gradient_write(Adapter & a) {

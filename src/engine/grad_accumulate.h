@@ -1,6 +1,6 @@
 // Accumulating one backward pass's LoRA gradients into an adapter's flat CPU gradient in two passes over
 // memory (a finiteness check of the new values, then dst (+)= src with Σ dst² for optim_step's norm), and the
-// lazily zeroed gradient that a CPU optim_step leaves (Adapter::gradient_consumed).
+// lazily zeroed gradient that a CPU optim_step leaves (Adapter::consumed_version).
 #pragma once
 
 #include <optional>
@@ -12,11 +12,11 @@ namespace tinkerd::engine {
 
 // Adds grads[first + j] (undefined: none) to a.grads[j] for every parameter j when every new value is finite,
 // and records Σ g² of the whole result in a.gradient_squares; false (nothing changed) otherwise. Writes
-// instead of adding where a.gradient_consumed. Other devices than the CPU, and new gradients that are not
+// instead of adding where a's gradient is consumed. Other devices than the CPU, and new gradients that are not
 // contiguous or not in the adapter's dtype, go through torch ops (no Σ g² recorded).
 bool accumulate_gradients(Adapter & a, const std::vector<torch::Tensor> & grads, size_t first);
 
-// Marks a's gradient consumed by a CPU optimizer step (Adapter::gradient_consumed): it reads as zero from now.
+// Marks a's gradient consumed by a CPU optimizer step (Adapter::consumed_version): it reads as zero from now.
 void consume_gradient(Adapter & a);
 // True while a's gradient is consumed and nothing has written it since.
 bool gradient_is_consumed(const Adapter & a);

@@ -46,10 +46,9 @@ struct Adapter {
     int64_t checked_steps = 0;  // CPU AdamW steps that needed the checking pass (no usable step_bounds)
     // After a CPU optim_step the gradient reads as zero but its memory still holds the consumed values (not
     // rewritten: one pass over N values fewer per step), while flat_grads' version is still `consumed_version`
-    // (a torch write to the gradient ends it). The next accumulation writes instead of adding; every other
-    // reader calls settle_gradient (grad_accumulate.h) first.
-    bool gradient_consumed = false;
-    int64_t consumed_version = 0;
+    // (-1: never; any write to the gradient moves the version and ends it). The next accumulation writes instead
+    // of adding; every other reader calls settle_gradient (grad_accumulate.h) first.
+    int64_t consumed_version = -1;
     // Σ g² of the flat gradient, computed by the CPU accumulation that last wrote it (optim_step's norm without
     // a pass of its own); trusted while flat_grads' version counter is `version`.
     struct GradientSquares {

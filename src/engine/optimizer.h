@@ -10,7 +10,7 @@
 namespace tinkerd::engine {
 
 // Clips a.grads, applies one AdamW step to a.params, then zeroes a.grads (all through the flat buffers; on the
-// CPU lazily: a.gradient_consumed).
+// CPU lazily: Adapter::consumed_version).
 // Returns the global gradient L2 norm before clipping. A step whose gradient, new weights or new moments
 // are not finite is refused (INVALID_ARGUMENT) and changes nothing: weights, moments, step and gradient
 // stay as they were. On the CPU a checking pass (skipped when a.step_bounds prove the step finite) precedes
