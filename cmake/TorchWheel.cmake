@@ -2,7 +2,10 @@
 # scripts/install-deps.sh) and defines the interface target `tinkerd_torch`.
 #   default (CPU): links libtorch_cpu + libc10 only, so neither nvcc nor the CUDA libraries are needed.
 #   TINKERD_CUDA=ON: find_package(Torch) through torch.utils.cmake_prefix_path, with the wheel's CUDA
-#                    libtorch and the installed CUDA toolkit (compiles and links without a GPU).
+#                    libtorch and the installed CUDA toolkit (compiles and links without a GPU); every target
+#                    links the CUDA libraries (scripts/gpu-check.sh builds the GPU machine's pack this way).
+#   tinkerd_torch_cuda: where the wheel has CUDA libraries, the CPU build's objects linked once more with
+#                    libtorch_cuda (target tinkerd-cuda, `make build-cuda`): no second compile, no toolkit.
 set(TINKERD_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
     "Python of the virtual environment that holds the torch wheel (scripts/install-deps.sh)")
 if(NOT EXISTS "${TINKERD_PYTHON}")
@@ -21,6 +24,17 @@ list(GET _torch_out 1 TINKERD_TORCH_CMAKE_PREFIX)
 list(GET _torch_out 2 TINKERD_TORCH_VERSION)
 message(STATUS "tinkerd: torch ${TINKERD_TORCH_VERSION} from ${TINKERD_TORCH_ROOT}")
 
+# libtorch_cuda's own dependencies (NCCL, cuBLAS, cuDNN, ...) come from the wheel's nvidia-* packages,
+# which python preloads; a C++ binary must find them itself. Link against those (not the toolkit's older
+# NCCL) and record them as DT_RPATH, which, unlike DT_RUNPATH, also serves libtorch_cuda's lookups.
+function(tinkerd_nvidia_rpaths target)
+  file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${TINKERD_TORCH_ROOT}/../nvidia/*/lib")
+  foreach(_dir ${_nvidia_lib_dirs})
+    target_link_options(${target} INTERFACE "LINKER:-rpath-link,${_dir}" "LINKER:-rpath,${_dir}")
+  endforeach()
+  target_link_options(${target} INTERFACE "LINKER:--disable-new-dtags")
+endfunction()
+
 add_library(tinkerd_torch INTERFACE)
 if(TINKERD_CUDA)
   # tinkerd compiles no CUDA kernels of its own; a fixed list skips Caffe2's probe for installed GPUs
@@ -32,15 +46,7 @@ if(TINKERD_CUDA)
   find_package(Torch REQUIRED)
   target_link_libraries(tinkerd_torch INTERFACE ${TORCH_LIBRARIES})
   target_include_directories(tinkerd_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
-  target_compile_definitions(tinkerd_torch INTERFACE TINKERD_WITH_CUDA=1)
-  # libtorch_cuda's own dependencies (NCCL, cuBLAS, cuDNN, ...) come from the wheel's nvidia-* packages,
-  # which python preloads; a C++ binary must find them itself. Link against those (not the toolkit's older
-  # NCCL) and record them as DT_RPATH, which, unlike DT_RUNPATH, also serves libtorch_cuda's lookups.
-  file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${TINKERD_TORCH_ROOT}/../nvidia/*/lib")
-  foreach(_dir ${_nvidia_lib_dirs})
-    target_link_options(tinkerd_torch INTERFACE "LINKER:-rpath-link,${_dir}" "LINKER:-rpath,${_dir}")
-  endforeach()
-  target_link_options(tinkerd_torch INTERFACE "LINKER:--disable-new-dtags")
+  tinkerd_nvidia_rpaths(tinkerd_torch)
 else()
   foreach(_lib torch_cpu c10)
     find_library(TINKERD_LIB_${_lib} ${_lib} PATHS "${TINKERD_TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
@@ -48,6 +54,17 @@ else()
   endforeach()
   target_include_directories(tinkerd_torch SYSTEM INTERFACE "${TINKERD_TORCH_ROOT}/include"
                              "${TINKERD_TORCH_ROOT}/include/torch/csrc/api/include")
+  # The CUDA binary: nothing in the engine is compiled for CUDA (its kernels are libtorch's), so linking
+  # libtorch_cuda, whose load registers the CUDA hooks and kernels, is all that differs. --no-as-needed keeps
+  # the libraries nothing names directly.
+  find_library(TINKERD_LIB_torch_cuda torch_cuda PATHS "${TINKERD_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
+  find_library(TINKERD_LIB_c10_cuda c10_cuda PATHS "${TINKERD_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
+  if(TINKERD_LIB_torch_cuda AND TINKERD_LIB_c10_cuda)
+    add_library(tinkerd_torch_cuda INTERFACE)
+    target_link_libraries(tinkerd_torch_cuda INTERFACE -Wl,--no-as-needed "${TINKERD_LIB_torch_cuda}"
+                          "${TINKERD_LIB_c10_cuda}" -Wl,--as-needed)
+    tinkerd_nvidia_rpaths(tinkerd_torch_cuda)
+  endif()
 endif()
 # at::parallel_for's OpenMP backend (the wheels' AT_PARALLEL_OPENMP) is inline code in ATen/ParallelOpenMP.h:
 # a TU compiled without -fopenmp runs every at::parallel_for of its own on one thread. -fopenmp makes the

@@ -2,6 +2,8 @@
 #include <optional>
 #include <thread>
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include "common/log.h"
 #include "engine/engine_impl.h"
 #include "engine/grad_accumulate.h"
@@ -48,10 +50,11 @@ static Result<torch::Device> select_device(const std::string & name, int slot) {
     if (!device->is_cuda()) {
         return invalid_argument("device '" + name + "' is not supported (expected cpu, cuda or cuda:N)");
     }
-#ifndef TINKERD_WITH_CUDA
-    return invalid_argument("this tinkerd was built without CUDA; build it with `make build-cuda` to use --device " +
-                            name);
-#else
+    // libtorch_cuda registers CUDA's hooks when it is loaded: only tinkerd-cuda links it (make build-cuda).
+    if (!at::detail::getCUDAHooks().isBuilt()) {
+        return invalid_argument(
+            "this tinkerd was built without CUDA; build it with `make build-cuda` to use --device " + name);
+    }
     const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
     if (count == 0) {
         return invalid_argument("--device " + name + ": no CUDA device is available on this machine");
@@ -63,7 +66,6 @@ static Result<torch::Device> select_device(const std::string & name, int slot) {
         return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(slot % count));
     }
     return *device;
-#endif
 }
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::string & model_dir, const EngineOptions & options) {
