@@ -3,7 +3,6 @@
 #include "engine/lora_rows.h"
 
 #include <algorithm>
-#include <utility>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -66,34 +65,6 @@ bool adapter_usable(const Adapter * adapter, int64_t layer, LoraTarget target) {
            b.is_contiguous();
 }
 
-// The work items of one pass: each run of consecutive rows with the same adapter in turn, and within a run its
-// blocks in order with the run's rows inner, so a block of the adapter's factor is read from memory once and
-// reused from L1 for the run's other rows, and each thread streams through whole factors in address order.
-class RunItems {
-  public:
-    RunItems(const std::vector<const Adapter *> & row_adapter, int64_t blocks) : blocks_(blocks) {
-        const int64_t T = static_cast<int64_t>(row_adapter.size());
-        for (int64_t r = 0; r < T; ++r) {
-            if (r == 0 || row_adapter[r] != row_adapter[r - 1]) {
-                starts_.push_back(r);
-            }
-        }
-        starts_.push_back(T);
-    }
-    int64_t count() const { return starts_.back() * blocks_; }
-    // Item i's row and block.
-    std::pair<int64_t, int64_t> operator()(int64_t item) const {
-        // the run holding the item: the last start whose first item is <= item
-        const auto next = std::upper_bound(starts_.begin(), starts_.end() - 1, item,
-                                           [&](int64_t i, int64_t start) { return i < start * blocks_; });
-        const int64_t begin = *(next - 1), len = *next - begin, local = item - begin * blocks_;
-        return {begin + local % len, local / len};
-    }
-
-  private:
-    int64_t blocks_;
-    std::vector<int64_t> starts_;  // first row of each run, then T
-};
 }  // namespace
 
 bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments) {
@@ -111,9 +82,6 @@ bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, cons
 
 // Two passes, each split across threads: u[r] = scale·A·x[r] in blocks of 16 ranks, then y[r] += B·u[r] in blocks
 // of OUT_BLOCK outputs, so one row (batch 1) still uses every thread (the factors are read at the memory's rate).
-// Work items (RunItems) go run by run, blocks in order, the run's rows inner: the rows of one adapter reuse its
-// block of A (16 x in) or B (OUT_BLOCK x R) from L1 instead of each row reading the whole factor again (lm_head's
-// B is 6 MB at rank 32).
 void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments, int64_t layer,
                    LoraTarget target) {
     for (const RowSegment & s : segments) {
@@ -134,11 +102,9 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
     const float * x_data = host_data<const float>(x, "add_lora_rows");
     std::vector<float> u(static_cast<size_t>(T * max_rank));  // [T, max rank]; any rank the API allows (<= 4096)
     const int64_t rank_blocks = (max_rank + LANES - 1) / LANES;
-    const RunItems a_items(row_adapter, rank_blocks);
-    at::parallel_for(0, a_items.count(), 1, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, T * rank_blocks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t item = begin; item < end; ++item) {
-            const auto [r, block] = a_items(item);
-            const int64_t k0 = block * LANES;
+            const int64_t r = item / rank_blocks, k0 = (item % rank_blocks) * LANES;
             const Adapter * adapter = row_adapter[r];
             const torch::Tensor * a = adapter ? adapter->lora_a(layer, target) : nullptr;  // [R, in]
             if (a && k0 < a->size(0)) {
@@ -149,11 +115,9 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
         }
     });
     const int64_t blocks = (out + OUT_BLOCK - 1) / OUT_BLOCK;
-    const RunItems b_items(row_adapter, blocks);
-    at::parallel_for(0, b_items.count(), 1, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, T * blocks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t item = begin; item < end; ++item) {
-            const auto [r, block] = b_items(item);
-            const int64_t j0 = block * OUT_BLOCK, n = std::min(OUT_BLOCK, out - j0);
+            const int64_t r = item / blocks, j0 = (item % blocks) * OUT_BLOCK, n = std::min(OUT_BLOCK, out - j0);
             if (const Adapter * adapter = row_adapter[r]) {
                 const torch::Tensor & b = *adapter->lora_b(layer, target);  // [out, R]
                 const int64_t rank = b.size(1);
