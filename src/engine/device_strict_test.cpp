@@ -48,7 +48,7 @@ std::vector<int64_t> tokens(int64_t n, uint64_t seed) {
 
 // A datum of n tokens for the loss: [n] targets (k = 0) or [n, k], plus the loss's other inputs.
 Datum datum(int64_t n, uint64_t seed, const std::string & loss, int64_t k = 0) {
-    Datum d{tokens(n, seed), {}};
+    Datum d{tokens(n, seed), {}, {}};
     const std::vector<int64_t> targets = tokens(k ? n * k : n, seed + 1);
     d.loss_inputs["target_tokens"] =
         engine::make_host_tensor_i64(k ? std::vector<int64_t>{n, k} : std::vector{n}, targets);

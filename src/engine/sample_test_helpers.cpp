@@ -53,7 +53,7 @@ engine::AdapterId trained_adapter(engine::Engine & e, uint64_t seed, int64_t n_t
     const int64_t vocab = e.config().vocab_size;
     const std::vector<int64_t> tokens = random_tokens(n_tokens, seed, vocab);
     const std::vector<int64_t> targets = random_tokens(n_tokens, seed + 100, vocab);
-    engine::Datum d{tokens, {{"target_tokens", engine::make_host_tensor_i64({n_tokens}, targets)}}};
+    engine::Datum d{tokens, {{"target_tokens", engine::make_host_tensor_i64({n_tokens}, targets)}}, {}};
     EXPECT_TRUE(e.forward_backward({{id, {d}, "cross_entropy", {}}}, true)[0].ok());
     engine::AdamParams adam;
     adam.learning_rate = learning_rate;
@@ -84,7 +84,8 @@ std::vector<double> full_forward_logprobs(engine::Engine & e, engine::AdapterId 
                                           const std::vector<int64_t> & tokens) {
     const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
     engine::Datum d{std::vector<int64_t>(tokens.begin(), tokens.end() - 1),
-                    {{"target_tokens", engine::make_host_tensor_i64({n}, {tokens.begin() + 1, tokens.end()})}}};
+                    {{"target_tokens", engine::make_host_tensor_i64({n}, {tokens.begin() + 1, tokens.end()})}},
+                    {}};
     auto r = e.forward_backward({{id, {d}, "cross_entropy", {}}}, false);
     EXPECT_TRUE(r[0].ok()) << r[0].error().message;
     return r[0].ok() ? engine::host_tensor_values(r[0]->logprobs[0]) : std::vector<double>(n, NAN);
