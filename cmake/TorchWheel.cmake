@@ -56,13 +56,13 @@ else()
                              "${TINKERD_TORCH_ROOT}/include/torch/csrc/api/include")
   # The CUDA binary: nothing in the engine is compiled for CUDA (its kernels are libtorch's), so linking
   # libtorch_cuda, whose load registers the CUDA hooks and kernels, is all that differs. --no-as-needed keeps
-  # the libraries nothing names directly.
+  # the libraries nothing names directly; push/pop-state leaves the linker's own default for the rest.
   find_library(TINKERD_LIB_torch_cuda torch_cuda PATHS "${TINKERD_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
   find_library(TINKERD_LIB_c10_cuda c10_cuda PATHS "${TINKERD_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
   if(TINKERD_LIB_torch_cuda AND TINKERD_LIB_c10_cuda)
     add_library(tinkerd_torch_cuda INTERFACE)
-    target_link_libraries(tinkerd_torch_cuda INTERFACE -Wl,--no-as-needed "${TINKERD_LIB_torch_cuda}"
-                          "${TINKERD_LIB_c10_cuda}" -Wl,--as-needed)
+    target_link_libraries(tinkerd_torch_cuda INTERFACE -Wl,--push-state,--no-as-needed "${TINKERD_LIB_torch_cuda}"
+                          "${TINKERD_LIB_c10_cuda}" -Wl,--pop-state)
     tinkerd_nvidia_rpaths(tinkerd_torch_cuda)
   endif()
 endif()

@@ -50,7 +50,7 @@ TEST(LoraRows, EqualsTheSegmentedMatmulPathForEveryTarget) {
          std::vector<std::pair<int64_t, int64_t>>{{37, 5}, {37, 32}, {37, 300}, {600, 32}}) {
         c.vocab_size = vocab;  // rank 300: beyond any fixed-size buffer
         const Adapter a = random_adapter(1, rank, c, 11), b = random_adapter(2, rank, c, 12);
-        // rows: 2 of a, 1 base, 3 of b (two adjacent segments: one run of work items), 1 of a
+        // rows: 2 of a, 1 base, 3 of b (two adjacent segments of one adapter), 1 of a
         const std::vector<RowSegment> segments = {{0, 2, &a}, {2, 3, nullptr}, {3, 4, &b}, {4, 6, &b}, {6, 7, &a}};
         for (int t = 0; t <= static_cast<int>(LoraTarget::LM_HEAD); ++t) {
             const auto target = static_cast<LoraTarget>(t);
