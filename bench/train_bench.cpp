@@ -108,12 +108,13 @@ double peak_rss_mb() {
 
 int main(int argc, char ** argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: train_bench MODEL_DIR auto|bf16|fp32 [STEPS] [THREADS]\n");
+        std::fprintf(stderr, "usage: train_bench MODEL_DIR auto|bf16|fp32 [STEPS] [THREADS] [equal|mixed|both]\n");
         return 2;
     }
     const std::string model_dir = argv[1], dtype = argv[2];
     const int steps = argc > 3 ? std::atoi(argv[3]) : 3;
     const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
+    const std::string only = argc > 5 ? argv[5] : "both";  // which batches to time (both: equal, then mixed)
     tinkerd::engine::EngineOptions options;
     options.n_threads = threads;
     options.dtype = dtype == "bf16"   ? tinkerd::engine::ComputeDType::BF16
@@ -135,6 +136,9 @@ int main(int argc, char ** argv) {
     const std::pair<const char *, std::vector<int64_t>> batches[] = {{"equal", tinkerd::bench::EQUAL_LENGTHS},
                                                                      {"mixed", tinkerd::bench::MIXED_LENGTHS}};
     for (const auto & [name, lengths] : batches) {
+        if (only != "both" && only != name) {
+            continue;
+        }
         const auto input = tinkerd::bench::make_batch(lengths, config.vocab_size, adapter, 42);
         // The ceilings are measured next to each timing: this shared VM's speed drifts by 2-4x over minutes.
         const double peak_fp32 = matmul_gflops(4096, 576, 1536, torch::kFloat32);

@@ -1,13 +1,19 @@
-// Chunked target logprobs (target_logprobs.h): a custom autograd function whose forward keeps one
-// [rows, V] chunk of logits at a time and whose backward recomputes it, so a step never holds [T, V].
-// dlogits = scatter(dpicked at index) − softmax·Σ_k dpicked; dh = dlogits·W, du = dlogits·B, dB = dlogitsᵀ·u.
+// Chunked target logprobs (target_logprobs.h): a custom autograd function whose forward computes one
+// [rows, V] chunk of logits at a time and whose backward uses the chunk's softmax, kept from the forward or
+// recomputed. dlogits = scatter(dpicked at index) − softmax·Σ_k dpicked; dh = dlogits·W, du = dlogits·B, dB =
+// dlogitsᵀ·u.
 #include "engine/target_logprobs.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include <ATen/Parallel.h>
 
+#include "common/log.h"
 #include "engine/kernels/matmul.h"
+#include "model/memory_check.h"
 
 namespace tinkerd::engine {
 
@@ -64,11 +70,20 @@ void for_row_blocks(const torch::Tensor & t, int64_t rows, const F & f) {
     });
 }
 
-// lse [rows] = logsumexp of each row of logits [rows, V].
-void logsumexp_rows(const torch::Tensor & logits, torch::Tensor & lse) {
+// One pass over the row blocks of a chunk's logits [rows, V]: lse [rows] = logsumexp of each row, picked
+// [rows, Kmax] = logit[t, index[t, k]] − lse[t]; with keep_softmax the logits then become their softmax in place,
+// exp(logit − lse), exactly what the backward's recompute would form.
+void lse_and_pick_rows(torch::Tensor & logits, const torch::Tensor & index, torch::Tensor & lse, torch::Tensor & picked,
+                       bool keep_softmax) {
     for_row_blocks(logits, logits.size(0), [&](int64_t r, int64_t n) {
-        torch::Tensor out = lse.narrow(0, r, n);
-        torch::logsumexp_out(out, logits.narrow(0, r, n), {1});
+        torch::Tensor block = logits.narrow(0, r, n);  // [n, V]
+        torch::Tensor lse_b = lse.narrow(0, r, n);     // [n]
+        torch::logsumexp_out(lse_b, block, {1});
+        torch::Tensor picked_b = picked.narrow(0, r, n);  // [n, Kmax]
+        torch::sub_out(picked_b, block.gather(1, index.narrow(0, r, n)), lse_b.unsqueeze(1));
+        if (keep_softmax) {
+            block.sub_(lse_b.unsqueeze(1)).exp_();
+        }
     });
 }
 
@@ -79,29 +94,82 @@ void scaled_softmax_rows(torch::Tensor & d, const torch::Tensor & lse, const tor
     });
 }
 
-// Forward over every chunk: picked [T, Kmax] and the per-row logsumexp [T].
-std::pair<torch::Tensor, torch::Tensor> forward_chunks(const Head & head, const torch::Tensor & index, int64_t chunk) {
+// p [rows, V] softmax -> −p·Σ_k dp, in place: the last step of scaled_softmax_rows, on a kept softmax.
+void scale_softmax_rows(torch::Tensor & p, const torch::Tensor & dp) {
+    for_row_blocks(p, p.size(0),
+                   [&](int64_t r, int64_t n) { p.narrow(0, r, n).mul_(-dp.narrow(0, r, n).sum(1, true)); });
+}
+
+// Whether this forward keeps its softmax: only when autograd will record it (grad mode on, as the caller had it,
+// and some var requires a gradient), and under automatic when the CPU's [T, V] fits in an eighth of the available
+// memory (or the environment forces it).
+bool keeps_softmax(HeadSoftmax mode, const std::vector<torch::Tensor> & vars, const Head & head) {
+    const bool wants_grad =
+        torch::GradMode::is_enabled() &&
+        std::any_of(vars.begin(), vars.end(), [](const torch::Tensor & v) { return v.requires_grad(); });
+    if (!wants_grad || mode == HeadSoftmax::recompute) {
+        return false;
+    }
+    static const char * forced = std::getenv("TINKERD_KEEP_HEAD_SOFTMAX");
+    if (mode == HeadSoftmax::keep || (forced != nullptr && std::string(forced) == "1")) {
+        return true;
+    }
+    if ((forced != nullptr && std::string(forced) == "0") || !head.h.is_cpu()) {
+        return false;
+    }
+    const uint64_t bytes = static_cast<uint64_t>(head.h.size(0)) * static_cast<uint64_t>(head.w.size(0)) *
+                           static_cast<uint64_t>(head.h.element_size());
+    const uint64_t available = model::available_memory_bytes();
+    const bool keep = available > 0 && bytes <= available / 8;
+    static std::atomic<bool> logged{false};
+    if (!keep && !logged.exchange(true)) {
+        LOG_INF("engine",
+                "lm_head: the softmax of %lld rows (%.2f GiB) is recomputed in the backward, not kept (%.2f GiB "
+                "available); logged once",
+                static_cast<long long>(head.h.size(0)), bytes / 1073741824.0, available / 1073741824.0);
+    }
+    return keep;
+}
+
+// Forward over every chunk: picked [T, Kmax], the per-row logsumexp [T] and, with keep_softmax, each chunk's
+// softmax [rows, V] (else an empty list).
+struct ForwardResult {
+    torch::Tensor picked, lse;
+    std::vector<torch::Tensor> softmax;
+};
+
+ForwardResult forward_chunks(const Head & head, const torch::Tensor & index, int64_t chunk, bool keep_softmax) {
     const int64_t T = head.h.size(0);
-    torch::Tensor picked = torch::empty({T, index.size(1)}, head.h.options());  // [T, Kmax]
-    torch::Tensor lse = torch::empty({T}, head.h.options());                    // [T]
+    ForwardResult out;
+    out.picked = torch::empty({T, index.size(1)}, head.h.options());  // [T, Kmax]
+    out.lse = torch::empty({T}, head.h.options());                    // [T]
     for (int64_t r0 = 0; r0 < T; r0 += chunk) {
         const int64_t rows = std::min(chunk, T - r0);
         torch::Tensor logits = chunk_logits(head, r0, rows);  // [rows, V]
-        torch::Tensor lse_c = lse.narrow(0, r0, rows);
-        logsumexp_rows(logits, lse_c);
-        torch::Tensor gathered = logits.gather(1, index.narrow(0, r0, rows));  // [rows, Kmax]
-        torch::Tensor picked_c = picked.narrow(0, r0, rows);                   // [rows, Kmax]
-        torch::sub_out(picked_c, gathered, lse_c.unsqueeze(1));
+        torch::Tensor lse_c = out.lse.narrow(0, r0, rows);
+        torch::Tensor picked_c = out.picked.narrow(0, r0, rows);
+        lse_and_pick_rows(logits, index.narrow(0, r0, rows), lse_c, picked_c, keep_softmax);
+        if (keep_softmax) {
+            out.softmax.push_back(logits);
+        }
     }
-    return {picked, lse};
+    return out;
 }
 
-// Gradients of one chunk: fills dh rows, du rows of the overlapping segments and adds to their db.
+// Gradients of one chunk: fills dh rows, du rows of the overlapping segments and adds to their db. softmax is
+// the chunk's kept softmax [rows, V] (used up in place) or undefined (the logits are recomputed).
 void backward_chunk(const Head & head, int64_t r0, int64_t rows, const torch::Tensor & lse,
-                    const torch::Tensor & dpicked, const torch::Tensor & index, tensor_list & grads) {
-    torch::Tensor d = chunk_logits(head, r0, rows);  // [rows, V], becomes dlogits in place
+                    const torch::Tensor & dpicked, const torch::Tensor & index, torch::Tensor softmax,
+                    tensor_list & grads) {
     torch::Tensor dp = dpicked.narrow(0, r0, rows);  // [rows, Kmax]
-    scaled_softmax_rows(d, lse.narrow(0, r0, rows), dp);
+    torch::Tensor d;                                 // [rows, V], becomes dlogits in place
+    if (softmax.defined()) {
+        d = std::move(softmax);
+        scale_softmax_rows(d, dp);
+    } else {
+        d = chunk_logits(head, r0, rows);
+        scaled_softmax_rows(d, lse.narrow(0, r0, rows), dp);
+    }
     d.scatter_add_(1, index.narrow(0, r0, rows), dp);
     if (grads[0].defined()) {
         grads[0].narrow(0, r0, rows).copy_(kernels::matmul_weight_backward(d, head.w));  // [rows, C]
@@ -126,19 +194,35 @@ void backward_chunk(const Head & head, int64_t r0, int64_t rows, const torch::Te
 
 struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsFunction> {
     // vars: h, then every segment's u, then every segment's b (one list, so the gradients line up).
-    // w and index are constants: their gradients are left undefined.
+    // w and index are constants: their gradients are left undefined. keep_softmax: keeps_softmax's answer.
     static torch::Tensor forward(AutogradContext * ctx, torch::TensorList vars, const torch::Tensor & w,
-                                 const torch::Tensor & index, std::vector<int64_t> bounds, int64_t chunk) {
+                                 const torch::Tensor & index, std::vector<int64_t> bounds, int64_t chunk,
+                                 bool keep_softmax) {
         const int64_t S = static_cast<int64_t>(bounds.size() / 2);
         Head head{vars[0], w, bounds, {vars.begin() + 1, vars.begin() + 1 + S}, {vars.begin() + 1 + S, vars.end()}};
-        auto [picked, lse] = forward_chunks(head, index, chunk);
+        ForwardResult out = forward_chunks(head, index, chunk, keep_softmax);
         ctx->save_for_backward(vars.vec());
         ctx->saved_data["w"] = w;
         ctx->saved_data["index"] = index;
-        ctx->saved_data["lse"] = lse;
+        ctx->saved_data["lse"] = out.lse;
         ctx->saved_data["bounds"] = bounds;
         ctx->saved_data["chunk"] = chunk;
-        return picked;
+        if (!out.softmax.empty()) {
+            ctx->saved_data["softmax"] = out.softmax;
+        }
+        return out.picked;
+    }
+
+    // The kept softmax chunks, taken out of ctx (the backward uses them up in place; a second backward, with
+    // retain_graph, finds none and recomputes), or an empty list.
+    static std::vector<torch::Tensor> take_softmax(AutogradContext * ctx) {
+        auto it = ctx->saved_data.find("softmax");
+        if (it == ctx->saved_data.end()) {
+            return {};
+        }
+        std::vector<torch::Tensor> chunks = it->second.toTensorVector();
+        ctx->saved_data.erase(it);
+        return chunks;
     }
 
     static tensor_list backward(AutogradContext * ctx, tensor_list grad_outputs) {
@@ -160,10 +244,12 @@ struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsF
         const torch::Tensor lse = ctx->saved_data["lse"].toTensor();
         const torch::Tensor index = ctx->saved_data["index"].toTensor();
         const torch::Tensor dpicked = grad_outputs[0].contiguous();  // [T, Kmax]
-        for (int64_t r0 = 0; r0 < head.h.size(0); r0 += chunk) {
-            backward_chunk(head, r0, std::min(chunk, head.h.size(0) - r0), lse, dpicked, index, grads);
+        std::vector<torch::Tensor> softmax = take_softmax(ctx);
+        for (int64_t r0 = 0, c = 0; r0 < head.h.size(0); r0 += chunk, ++c) {
+            torch::Tensor kept = softmax.empty() ? torch::Tensor() : std::move(softmax[c]);
+            backward_chunk(head, r0, std::min(chunk, head.h.size(0) - r0), lse, dpicked, index, std::move(kept), grads);
         }
-        grads.resize(vars.size() + 4);  // w, index, bounds, chunk: none
+        grads.resize(vars.size() + 5);  // w, index, bounds, chunk, keep_softmax: none
         return grads;
     }
 };
@@ -172,7 +258,7 @@ struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsF
 
 torch::Tensor chunked_target_logprobs(const torch::Tensor & h, const torch::Tensor & w,
                                       const std::vector<HeadLoraSegment> & segments, const torch::Tensor & index,
-                                      int64_t chunk_rows) {
+                                      int64_t chunk_rows, HeadSoftmax softmax) {
     TORCH_CHECK(h.dim() == 2 && index.dim() == 2 && index.size(0) == h.size(0), "target_logprobs: bad shapes");
     TORCH_CHECK(chunk_rows > 0, "target_logprobs: chunk_rows must be positive");
     std::vector<torch::Tensor> vars = {h};
@@ -184,7 +270,8 @@ torch::Tensor chunked_target_logprobs(const torch::Tensor & h, const torch::Tens
     for (const HeadLoraSegment & s : segments) {
         vars.push_back(s.b);
     }
-    return TargetLogprobsFunction::apply(torch::TensorList(vars), w, index, bounds, chunk_rows);
+    const bool keep = keeps_softmax(softmax, vars, Head{h, w, bounds, {}, {}});
+    return TargetLogprobsFunction::apply(torch::TensorList(vars), w, index, bounds, chunk_rows, keep);
 }
 
 }  // namespace tinkerd::engine

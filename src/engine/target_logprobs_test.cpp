@@ -1,6 +1,7 @@
 // chunked_target_logprobs against the plain path (full logits → log_softmax → gather, with autograd):
 // forward values and the gradients of h, LoRA A and B, for odd T and V, 1-D and 2-D targets, segments
-// with different adapters, a shared adapter and none, chunk sizes that do not divide T, fp32/bf16/fp64 W.
+// with different adapters, a shared adapter and none, chunk sizes that do not divide T, fp32/bf16/fp64 W; the
+// softmax kept from the forward against the one recomputed in the backward (bit-identical), and retain_graph.
 #include "engine/target_logprobs.h"
 
 #include <gtest/gtest.h>
@@ -70,14 +71,14 @@ torch::Tensor plain_path(const Inputs & in) {
     return torch::log_softmax(torch::cat(rows, 0), 1).gather(1, in.index);  // [T, Kmax]
 }
 
-torch::Tensor chunked_path(const Inputs & in, int64_t chunk) {
+torch::Tensor chunked_path(const Inputs & in, int64_t chunk, HeadSoftmax softmax = HeadSoftmax::automatic) {
     std::vector<HeadLoraSegment> loras;
     for (const Segment & s : SEGMENTS) {
         if (s.adapter >= 0) {
             loras.push_back({s.begin, s.end, lora_u(in, s), in.adapters[s.adapter].b});
         }
     }
-    return chunked_target_logprobs(in.h, in.w, loras, in.index, chunk);
+    return chunked_target_logprobs(in.h, in.w, loras, in.index, chunk, softmax);
 }
 
 // Every gradient the loss sum(picked · grad_out) gives: h, then A and B of each adapter.
@@ -106,6 +107,32 @@ TEST_P(TargetLogprobsTest, MatchesPlainPathForwardAndBackward) {
     for (size_t i = 0; i < want_grads.size(); ++i) {
         EXPECT_LT(max_rel_diff(got_grads[i], want_grads[i]), tol) << "gradient " << i;
     }
+}
+
+// Keeping the softmax changes where it is formed, not how: the same ops on the same values, so every output and
+// gradient is bit-identical to the recomputing backward's; and both match the plain path.
+TEST_P(TargetLogprobsTest, KeptSoftmaxEqualsRecomputedBitForBit) {
+    const Case c = GetParam();
+    Inputs kept = make_inputs(c), recomputed = make_inputs(c), plain = make_inputs(c);
+    torch::Tensor got_kept = chunked_path(kept, c.chunk, HeadSoftmax::keep);
+    torch::Tensor got_recomputed = chunked_path(recomputed, c.chunk, HeadSoftmax::recompute);
+    EXPECT_TRUE(torch::equal(got_kept, got_recomputed));
+    auto kept_grads = gradients(kept, got_kept), recomputed_grads = gradients(recomputed, got_recomputed);
+    auto plain_grads = gradients(plain, plain_path(plain));
+    for (size_t i = 0; i < kept_grads.size(); ++i) {
+        EXPECT_TRUE(torch::equal(kept_grads[i], recomputed_grads[i])) << "gradient " << i;
+        EXPECT_LT(max_rel_diff(kept_grads[i], plain_grads[i]), c.act == torch::kFloat64 ? 1e-12 : 2e-5) << i;
+    }
+}
+
+// The kept softmax is used up by the first backward; a second one (retain_graph) recomputes it and gives the same.
+TEST(TargetLogprobs, SecondBackwardWithRetainedGraphRecomputes) {
+    Inputs in = make_inputs({torch::kFloat32, torch::kBFloat16, 2, 6});
+    torch::Tensor picked = chunked_path(in, 6, HeadSoftmax::keep);
+    torch::Tensor loss = (picked * in.grad_out).sum();
+    auto first = torch::autograd::grad({loss}, {in.h}, {}, /*retain_graph=*/true);
+    auto second = torch::autograd::grad({loss}, {in.h});
+    EXPECT_TRUE(torch::equal(first[0], second[0]));
 }
 
 TEST_P(TargetLogprobsTest, NoGradForwardMatches) {
