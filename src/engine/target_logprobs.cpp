@@ -87,17 +87,22 @@ void lse_and_pick_rows(torch::Tensor & logits, const torch::Tensor & index, torc
     });
 }
 
-// d [rows, V] logits -> −softmax(d)·Σ_k dp, in place (lse [rows], dp [rows, Kmax]).
-void scaled_softmax_rows(torch::Tensor & d, const torch::Tensor & lse, const torch::Tensor & dp) {
+// d [rows, V] -> dlogits in place, in one pass over row blocks: the recomputed logits (lse given; a kept softmax
+// passes nullptr) become exp(d − lse); then d = −d·Σ_k dp with dp [rows, Kmax] added at index [rows, Kmax]; and
+// where rounded [rows, V] bf16 is defined it receives d rounded, while the block is still in the cache.
+void finish_dlogits_rows(torch::Tensor & d, const torch::Tensor * lse, const torch::Tensor & dp,
+                         const torch::Tensor & index, torch::Tensor & rounded) {
     for_row_blocks(d, d.size(0), [&](int64_t r, int64_t n) {
-        d.narrow(0, r, n).sub_(lse.narrow(0, r, n).unsqueeze(1)).exp_().mul_(-dp.narrow(0, r, n).sum(1, true));
+        torch::Tensor block = d.narrow(0, r, n);        // [n, V]
+        const torch::Tensor dp_b = dp.narrow(0, r, n);  // [n, Kmax]
+        if (lse != nullptr) {
+            block.sub_(lse->narrow(0, r, n).unsqueeze(1)).exp_();
+        }
+        block.mul_(-dp_b.sum(1, true)).scatter_add_(1, index.narrow(0, r, n), dp_b);
+        if (rounded.defined()) {
+            rounded.narrow(0, r, n).copy_(block);
+        }
     });
-}
-
-// p [rows, V] softmax -> −p·Σ_k dp, in place: the last step of scaled_softmax_rows, on a kept softmax.
-void scale_softmax_rows(torch::Tensor & p, const torch::Tensor & dp) {
-    for_row_blocks(p, p.size(0),
-                   [&](int64_t r, int64_t n) { p.narrow(0, r, n).mul_(-dp.narrow(0, r, n).sum(1, true)); });
 }
 
 // Whether this forward keeps its softmax: only when autograd will record it (grad mode on, as the caller had it,
@@ -161,18 +166,17 @@ ForwardResult forward_chunks(const Head & head, const torch::Tensor & index, int
 void backward_chunk(const Head & head, int64_t r0, int64_t rows, const torch::Tensor & lse,
                     const torch::Tensor & dpicked, const torch::Tensor & index, torch::Tensor softmax,
                     tensor_list & grads) {
-    torch::Tensor dp = dpicked.narrow(0, r0, rows);  // [rows, Kmax]
-    torch::Tensor d;                                 // [rows, V], becomes dlogits in place
-    if (softmax.defined()) {
-        d = std::move(softmax);
-        scale_softmax_rows(d, dp);
-    } else {
-        d = chunk_logits(head, r0, rows);
-        scaled_softmax_rows(d, lse.narrow(0, r0, rows), dp);
+    const torch::Tensor dp = dpicked.narrow(0, r0, rows);  // [rows, Kmax]
+    const bool kept = softmax.defined();
+    torch::Tensor d = kept ? std::move(softmax) : chunk_logits(head, r0, rows);  // [rows, V], becomes dlogits
+    torch::Tensor rounded;  // [rows, V] bf16: d as the dh product rounds it, where that product takes it
+    if (grads[0].defined() && kernels::backward_takes_rounded(d, head.w)) {
+        rounded = torch::empty(d.sizes(), d.options().dtype(torch::kBFloat16));
     }
-    d.scatter_add_(1, index.narrow(0, r0, rows), dp);
+    const torch::Tensor lse_c = lse.narrow(0, r0, rows);
+    finish_dlogits_rows(d, kept ? nullptr : &lse_c, dp, index.narrow(0, r0, rows), rounded);
     if (grads[0].defined()) {
-        grads[0].narrow(0, r0, rows).copy_(kernels::matmul_weight_backward(d, head.w));  // [rows, C]
+        grads[0].narrow(0, r0, rows).copy_(kernels::matmul_weight_backward_rounded(d, rounded, head.w));  // [rows, C]
     }
     const int64_t S = head.n_segments();
     for (int64_t s = 0; s < S; ++s) {

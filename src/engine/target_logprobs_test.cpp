@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "engine/kernels/matmul.h"
+
 namespace tinkerd::engine {
 namespace {
 
@@ -41,17 +43,17 @@ struct Inputs {
     std::vector<LoraParams> adapters;
 };
 
-Inputs make_inputs(const Case & c) {
+Inputs make_inputs(const Case & c, int64_t vocab = V) {
     torch::manual_seed(7);
     auto opt = torch::TensorOptions().dtype(c.act);
     Inputs in;
     in.h = torch::randn({T, C}, opt).requires_grad_(true);
-    in.w = torch::randn({V, C}, opt).to(c.weight);
-    in.index = torch::randint(0, V, {T, c.k_max}, torch::kInt64);
+    in.w = torch::randn({vocab, C}, opt).to(c.weight);
+    in.index = torch::randint(0, vocab, {T, c.k_max}, torch::kInt64);
     in.grad_out = torch::randn({T, c.k_max}, opt);
     for (int64_t rank : {3, 2}) {
         in.adapters.push_back({torch::randn({rank, C}, opt).requires_grad_(true),
-                               torch::randn({V, rank}, opt).requires_grad_(true), 2.0 / rank});
+                               torch::randn({vocab, rank}, opt).requires_grad_(true), 2.0 / rank});
     }
     return in;
 }
@@ -133,6 +135,39 @@ TEST(TargetLogprobs, SecondBackwardWithRetainedGraphRecomputes) {
     auto first = torch::autograd::grad({loss}, {in.h}, {}, /*retain_graph=*/true);
     auto second = torch::autograd::grad({loss}, {in.h});
     EXPECT_TRUE(torch::equal(first[0], second[0]));
+}
+
+// With bf16 inputs and brgemm (the auto choice on CPUs with bf16 dot products) the dh product takes the bf16 copy
+// of dlogits written in the same pass: kept and recomputed still agree bit for bit, and the gradients stay within
+// bf16 rounding of the plain fp32 path (a wrong copy would be far off).
+TEST(TargetLogprobs, Bf16InputsTakeTheRoundedDlogitsAndAgree) {
+    using namespace kernels;
+    const MatmulInputs inputs = matmul_inputs();
+    const bool brgemm = brgemm_enabled();
+    const int64_t blas_rows = blas_min_rows();
+    set_matmul_inputs(MatmulInputs::bf16);
+    set_brgemm_enabled(true);
+    set_blas_min_rows(1);                                    // the many-row paths (brgemm) for these few rows
+    const Case c{torch::kFloat32, torch::kBFloat16, 2, 23};  // one chunk of 23 rows: the many-row products
+    constexpr int64_t even_vocab = 38;                       // brgemm's reduction (V here) must be even
+    Inputs kept = make_inputs(c, even_vocab), recomputed = make_inputs(c, even_vocab),
+           plain = make_inputs(c, even_vocab);
+    torch::Tensor got_kept = chunked_path(kept, c.chunk, HeadSoftmax::keep);
+    torch::Tensor got_recomputed = chunked_path(recomputed, c.chunk, HeadSoftmax::recompute);
+    auto kept_grads = gradients(kept, got_kept), recomputed_grads = gradients(recomputed, got_recomputed);
+    auto plain_grads = gradients(plain, plain_path(plain));
+    const bool took_rounded = backward_takes_rounded(torch::zeros({T, even_vocab}), kept.w);
+    set_matmul_inputs(inputs);
+    set_brgemm_enabled(brgemm);
+    set_blas_min_rows(blas_rows);
+    EXPECT_TRUE(torch::equal(got_kept, got_recomputed));
+    for (size_t i = 0; i < kept_grads.size(); ++i) {
+        EXPECT_TRUE(torch::equal(kept_grads[i], recomputed_grads[i])) << "gradient " << i;
+        EXPECT_LT(max_rel_diff(kept_grads[i], plain_grads[i]), 0.05) << "gradient " << i;
+    }
+    if (!took_rounded) {
+        GTEST_SKIP() << "no bf16 brgemm here (or fewer rows than blas_min_rows): the rounded dlogits were NOT tested";
+    }
 }
 
 TEST_P(TargetLogprobsTest, NoGradForwardMatches) {

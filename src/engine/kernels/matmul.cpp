@@ -383,6 +383,23 @@ torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tens
     return is_quantised(w) ? quantised_backward(dy, w) : product(dy, w, BACKWARD);  // [..., in]
 }
 
+bool backward_takes_rounded(const torch::Tensor & dy, const torch::Tensor & w) {
+    return !is_quantised(w) && dy.dim() == 2 && !split_applies(dy, w) && brgemm_applies(dy, w, BACKWARD.w_dim);
+}
+
+torch::Tensor matmul_weight_backward_rounded(const torch::Tensor & dy, const torch::Tensor & dy_rounded,
+                                             const torch::Tensor & w) {
+    if (!backward_takes_rounded(dy, w)) {
+        return matmul_weight_backward(dy, w);
+    }
+    TORCH_CHECK(
+        dy_rounded.scalar_type() == torch::kBFloat16 && dy_rounded.sizes() == dy.sizes() && dy_rounded.is_contiguous(),
+        "matmul_weight_backward_rounded: dy_rounded must be dy's shape, bf16, contiguous");
+    torch::Tensor dx = torch::empty({dy.size(0), w.size(1)}, dy.options());  // [T, in]
+    detail::brgemm_backward(dy_rounded, w, dx);
+    return dx;
+}
+
 namespace {
 
 struct BaseLinearFunction : public torch::autograd::Function<BaseLinearFunction> {

@@ -14,6 +14,16 @@ torch::Tensor matmul_weight(const torch::Tensor & x, const torch::Tensor & w);
 // dx [T, in] fp32 = dy [T, out] fp32 · w [out, in], w bf16 (or fp32). The backward of matmul_weight.
 torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tensor & w);
 
+// Whether matmul_weight_backward(dy, w) would round dy to bf16 and take the brgemm path: then a caller that
+// already holds dy rounded (it wrote the bf16 copy while dy was in its cache) can pass it to the function below
+// and skip the product's own rounding pass over dy.
+bool backward_takes_rounded(const torch::Tensor & dy, const torch::Tensor & w);
+
+// matmul_weight_backward(dy, w) with dy_rounded [T, out] bf16 = dy rounded to nearest even (what that product
+// rounds it to): the brgemm path multiplies dy_rounded directly, every other path ignores it. Bit-identical.
+torch::Tensor matmul_weight_backward_rounded(const torch::Tensor & dy, const torch::Tensor & dy_rounded,
+                                             const torch::Tensor & w);
+
 // y = x · wᵀ with autograd for x only (w is a frozen base weight): the op the transformer calls.
 torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w);
 

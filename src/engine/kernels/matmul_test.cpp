@@ -187,6 +187,28 @@ TEST(MatmulKernels, BrgemmPathIsAvailableHere) {
     expect_close(matmul_weight(x, w), x, w.to(torch::kFloat).t());
 }
 
+// A dy rounded by the caller gives the backward product bit for bit what rounding inside it gives, on the brgemm
+// path (which takes it) and on every other (which ignores it).
+TEST(MatmulKernels, BackwardOnARoundedDyIsTheBackwardProduct) {
+    SettingsGuard guard;
+    set_matmul_inputs(MatmulInputs::bf16);
+    torch::manual_seed(4);
+    const torch::Tensor dy = torch::randn({80, 96}), w = torch::randn({96, 40}).to(torch::kBFloat16);
+    const torch::Tensor rounded = dy.to(torch::kBFloat16);
+    for (bool brgemm : {false, true}) {
+        set_brgemm_enabled(brgemm);
+        SCOPED_TRACE("brgemm=" + std::to_string(brgemm_enabled()));
+        EXPECT_EQ(backward_takes_rounded(dy, w), brgemm_enabled() && dy.size(0) >= blas_min_rows());
+        EXPECT_TRUE(torch::equal(matmul_weight_backward_rounded(dy, rounded, w), matmul_weight_backward(dy, w)));
+    }
+    set_matmul_inputs(MatmulInputs::fp32);  // exact inputs: never rounded, so never taken
+    EXPECT_FALSE(backward_takes_rounded(dy, w));
+    EXPECT_TRUE(torch::equal(matmul_weight_backward_rounded(dy, rounded, w), matmul_weight_backward(dy, w)));
+    if (!brgemm_available()) {
+        GTEST_SKIP() << "no bf16 brgemm on this CPU: only the fallback of matmul_weight_backward_rounded was tested";
+    }
+}
+
 // Which few-row forward ran, told by a product only VDPBF16PS gets wrong: it reads bf16 inputs below 2^-126
 // as zero (DAZ), where fp32 FMAs multiply them exactly. x = 2^-130 (a bf16 subnormal), w = 2^100: 2^-30 or 0.
 bool forward_ran_bf16_dot() {
