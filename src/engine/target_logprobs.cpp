@@ -108,7 +108,8 @@ void finish_dlogits_rows(torch::Tensor & d, const torch::Tensor * lse, const tor
 // Whether this forward keeps its softmax: only when autograd will record it (grad mode on, as the caller had it,
 // and some var requires a gradient), and under automatic when the CPU's [T, V] fits in an eighth of the available
 // memory (or the environment forces it).
-bool keeps_softmax(HeadSoftmax mode, const std::vector<torch::Tensor> & vars, const Head & head) {
+bool keeps_softmax(HeadSoftmax mode, const std::vector<torch::Tensor> & vars, const torch::Tensor & w) {
+    const torch::Tensor & h = vars[0];  // [T, C]
     const bool wants_grad =
         torch::GradMode::is_enabled() &&
         std::any_of(vars.begin(), vars.end(), [](const torch::Tensor & v) { return v.requires_grad(); });
@@ -119,11 +120,11 @@ bool keeps_softmax(HeadSoftmax mode, const std::vector<torch::Tensor> & vars, co
     if (mode == HeadSoftmax::keep || (forced != nullptr && std::string(forced) == "1")) {
         return true;
     }
-    if ((forced != nullptr && std::string(forced) == "0") || !head.h.is_cpu()) {
+    if ((forced != nullptr && std::string(forced) == "0") || !h.is_cpu()) {
         return false;
     }
-    const uint64_t bytes = static_cast<uint64_t>(head.h.size(0)) * static_cast<uint64_t>(head.w.size(0)) *
-                           static_cast<uint64_t>(head.h.element_size());
+    const uint64_t bytes =
+        static_cast<uint64_t>(h.size(0)) * static_cast<uint64_t>(w.size(0)) * static_cast<uint64_t>(h.element_size());
     const uint64_t available = model::available_memory_bytes();
     const bool keep = available > 0 && bytes <= available / 8;
     static std::atomic<bool> logged{false};
@@ -131,7 +132,7 @@ bool keeps_softmax(HeadSoftmax mode, const std::vector<torch::Tensor> & vars, co
         LOG_INF("engine",
                 "lm_head: the softmax of %lld rows (%.2f GiB) is recomputed in the backward, not kept (%.2f GiB "
                 "available); logged once",
-                static_cast<long long>(head.h.size(0)), bytes / 1073741824.0, available / 1073741824.0);
+                static_cast<long long>(h.size(0)), bytes / 1073741824.0, available / 1073741824.0);
     }
     return keep;
 }
@@ -274,7 +275,7 @@ torch::Tensor chunked_target_logprobs(const torch::Tensor & h, const torch::Tens
     for (const HeadLoraSegment & s : segments) {
         vars.push_back(s.b);
     }
-    const bool keep = keeps_softmax(softmax, vars, Head{h, w, bounds, {}, {}});
+    const bool keep = keeps_softmax(softmax, vars, w);
     return TargetLogprobsFunction::apply(torch::TensorList(vars), w, index, bounds, chunk_rows, keep);
 }
 

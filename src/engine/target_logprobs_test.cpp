@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "engine/kernels/matmul.h"
+#include "engine/kernels/matmul_settings_guard.h"
 
 namespace tinkerd::engine {
 namespace {
@@ -142,9 +142,7 @@ TEST(TargetLogprobs, SecondBackwardWithRetainedGraphRecomputes) {
 // bf16 rounding of the plain fp32 path (a wrong copy would be far off).
 TEST(TargetLogprobs, Bf16InputsTakeTheRoundedDlogitsAndAgree) {
     using namespace kernels;
-    const MatmulInputs inputs = matmul_inputs();
-    const bool brgemm = brgemm_enabled();
-    const int64_t blas_rows = blas_min_rows();
+    const kernels::SettingsGuard guard;
     set_matmul_inputs(MatmulInputs::bf16);
     set_brgemm_enabled(true);
     set_blas_min_rows(1);                                    // the many-row paths (brgemm) for these few rows
@@ -157,9 +155,6 @@ TEST(TargetLogprobs, Bf16InputsTakeTheRoundedDlogitsAndAgree) {
     auto kept_grads = gradients(kept, got_kept), recomputed_grads = gradients(recomputed, got_recomputed);
     auto plain_grads = gradients(plain, plain_path(plain));
     const bool took_rounded = backward_takes_rounded(torch::zeros({T, even_vocab}), kept.w);
-    set_matmul_inputs(inputs);
-    set_brgemm_enabled(brgemm);
-    set_blas_min_rows(blas_rows);
     EXPECT_TRUE(torch::equal(got_kept, got_recomputed));
     for (size_t i = 0; i < kept_grads.size(); ++i) {
         EXPECT_TRUE(torch::equal(kept_grads[i], recomputed_grads[i])) << "gradient " << i;

@@ -383,8 +383,10 @@ torch::Tensor matmul_weight_backward(const torch::Tensor & dy, const torch::Tens
     return is_quantised(w) ? quantised_backward(dy, w) : product(dy, w, BACKWARD);  // [..., in]
 }
 
+// brgemm_applies already excludes what product() would route elsewhere first: quantised weights (not bf16) and
+// the GPU split (w not on the CPU).
 bool backward_takes_rounded(const torch::Tensor & dy, const torch::Tensor & w) {
-    return !is_quantised(w) && dy.dim() == 2 && !split_applies(dy, w) && brgemm_applies(dy, w, BACKWARD.w_dim);
+    return dy.dim() == 2 && brgemm_applies(dy, w, BACKWARD.w_dim);
 }
 
 torch::Tensor matmul_weight_backward_rounded(const torch::Tensor & dy, const torch::Tensor & dy_rounded,

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/kernels/gpu_matmul.h"
+#include "engine/kernels/matmul_settings_guard.h"
 
 namespace tinkerd::engine::kernels {
 namespace {
@@ -27,22 +28,6 @@ constexpr double kRelative = 1e-5;        // of Σ|terms|: fp32 accumulation ove
 // that many times 2^-24 of Σ|terms| (to first order). BLAS and brgemm split the reduction further.
 constexpr double kLongestSumRoundings = 2 * ((2050 + 31) / 32) + 4;
 static_assert(kLongestSumRoundings * 0x1p-24 <= kRelative, "kRelative below the derived fp32 summation bound");
-
-// Restores the kernel settings a test changes.
-struct SettingsGuard {
-    KernelIsa isa = kernel_isa();
-    int64_t blas = blas_min_rows();
-    MatmulInputs inputs = matmul_inputs();
-    bool brgemm = brgemm_enabled();
-    bool dot = bf16_dot_enabled();
-    ~SettingsGuard() {
-        set_bf16_dot_enabled(dot);
-        set_kernel_isa(isa);
-        set_blas_min_rows(blas);
-        set_matmul_inputs(inputs);
-        set_brgemm_enabled(brgemm);
-    }
-};
 
 std::vector<KernelIsa> available_isas() {
     std::vector<KernelIsa> isas;
