@@ -20,6 +20,7 @@
 #include "cli/command_line.h"
 #include "cli/usage.h"
 #include "common/log.h"
+#include "common/short_lived_thread.h"
 #include "dist/launch.h"
 #include "dist/replica_launch.h"
 #include "engine/engine.h"
@@ -237,12 +238,16 @@ void pin_local_process(const Flags & flags) {
 
 // A process rank 0 started (a --dp follower, a sampling replica): its share of the cores, then its models.
 bool load_helper_models(Flags & flags, const tinkerd::engine::EngineOptions & options, EngineList & engines) {
-    pin_local_process(flags);
-    const auto quantised = resolve_model_dirs(flags);
-    if (quantised) {
-        choose_matmul(flags, options);
-    }
-    return quantised && load_engines(flags, *quantised, options, engines);
+    pin_local_process(flags);  // before the loading thread starts: it inherits the affinity
+    bool loaded = false;
+    tinkerd::run_on_short_lived_thread([&] {
+        const auto quantised = resolve_model_dirs(flags);
+        if (quantised) {
+            choose_matmul(flags, options);
+        }
+        loaded = quantised && load_engines(flags, *quantised, options, engines);
+    });
+    return loaded;
 }
 
 // Rank 0: starts the --dp followers and the sampling replicas (before loading: small forks), loads the
@@ -259,7 +264,9 @@ bool start_processes(int argc, char ** argv, Flags & flags, const Quantised & qu
         return false;
     }
     pin_local_process(flags);  // after the forks: the others take their own slices
-    if (!load_engines(flags, quantised, options, engines)) {
+    bool loaded = false;
+    tinkerd::run_on_short_lived_thread([&] { loaded = load_engines(flags, quantised, options, engines); });
+    if (!loaded) {
         return false;
     }
     auto wrapped = flags.dist.enabled() ? tinkerd::dist::wrap_engines(engines, flags.dist) : tinkerd::Result<void>();
@@ -439,11 +446,16 @@ int run_rank0(int argc, char ** argv, Flags & flags) {
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    const auto quantised = resolve_model_dirs(flags);
+    std::optional<Quantised> quantised;
+    tinkerd::run_on_short_lived_thread([&] {
+        quantised = resolve_model_dirs(flags);
+        if (quantised) {
+            choose_matmul(flags, engine_options(flags));
+        }
+    });
     if (!quantised) {
         return 1;
     }
-    choose_matmul(flags, engine_options(flags));
     EngineList engines;
     ReplicaEngines replicas;
     int code = 1;
