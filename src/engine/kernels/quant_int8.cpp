@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "engine/kernels/quant_int8_blocks.h"
 #include "gguf/dequant.h"
@@ -209,6 +211,28 @@ void quantise_rows_int8(gguf::GgmlType type, const float * x, int64_t T, int64_t
         int sum = 0;
         quantise_block(x + b * block, block, out.d[b], out.q.data() + b * block, out.bsums.data() + b * per, sum);
         out.s[b] = out.d[b] * static_cast<float>(sum);
+    }
+}
+
+void gather_rows_int8(const Int8Rows & src, const std::vector<int64_t> & rows, Int8Rows & out) {
+    const int64_t P = static_cast<int64_t>(rows.size()), nb = src.blocks, per = src.block / 16;
+    out.T = P;
+    out.in = src.in;
+    out.block = src.block;
+    out.blocks = nb;
+    out.d.resize(static_cast<size_t>(P * nb));
+    out.s.resize(static_cast<size_t>(P * nb));
+    out.bsums.resize(static_cast<size_t>(P * nb * per));
+    out.q.resize(static_cast<size_t>(P * src.in));
+    for (int64_t r = 0; r < P; ++r) {
+        const int64_t t = rows[static_cast<size_t>(r)];
+        if (t < 0 || t >= src.T) {
+            throw std::out_of_range("gathered row " + std::to_string(t) + " outside " + std::to_string(src.T));
+        }
+        std::copy_n(src.d.begin() + t * nb, nb, out.d.begin() + r * nb);
+        std::copy_n(src.s.begin() + t * nb, nb, out.s.begin() + r * nb);
+        std::copy_n(src.bsums.begin() + t * nb * per, nb * per, out.bsums.begin() + r * nb * per);
+        std::copy_n(src.q.begin() + t * src.in, src.in, out.q.begin() + r * src.in);
     }
 }
 

@@ -42,6 +42,10 @@ struct Int8Rows {
 // non-finite value gets d_x = NaN, so its products are NaN as the exact path's would be.
 void quantise_rows_int8(gguf::GgmlType type, const float * x, int64_t T, int64_t in, Int8Rows & out);
 
+// out = rows `rows` of src, in that order (a gathered copy: each source row quantised once, as
+// quantise_rows_int8 of the gathered fp32 rows would give, since a row's blocks depend on that row only).
+void gather_rows_int8(const Int8Rows & src, const std::vector<int64_t> & rows, Int8Rows & out);
+
 // Rows [r0, r0 + n) of the quantised x and what the kernels read of them (raw pointers: the SIMD files see no
 // std::vector code).
 struct Int8View {

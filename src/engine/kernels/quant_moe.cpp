@@ -73,22 +73,38 @@ Stack stack_of(const torch::Tensor & w) {
             quantised_row_bytes(w)};
 }
 
-// The gathered x [P, in] quantised once per stack for the int8-activation mode (sampling's opt-in), where on.
+// x quantised for the int8-activation mode (sampling's opt-in), per stack where on: each source row once per
+// weight type (gate and up share theirs), then gathered to the pairs' order when `gather` is given.
 struct Int8Stacks {
     std::vector<detail::Int8Rows> rows;
     std::vector<bool> on;
     detail::Int8Isa isa = detail::Int8Isa::scalar;
 };
 
-Int8Stacks int8_stacks(const std::vector<Stack> & stacks, const float * x, int64_t P) {
+// x [rows, in]: the gathered rows themselves (gather null) or the tokens' rows that `gather` [P] indexes.
+Int8Stacks int8_stacks(const std::vector<Stack> & stacks, const float * x, int64_t rows,
+                       const std::vector<int64_t> * gather) {
     Int8Stacks r;
     r.rows.resize(stacks.size());
     r.on.assign(stacks.size(), false);
     r.isa = detail::int8_isa_for(detail::quant_isa());
     for (size_t s = 0; s < stacks.size(); ++s) {
         r.on[s] = detail::int8_activations_on() && detail::int8_type_supported(stacks[s].type);
-        if (r.on[s]) {
-            detail::quantise_rows_int8(stacks[s].type, x, P, stacks[s].in, r.rows[s]);
+        if (!r.on[s]) {
+            continue;
+        }
+        size_t same = 0;  // an earlier stack quantised for the same type and width
+        while (same < s && !(r.on[same] && stacks[same].type == stacks[s].type && stacks[same].in == stacks[s].in)) {
+            ++same;
+        }
+        if (same < s) {
+            r.rows[s] = r.rows[same];
+        } else if (gather == nullptr) {
+            detail::quantise_rows_int8(stacks[s].type, x, rows, stacks[s].in, r.rows[s]);
+        } else {
+            detail::Int8Rows tokens;
+            detail::quantise_rows_int8(stacks[s].type, x, rows, stacks[s].in, tokens);
+            detail::gather_rows_int8(tokens, *gather, r.rows[s]);
         }
     }
     return r;
@@ -96,7 +112,7 @@ Int8Stacks int8_stacks(const std::vector<Stack> & stacks, const float * x, int64
 
 // y [P, out] (gathered order) = x [P, in] · W_eᵀ per group, for every stack in `stacks` (y[s] its output):
 // items (group, stack, row range), split across the threads in one parallel region.
-void grouped_products(const Groups & g, const std::vector<Stack> & stacks, const float * x,
+void grouped_products(const Groups & g, const std::vector<Stack> & stacks, const float * x, const Int8Stacks & int8,
                       const std::vector<float *> & y) {
     struct Item {
         int64_t group, stack, o0, o1;
@@ -112,7 +128,6 @@ void grouped_products(const Groups & g, const std::vector<Stack> & stacks, const
         }
     }
     const detail::QuantIsa isa = detail::quant_isa();
-    const Int8Stacks int8 = int8_stacks(stacks, x, static_cast<int64_t>(g.token.size()));
     at::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             const Item & it = items[i];
@@ -146,13 +161,15 @@ torch::Tensor quantised_moe_forward(const torch::Tensor & x, const torch::Tensor
     const torch::Tensor xg = xs.index_select(0, rows);  // [P, C] gathered
     torch::Tensor gu = torch::empty({2, P, F}, torch::kFloat), dn = torch::empty({P, C}, torch::kFloat);
     float *gp = host_data<float>(gu, "moe gate"), *up_p = gp + P * F;
-    grouped_products(g, {sg, su}, host_data<const float>(xg, "moe x"), {gp, up_p});
+    const float * x_tokens = host_data<const float>(xs, "moe x");  // [T, C]: int8 quantises each token once
+    grouped_products(g, {sg, su}, host_data<const float>(xg, "moe x"), int8_stacks({sg, su}, x_tokens, T, &g.token),
+                     {gp, up_p});
     const torch::Tensor sig = torch::sigmoid(gu[0]);  // [P, F]: fused_swiglu's g · sigmoid(g) · u
     const float * sp = host_data<const float>(sig, "moe act");
     for (int64_t i = 0; i < P * F; ++i) {
         gp[i] = gp[i] * sp[i] * up_p[i];
     }
-    grouped_products(g, {sd}, gp, {host_data<float>(dn, "moe down")});
+    grouped_products(g, {sd}, gp, int8_stacks({sd}, gp, P, nullptr), {host_data<float>(dn, "moe down")});
     torch::Tensor y = torch::zeros({T, C}, torch::kFloat);  // [T, C]
     float * yp = host_data<float>(y, "moe out");
     const float * dp = host_data<const float>(dn, "moe down");

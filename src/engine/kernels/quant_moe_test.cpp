@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/kernels/quant_int8.h"
 #include "engine/kernels/quant_matmul.h"
 #include "gguf/ggml_types.h"
 
@@ -91,6 +92,35 @@ TEST(QuantMoe, GroupedEqualsPerExpertAndDequantised) {
             const torch::Tensor want = exact(x, g, u, d, experts, weights);
             const double err = (got.to(torch::kDouble) - want).abs().max().item<double>();
             EXPECT_LE(err, 1e-4 * (1.0 + want.abs().max().item<double>())) << what;
+        }
+    }
+}
+
+// --sample-activations int8: the grouped path quantises each token once per weight type and gathers the
+// quantised rows; a row's int8 blocks depend on that row only, so it equals the per-expert products (each
+// quantising its own gathered rows) bit for bit, with routings where one token feeds several experts.
+TEST(QuantMoe, Int8ActivationsGroupedEqualPerExpert) {
+    torch::manual_seed(5);
+    const int64_t E = 6, C = 512, F = 256;
+    const GgmlType int8_types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_1};
+    const int n = sizeof(int8_types) / sizeof(int8_types[0]);
+    const Int8ActivationsScope int8(true);
+    for (int i = 0; i < n; ++i) {
+        // gate and up of one type (their quantised rows shared), down of another
+        const torch::Tensor g = random_blocks(int8_types[i], E, F, C), u = random_blocks(int8_types[i], E, F, C);
+        const torch::Tensor d = random_blocks(int8_types[(i + 1) % n], E, C, F);
+        for (const auto & [T, k] : {std::pair{1, 4}, std::pair{5, 3}}) {
+            const torch::Tensor x = torch::randn({T, C});
+            const torch::Tensor experts =
+                torch::rand({T, E}).argsort(/*dim=*/int64_t{1}, /*descending=*/false).narrow(1, 0, k).contiguous();
+            const torch::Tensor weights = torch::rand({T, k});
+            const torch::Tensor got = quantised_moe_forward(x, g, u, d, experts, weights);
+            const std::string what = std::string(gguf::ggml_type_name(static_cast<uint32_t>(int8_types[i]))) +
+                                     " T=" + std::to_string(T) + " k=" + std::to_string(k);
+            ASSERT_TRUE(torch::equal(got, per_expert(x, g, u, d, experts, weights))) << what;
+            // and the int8 path was taken: it differs from the exact products
+            const Int8ActivationsScope exact_scope(false);
+            EXPECT_FALSE(torch::equal(got, quantised_moe_forward(x, g, u, d, experts, weights))) << what;
         }
     }
 }
