@@ -146,6 +146,9 @@ std::vector<std::string> App::openapi_problems() const {
 
 // One EngineWorker per served model: the one scheduling loop of its engine (scheduler/worker.h).
 void App::add_models(std::vector<ServedModelSpec> models) {
+    // Several models in this process: their steps take turns on one thread, so that one OpenMP pool exists
+    // (scheduler/compute_thread.h). The replicas' workers only wait on other processes and keep their own.
+    auto compute = models.size() > 1 ? std::make_shared<scheduler::ComputeThread>() : nullptr;
     for (auto & spec : models) {
         auto served = std::make_unique<ServedModel>();
         served->name = spec.name;
@@ -156,7 +159,9 @@ void App::add_models(std::vector<ServedModelSpec> models) {
         scheduler::WorkerOptions worker_options;
         worker_options.seq_gap_timeout = options_.seq_gap_timeout;
         worker_options.max_sampler_adapters = options_.max_cached_sampler_adapters;
-        served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, worker_options);
+        scheduler::WorkerOptions local_options = worker_options;
+        local_options.compute = compute;
+        served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, local_options);
         for (size_t r = 0; r < spec.sampling_replicas.size(); ++r) {
             auto replica = std::make_unique<ServedModel::SamplingReplica>();
             replica->worker = std::make_unique<scheduler::EngineWorker>(

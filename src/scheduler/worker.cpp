@@ -243,7 +243,12 @@ struct EngineWorker::Impl {
                 plan = plan_locked();
             }
             const auto t0 = std::chrono::steady_clock::now();
-            StepOutcome outcome = execute(plan);
+            StepOutcome outcome;
+            if (options.compute) {
+                options.compute->run([&] { outcome = execute(plan); });
+            } else {
+                outcome = execute(plan);
+            }
             update(plan, outcome);
             meter.note_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }

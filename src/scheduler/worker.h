@@ -40,6 +40,7 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "scheduler/compute_thread.h"
 #include "scheduler/sampling.h"
 #include "scheduler/worker_load.h"
 
@@ -83,6 +84,9 @@ struct WorkerOptions {
     // Sample jobs waiting for the next sampling step at most: a safety bound far above the api's own
     // 429 (--max-queued-samples counts requests, and one OpenAI request may carry many prompts).
     size_t max_queued_samples = 65536;
+    // Where the engine calls of each step run: null, this worker's own thread; shared by the workers of several
+    // local models so that one thread opens OpenMP regions (compute_thread.h).
+    std::shared_ptr<ComputeThread> compute;
 };
 
 class EngineWorker {
