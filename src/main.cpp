@@ -337,7 +337,13 @@ std::vector<tinkerd::api::ServedModelSpec> served_models(const Flags & flags, co
             LOG_INF("main", "%s: /v1/chat/completions unavailable: %s", name.c_str(), chat.missing_reason.c_str());
         }
         auto vision = engines[i]->config().has_vision() ? vision_processor(name, dir) : nullptr;
-        served.push_back({name, engines[i].get(), tokenizers[i].get(), std::move(chat), std::move(vision), {}});
+        served.push_back({name,
+                          engines[i].get(),
+                          tokenizers[i].get(),
+                          std::move(chat),
+                          std::move(vision),
+                          {},
+                          flags.device == "cpu"});
         for (size_t r = 0; i < replicas.size() && r < replicas[i].size(); ++r) {
             auto * replica = replicas[i][r].get();
             served.back().sampling_replicas.push_back(

@@ -146,9 +146,10 @@ std::vector<std::string> App::openapi_problems() const {
 
 // One EngineWorker per served model: the one scheduling loop of its engine (scheduler/worker.h).
 void App::add_models(std::vector<ServedModelSpec> models) {
-    // Several models in this process: their steps take turns on one thread, so that one OpenMP pool exists
+    // Several CPU models in this process: their steps take turns on one thread, so that one OpenMP pool exists
     // (scheduler/compute_thread.h). The replicas' workers only wait on other processes and keep their own.
-    auto compute = models.size() > 1 ? std::make_shared<scheduler::ComputeThread>() : nullptr;
+    const auto cpu_models = std::count_if(models.begin(), models.end(), [](const auto & m) { return m.on_cpu; });
+    auto compute = cpu_models > 1 ? std::make_shared<scheduler::ComputeThread>() : nullptr;
     for (auto & spec : models) {
         auto served = std::make_unique<ServedModel>();
         served->name = spec.name;
@@ -160,7 +161,7 @@ void App::add_models(std::vector<ServedModelSpec> models) {
         worker_options.seq_gap_timeout = options_.seq_gap_timeout;
         worker_options.max_sampler_adapters = options_.max_cached_sampler_adapters;
         scheduler::WorkerOptions local_options = worker_options;
-        local_options.compute = compute;
+        local_options.compute = spec.on_cpu ? compute : nullptr;
         served->worker = std::make_unique<scheduler::EngineWorker>(*spec.engine, spec.name, local_options);
         for (size_t r = 0; r < spec.sampling_replicas.size(); ++r) {
             auto replica = std::make_unique<ServedModel::SamplingReplica>();

@@ -54,6 +54,9 @@ struct ServedModelSpec {
         std::function<int64_t()> failures;  // calls that failed to reach it since start
     };
     std::vector<Replica> sampling_replicas;
+    // Its engine computes on this machine's CPU: several such models take turns on one compute thread (one
+    // OpenMP pool; scheduler/compute_thread.h). GPU models keep a thread each.
+    bool on_cpu = true;
 };
 
 }  // namespace tinkerd::api

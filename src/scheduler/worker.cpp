@@ -242,15 +242,21 @@ struct EngineWorker::Impl {
                 }
                 plan = plan_locked();
             }
-            const auto t0 = std::chrono::steady_clock::now();
             StepOutcome outcome;
-            if (options.compute) {
-                options.compute->run([&] { outcome = execute(plan); });
-            } else {
+            double busy = 0;  // the step's own time: not the wait for another model's step on a shared thread
+            auto timed_execute = [&] {
+                const auto t0 = std::chrono::steady_clock::now();
                 outcome = execute(plan);
+                busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            };
+            if (options.compute) {
+                options.compute->run(timed_execute);
+            } else {
+                timed_execute();
             }
+            const auto t1 = std::chrono::steady_clock::now();
             update(plan, outcome);
-            meter.note_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            meter.note_step(busy + std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
         }
     }
 

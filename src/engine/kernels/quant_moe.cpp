@@ -76,9 +76,11 @@ Stack stack_of(const torch::Tensor & w) {
 // x quantised for the int8-activation mode (sampling's opt-in), per stack where on: each source row once per
 // weight type (gate and up share theirs), then gathered to the pairs' order when `gather` is given.
 struct Int8Stacks {
-    std::vector<detail::Int8Rows> rows;
+    std::vector<detail::Int8Rows> rows;  // [stacks]: filled for the first stack of each type and width
+    std::vector<size_t> source;          // [stacks]: the entry of rows a stack reads
     std::vector<bool> on;
     detail::Int8Isa isa = detail::Int8Isa::scalar;
+    const detail::Int8Rows & of(size_t stack) const { return rows[source[stack]]; }
 };
 
 // x [rows, in]: the gathered rows themselves (gather null) or the tokens' rows that `gather` [P] indexes.
@@ -86,6 +88,7 @@ Int8Stacks int8_stacks(const std::vector<Stack> & stacks, const float * x, int64
                        const std::vector<int64_t> * gather) {
     Int8Stacks r;
     r.rows.resize(stacks.size());
+    r.source.resize(stacks.size());
     r.on.assign(stacks.size(), false);
     r.isa = detail::int8_isa_for(detail::quant_isa());
     for (size_t s = 0; s < stacks.size(); ++s) {
@@ -97,9 +100,11 @@ Int8Stacks int8_stacks(const std::vector<Stack> & stacks, const float * x, int64
         while (same < s && !(r.on[same] && stacks[same].type == stacks[s].type && stacks[same].in == stacks[s].in)) {
             ++same;
         }
+        r.source[s] = same;  // s itself when no earlier stack matches
         if (same < s) {
-            r.rows[s] = r.rows[same];
-        } else if (gather == nullptr) {
+            continue;
+        }
+        if (gather == nullptr) {
             detail::quantise_rows_int8(stacks[s].type, x, rows, stacks[s].in, r.rows[s]);
         } else {
             detail::Int8Rows tokens;
@@ -136,7 +141,7 @@ void grouped_products(const Groups & g, const std::vector<Stack> & stacks, const
             const uint8_t * w = s.data + g.expert[it.group] * s.out * s.row_bytes;
             float * ys = y[it.stack] + r0 * s.out;
             if (int8.on[it.stack]) {
-                detail::int8_forward_rows(s.type, detail::int8_view(int8.rows[it.stack], r0, n), w, s.row_bytes, it.o0,
+                detail::int8_forward_rows(s.type, detail::int8_view(int8.of(it.stack), r0, n), w, s.row_bytes, it.o0,
                                           it.o1, ys, s.out, int8.isa);
             } else {
                 detail::quant_forward_rows(s.type, x + r0 * s.in, n, s.in, w, s.row_bytes, it.o0, it.o1, ys, s.out,

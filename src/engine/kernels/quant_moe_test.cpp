@@ -105,9 +105,11 @@ TEST(QuantMoe, Int8ActivationsGroupedEqualPerExpert) {
     const GgmlType int8_types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_1};
     const int n = sizeof(int8_types) / sizeof(int8_types[0]);
     const Int8ActivationsScope int8(true);
-    for (int i = 0; i < n; ++i) {
-        // gate and up of one type (their quantised rows shared), down of another
-        const torch::Tensor g = random_blocks(int8_types[i], E, F, C), u = random_blocks(int8_types[i], E, F, C);
+    for (int i = 0; i < 2 * n; ++i) {
+        // gate and up of one type (their quantised rows shared), then of two types (each quantises and gathers
+        // its own); down of another
+        const GgmlType up_type = i < n ? int8_types[i % n] : int8_types[(i + 2) % n];
+        const torch::Tensor g = random_blocks(int8_types[i % n], E, F, C), u = random_blocks(up_type, E, F, C);
         const torch::Tensor d = random_blocks(int8_types[(i + 1) % n], E, C, F);
         for (const auto & [T, k] : {std::pair{1, 4}, std::pair{5, 3}}) {
             const torch::Tensor x = torch::randn({T, C});
@@ -115,8 +117,9 @@ TEST(QuantMoe, Int8ActivationsGroupedEqualPerExpert) {
                 torch::rand({T, E}).argsort(/*dim=*/int64_t{1}, /*descending=*/false).narrow(1, 0, k).contiguous();
             const torch::Tensor weights = torch::rand({T, k});
             const torch::Tensor got = quantised_moe_forward(x, g, u, d, experts, weights);
-            const std::string what = std::string(gguf::ggml_type_name(static_cast<uint32_t>(int8_types[i]))) +
-                                     " T=" + std::to_string(T) + " k=" + std::to_string(k);
+            const std::string what = std::string(gguf::ggml_type_name(static_cast<uint32_t>(int8_types[i % n]))) + "/" +
+                                     gguf::ggml_type_name(static_cast<uint32_t>(up_type)) + " T=" + std::to_string(T) +
+                                     " k=" + std::to_string(k);
             ASSERT_TRUE(torch::equal(got, per_expert(x, g, u, d, experts, weights))) << what;
             // and the int8 path was taken: it differs from the exact products
             const Int8ActivationsScope exact_scope(false);
