@@ -5,7 +5,8 @@
 # bf16 HF dirs for tinkerd/PyTorch and bf16/f32 GGUFs for llama.cpp), runs the engine's training
 # benchmark and the plain PyTorch (HF+PEFT-style) baseline on the same models and batches, and prints one
 # comparison table (bench/report.py); then the sampling benchmark of tinkerd, plain PyTorch and llama.cpp
-# on the same weights in this run, and its table (bench/sample_report.py). Raw JSON lines:
+# on the same weights in this run, and its table (bench/sample_report.py); the server's streamed decode against
+# the engine alone (bench/openai_stream_bench.py). Raw JSON lines:
 # BUILD/bench/results.jsonl and BUILD/bench/sample_results.jsonl.
 # Opt-in parts (env vars, off by default): BENCH_MOE=1 (Qwen3-MoE, 2 layers), BENCH_QWEN35=1 (Qwen3.5, 4 layers),
 # BENCH_HEADLINE=1 (the QLoRA headline, bench/qlora_headline.py: a Qwen3-30B-A3B-shaped all-Q4_K GGUF, ~18 GB
@@ -74,6 +75,11 @@ echo "bench: Tinker API round trip and 1,000 held retrieve_future polls (tests/e
 
 echo "bench: OpenAI /v1/completions, 1/16/64 concurrent clients (stories260K, 8 tokens each)" >&2
 "$PYTHON" bench/openai_load.py "$BUILD" --seconds "${BENCH_OPENAI_SECONDS:-10}"
+
+# The server's own decode against the engine alone (sample_bench) on the same weights: the in-process benchmarks
+# above cannot see the server's threads (the OpenMP pools that halved its decode: docs/benchmarks.md).
+echo "bench: streamed /v1/completions vs the engine alone, SmolLM2-135M bf16 (bench/openai_stream_bench.py)" >&2
+"$PYTHON" bench/openai_stream_bench.py "$BUILD" --models "$MODELS" --weights bf16 --max-tokens 128 --concurrency 1,16
 
 # Qwen3-MoE (issue 12): a Qwen3-30B-A3B-shaped model cut to 2 layers, bf16 (~3.7 GB written once, ~10 min per
 # run on 2 cores), tinkerd vs transformers eager and grouped_mm in the same run. Opt in with BENCH_MOE=1.
