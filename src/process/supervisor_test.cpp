@@ -31,14 +31,24 @@ ChildSpec shell(const std::string & script) {
     return {"child", [script](int) { return std::vector<std::string>{"sh", "-c", script}; }, nullptr};
 }
 
-// Polls `done` every 5 ms for up to 10 s.
+// Polls `done` every 5 ms for up to 10 s; true as soon as one call says so (not asked again, since a
+// state seen once, such as a restarted pid, may already have moved on).
 template <typename F>
 bool eventually(F done) {
     const auto deadline = Clock::now() + 10s;
-    while (!done() && Clock::now() < deadline) {
+    while (Clock::now() < deadline) {
+        if (done()) {
+            return true;
+        }
         std::this_thread::sleep_for(5ms);
     }
     return done();
+}
+
+// A restarted child's pid: neither 0 (reaped, not yet restarted) nor the killed one. Takes one reading of
+// pids(): reading it twice could see the old pid, then 0, and pass before the restart.
+bool is_new_pid(pid_t now, pid_t killed) {
+    return now != 0 && now != killed;
 }
 
 // Running (a zombie, killed but not yet reaped, is not).
@@ -78,7 +88,7 @@ TEST(Supervisor, KilledChildComesBackAsTheNextGeneration) {
     const std::vector<pid_t> first = s.pids();
     ASSERT_TRUE(alive(first[0]) && alive(first[1]));
     kill(first[0], SIGKILL);
-    ASSERT_TRUE(eventually([&] { return s.pids()[0] != 0 && s.pids()[0] != first[0]; }));
+    ASSERT_TRUE(eventually([&] { return is_new_pid(s.pids()[0], first[0]); }));
     EXPECT_EQ(s.generation(0), 1);
     EXPECT_EQ(s.pids()[1], first[1]) << "only the dead child is restarted";
     EXPECT_EQ(s.generation(1), 0);
@@ -182,7 +192,7 @@ TEST(Supervisor, RestartedChildrenLiveUntilReap) {
     s.supervise();
     const pid_t first = s.pids()[0];
     kill(first, SIGKILL);
-    ASSERT_TRUE(eventually([&] { return s.pids()[0] != 0 && s.pids()[0] != first; }));
+    ASSERT_TRUE(eventually([&] { return is_new_pid(s.pids()[0], first); }));
     const pid_t restarted = s.pids()[0];
     s.stop_restarting();
     std::this_thread::sleep_for(200ms);
