@@ -85,18 +85,32 @@ double row_dot3(const T * a, const T * b, const T * c, int64_t n) {
     return sum;
 }
 
+}  // namespace
+
+// One row of RMSNorm (not inlined: the fused ops and the decode layers run this one copy, so they agree bit
+// for bit); returns rstd.
+template <typename T>
+__attribute__((noinline)) T rms_norm_row(const T * x, const T * w, T * y, int64_t c, double eps) {
+    const double sum = row_dot(x, x, c);
+    const T s = static_cast<T>(1.0 / std::sqrt(sum / static_cast<double>(c) + eps));
+    for (int64_t i = 0; i < c; ++i) {
+        y[i] = (x[i] * s) * w[i];
+    }
+    return s;
+}
+
+float rms_norm_row_f32(const float * x, const float * w, float * y, int64_t c, double eps) {
+    return rms_norm_row<float>(x, w, y, c, eps);
+}
+
+namespace {
+
 // ---- RMSNorm: rows [N, C]; rstd [N] kept for the backward.
 template <typename T>
 void rms_norm_rows(const T * x, const T * w, T * y, T * rstd, int64_t n, int64_t c, double eps) {
     at::parallel_for(0, n, grain(c), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
-            const T * xr = x + r * c;
-            const double sum = row_dot(xr, xr, c);
-            const T s = static_cast<T>(1.0 / std::sqrt(sum / static_cast<double>(c) + eps));
-            rstd[r] = s;
-            for (int64_t i = 0; i < c; ++i) {
-                y[r * c + i] = (xr[i] * s) * w[i];
-            }
+            rstd[r] = rms_norm_row<T>(x + r * c, w, y + r * c, c, eps);
         }
     });
 }
@@ -157,25 +171,38 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     }
 };
 
+}  // namespace
+
+// One token's heads x, y [heads, D] rotated by c, s [D] (not inlined, as rms_norm_row).
+template <typename T>
+__attribute__((noinline)) void rope_token(const T * x, const T * c, const T * s, T * y, int64_t heads, int64_t d,
+                                          bool inverse) {
+    const int64_t half = d / 2;
+    for (int64_t h = 0; h < heads; ++h) {
+        const T * xr = x + h * d;
+        T * yr = y + h * d;
+        for (int64_t i = 0; i < half; ++i) {
+            const T si = inverse ? -s[i] : s[i];
+            yr[i] = xr[i] * c[i] - xr[i + half] * si;
+            yr[i + half] = xr[i + half] * c[i] + xr[i] * si;
+        }
+    }
+}
+
+void rope_token_f32(const float * x, const float * cos, const float * sin, float * y, int64_t heads, int64_t d) {
+    rope_token<float>(x, cos, sin, y, heads, d, false);
+}
+
+namespace {
+
 // ---- RoPE: y₁ = x₁c − x₂s, y₂ = x₂c + x₁s (c, s: the first half of cos, sin); the backward is the same
 // rotation with −s. x [T, Hh, D], cos/sin [T, 1, D].
 template <typename T>
 void rope_rows(const T * x, const T * cos, const T * sin, T * y, int64_t t_rows, int64_t heads, int64_t d,
                bool inverse) {
-    const int64_t half = d / 2;
     at::parallel_for(0, t_rows, grain(heads * d), [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
-            const T * c = cos + t * d;
-            const T * s = sin + t * d;
-            for (int64_t h = 0; h < heads; ++h) {
-                const T * xr = x + (t * heads + h) * d;
-                T * yr = y + (t * heads + h) * d;
-                for (int64_t i = 0; i < half; ++i) {
-                    const T si = inverse ? -s[i] : s[i];
-                    yr[i] = xr[i] * c[i] - xr[i + half] * si;
-                    yr[i + half] = xr[i + half] * c[i] + xr[i] * si;
-                }
-            }
+            rope_token<T>(x + t * heads * d, cos + t * d, sin + t * d, y + t * heads * d, heads, d, inverse);
         }
     });
 }

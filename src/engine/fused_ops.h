@@ -20,4 +20,11 @@ torch::Tensor rope_reference(const torch::Tensor & x, const torch::Tensor & cos,
 torch::Tensor fused_swiglu(const torch::Tensor & gate, const torch::Tensor & up);
 torch::Tensor swiglu_reference(const torch::Tensor & gate, const torch::Tensor & up);
 
+// The per-row loops behind fused_rms_norm and fused_rope on raw fp32 rows, for code that runs its own parallel
+// region (decode_layers.h): one compiled copy each, shared with the fused ops, so both compute the same bits.
+// y [C] = x [C] · rsqrt(mean(x²) + eps) · w [C]; returns the rsqrt factor.
+float rms_norm_row_f32(const float * x, const float * w, float * y, int64_t c, double eps);
+// One token's heads x, y [heads, D] rotated by its cos, sin [D] (halves convention, as fused_rope).
+void rope_token_f32(const float * x, const float * cos, const float * sin, float * y, int64_t heads, int64_t d);
+
 }  // namespace tinkerd::engine

@@ -43,6 +43,10 @@ class SequenceCache {
     // Keys / values of layer for positions [0, n) as views [KV, n, D].
     torch::Tensor keys(int64_t layer, int64_t n) const { return k_[layer].narrow(1, 0, n); }
     torch::Tensor values(int64_t layer, int64_t n) const { return v_[layer].narrow(1, 0, n); }
+    // The layer's whole K / V slab [KV, capacity, D] (undefined for a linear-attention layer): decode_layers.h
+    // writes and reads it in place.
+    const torch::Tensor & key_slab(int64_t layer) const { return k_[layer]; }
+    const torch::Tensor & value_slab(int64_t layer) const { return v_[layer]; }
     // A linear-attention layer's state after length() tokens (zeros before the first), updated in place:
     // conv inputs [Cc, K-1] (oldest first) and delta-rule state [HV, Dk, Dv].
     torch::Tensor & conv_state(int64_t layer) { return conv_[layer]; }

@@ -247,7 +247,8 @@ torch::Tensor Transformer::hidden_states_cached(const CachedBatch & batch) {
     VisionFeatures features;
     torch::Tensor x = input_embeddings(batch.tokens, images, features);  // [T, C]
     const CachedMixerContext ctx{batch.segments, batch.lengths, batch.caches, attention, cos, sin};
-    for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    const bool fused = run_fused_decode(batch, cos, sin, x);  // every layer in one parallel region, or none
+    for (int64_t layer = fused ? config_.n_layers : 0; layer < config_.n_layers; ++layer) {
         const LayerWeights & w = weights_.layers[layer];
         torch::Tensor h = rms_norm(x, w.input_norm, config_.rms_norm_eps);  // [T, C]
         x = layer_output(layer, x, family_->cached_token_mixer(w, config_, h, ctx, layer), batch.segments);

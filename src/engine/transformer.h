@@ -106,6 +106,10 @@ class Transformer {
     // The rope tables of a cached forward's rows (mrope where a sequence holds images or its cache an offset)
     // and its image rows; sets the caches' position offsets after an image prefill.
     std::pair<torch::Tensor, torch::Tensor> cached_rope(const CachedBatch & batch, BatchImages & images);
+    // A decode step's layers through run_decode_layers (decode_layers.h) when it applies (transformer_decode.cpp):
+    // x [B, C] the embeddings, cos / sin [B, 1, D]; returns false, x untouched, when it does not apply.
+    bool run_fused_decode(const CachedBatch & batch, const torch::Tensor & cos, const torch::Tensor & sin,
+                          torch::Tensor & x) const;
 
     model::ModelConfig config_;
     std::unique_ptr<DecoderFamily> family_;

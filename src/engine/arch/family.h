@@ -68,6 +68,9 @@ class DecoderFamily {
                                                   const torch::Tensor & h, const std::vector<RowSegment> & segments,
                                                   const torch::Tensor & cos, const torch::Tensor & sin,
                                                   int64_t layer) const;
+    // Whether run_decode_layers (decode_layers.h) computes this family's layers in a decode step: the default
+    // attention mixer (prepare_qk none, or Qwen3's per-head RMSNorm) and the dense SwiGLU MLP. Default: no.
+    virtual bool runs_decode_layers() const { return false; }
     // Added to every RMSNorm weight when loading (Qwen3.5 multiplies by 1 + weight). Default: 0.
     virtual double norm_weight_offset() const { return 0.0; }
     // The feed-forward block on x [T, C] -> [T, C]: moe_forward on a sparse layer, else the dense SwiGLU

@@ -143,6 +143,7 @@ namespace {
 class LlamaFamily final : public DecoderFamily {
   public:
     const char * name() const override { return "llama"; }
+    bool runs_decode_layers() const override { return true; }
 };
 }  // namespace
 

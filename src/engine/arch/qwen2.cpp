@@ -8,6 +8,7 @@ namespace {
 class Qwen2Family final : public DecoderFamily {
   public:
     const char * name() const override { return "qwen2"; }
+    bool runs_decode_layers() const override { return true; }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@ namespace tinkerd::engine {
 class Qwen3Family : public DecoderFamily {
   public:
     const char * name() const override { return "qwen3"; }
+    bool runs_decode_layers() const override { return true; }
     Result<LayerWeights> load_layer(const WeightLoader & loader, const model::ModelConfig & c,
                                     int64_t layer) const override;
     void prepare_qk(const LayerWeights & w, const model::ModelConfig & c, torch::Tensor & q,

@@ -78,6 +78,7 @@ Result<void> load_linear_attention(const WeightLoader & loader, const model::Mod
 class Qwen35Family final : public Qwen3Family {
   public:
     const char * name() const override { return "qwen3_5"; }
+    bool runs_decode_layers() const override { return false; }
     double norm_weight_offset() const override { return 1.0; }
 
     Result<LayerWeights> load_layer(const WeightLoader & loader, const model::ModelConfig & c,

@@ -10,6 +10,7 @@ namespace {
 class Qwen3MoeFamily final : public Qwen3Family {
   public:
     const char * name() const override { return "qwen3_moe"; }
+    bool runs_decode_layers() const override { return false; }
 };
 
 }  // namespace

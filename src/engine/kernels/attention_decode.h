@@ -19,4 +19,11 @@ torch::Tensor attention_decode(const torch::Tensor & q, const std::vector<torch:
 bool attention_decode_applies(const torch::Tensor & q, const std::vector<torch::Tensor> & keys,
                               const std::vector<torch::Tensor> & values);
 
+namespace detail {
+// One (sequence, kv head) of attention_decode: q, out [G, D] (the G query heads sharing the kv head); k, v [L, D]
+// rows; scores [G, L] scratch; scale 1/√D as a float.
+void attend_kv_head(const float * q, const float * k, const float * v, int64_t L, int64_t G, int64_t D, float scale,
+                    float * scores, float * out);
+}  // namespace detail
+
 }  // namespace tinkerd::engine::kernels

@@ -452,4 +452,30 @@ torch::Tensor base_linear(const torch::Tensor & x, const torch::Tensor & w) {
     return BaseLinearFunction::apply(x, w);
 }
 
+RowRangeProduct row_range_product(int64_t T, const torch::Tensor & w) {
+    RowRangeProduct p;
+    const torch::Tensor x = torch::empty({T, w.dim() == 2 ? w.size(1) : 0});  // [T, in]: product()'s tests read x's
+    if (T <= 0 || w.dim() != 2 || is_quantised(w) || !kernel_applies(x, w, FORWARD.w_dim) || split_applies(x, w) ||
+        brgemm_applies(x, w, FORWARD.w_dim) || T >= blas_min_rows()) {
+        return p;  // matmul_weight takes another path
+    }
+    if (dot_applies(x, w, FORWARD)) {
+        p.kind = RowRangeProduct::Kind::bf16_dot;
+        return p;
+    }
+    p.kind = RowRangeProduct::Kind::fp32_rows;
+    p.rounds_inputs = rounds_inputs(x, w);
+    p.fp32_rows_ = kernel_isa() == KernelIsa::avx512 ? detail::forward_rows_avx512 : detail::forward_rows_avx2;
+    return p;
+}
+
+void RowRangeProduct::run(const uint16_t * x16, const float * x32, int64_t T, int64_t in, const uint16_t * w,
+                          int64_t o0, int64_t o1, float * y, int64_t ldy) const {
+    if (kind == Kind::bf16_dot) {
+        detail::forward_rows_bf16_dot(x16, T, in, w, o0, o1, y, ldy);
+    } else if (kind == Kind::fp32_rows) {
+        fp32_rows_(x32, T, in, w, o0, o1, y, ldy);
+    }
+}
+
 }  // namespace tinkerd::engine::kernels

@@ -1,0 +1,180 @@
+// run_decode_layers (decode_layers.h) against the torch path it replaces, on tiny wide bf16 llama, qwen3 (q/k
+// norms) and qwen2 (biases) models: after prefills of different lengths, three decode steps of B sequences
+// must give bit-identical hidden states and K/V cache rows with the fused path on and off, under each few-row
+// product kernel (exact fp32 inputs, bf16-rounded inputs, the bf16 dot products where the CPU has them) and with
+// enough rows that the SiLU's sigmoid is split as torch splits it. Bit equality holds on any CPU: both paths run
+// the same per-element code. Also: the fused path is really taken (not under the generic cap: no few-row kernels), and
+// not for a batch with a prompt row.
+#include "engine/decode_layers.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/kernels/matmul.h"
+#include "engine/transformer.h"
+#include "sample_test_helpers.h"
+#include "test_models.h"
+
+namespace tinkerd::testing {
+namespace {
+
+using engine::CachedBatch;
+using engine::SequenceCache;
+using engine::Transformer;
+namespace kernels = engine::kernels;
+
+struct KernelSetting {
+    const char * name;
+    kernels::MatmulInputs inputs;
+    bool bf16_dot;
+};
+
+const KernelSetting SETTINGS[] = {
+    {"fp32 inputs", kernels::MatmulInputs::fp32, false},
+    {"bf16 inputs", kernels::MatmulInputs::bf16, false},
+    {"bf16 dot products", kernels::MatmulInputs::bf16, true},
+};
+
+// Restores the process-wide product and decode settings a test changes.
+struct SettingsGuard {
+    kernels::MatmulInputs inputs = kernels::matmul_inputs();
+    bool dot = kernels::bf16_dot_enabled();
+    int64_t blas_rows = kernels::blas_min_rows();
+    ~SettingsGuard() {
+        kernels::set_matmul_inputs(inputs);
+        kernels::set_bf16_dot_enabled(dot);
+        kernels::set_blas_min_rows(blas_rows);
+        engine::set_decode_layers_enabled(true);
+    }
+};
+
+std::unique_ptr<Transformer> load_wide(TinyFamily family, const ScopedTempDir & dir) {
+    write_model_dir(dir.path(), tiny_config_json(family, true),
+                    tiny_model_tensors(family, model::DType::BF16, 7, true));
+    auto t = Transformer::load(dir.path(), std::nullopt, torch::kCPU);
+    if (!t.ok()) {
+        throw std::runtime_error(t.error().message);
+    }
+    return std::move(t).value();
+}
+
+// One cached forward of `lengths[s]` new tokens per cache; returns the hidden states [T, C].
+torch::Tensor forward(Transformer & t, std::vector<SequenceCache> & caches, const std::vector<int64_t> & lengths,
+                      uint64_t seed) {
+    CachedBatch batch;
+    std::vector<int64_t> tokens;
+    for (size_t s = 0; s < caches.size(); ++s) {
+        const auto part = random_tokens(lengths[s], seed + s, t.config().vocab_size);
+        tokens.insert(tokens.end(), part.begin(), part.end());
+        batch.lengths.push_back(lengths[s]);
+        batch.caches.push_back(&caches[s]);
+    }
+    batch.tokens = torch::tensor(tokens, torch::kInt64);
+    batch.segments = {{0, static_cast<int64_t>(tokens.size()), nullptr}};
+    return t.hidden_states_cached(batch);
+}
+
+// B sequences prefilled with 1 + (3·s mod 11) tokens each.
+std::vector<SequenceCache> prefilled(Transformer & t, int64_t B) {
+    std::vector<SequenceCache> caches;
+    std::vector<int64_t> lengths;
+    for (int64_t s = 0; s < B; ++s) {
+        caches.push_back(t.make_cache());
+        lengths.push_back(1 + (3 * s) % 11);
+    }
+    forward(t, caches, lengths, 100);
+    return caches;
+}
+
+// Every attention layer's cached K and V of two caches of equal length, bitwise.
+void expect_same_caches(const Transformer & t, const std::vector<SequenceCache> & a,
+                        const std::vector<SequenceCache> & b) {
+    for (size_t s = 0; s < a.size(); ++s) {
+        ASSERT_EQ(a[s].length(), b[s].length());
+        for (int64_t layer = 0; layer < t.config().n_layers; ++layer) {
+            EXPECT_TRUE(torch::equal(a[s].keys(layer, a[s].length()), b[s].keys(layer, b[s].length())))
+                << "sequence " << s << " layer " << layer << " keys";
+            EXPECT_TRUE(torch::equal(a[s].values(layer, a[s].length()), b[s].values(layer, b[s].length())))
+                << "sequence " << s << " layer " << layer << " values";
+        }
+    }
+}
+
+// Three decode steps of B sequences with the fused path and without: the same bits, and the path taken (except
+// under the generic cap, which has no few-row kernels for it).
+void expect_fused_equals_torch(Transformer & t, int64_t B) {
+    const int64_t taken = kernels::kernel_isa() == kernels::KernelIsa::generic ? 0 : 1;
+    std::vector<SequenceCache> fused = prefilled(t, B), plain;
+    for (const SequenceCache & c : fused) {
+        plain.push_back(c.fork());
+    }
+    const std::vector<int64_t> ones(static_cast<size_t>(B), 1);
+    for (int step = 0; step < 3; ++step) {
+        engine::set_decode_layers_enabled(true);
+        const int64_t runs = engine::decode_layers_runs();
+        const torch::Tensor h_fused = forward(t, fused, ones, 200 + step);  // [B, C]
+        EXPECT_EQ(engine::decode_layers_runs(), runs + taken) << "the fused path was not taken";
+        engine::set_decode_layers_enabled(false);
+        const torch::Tensor h_plain = forward(t, plain, ones, 200 + step);
+        EXPECT_EQ(engine::decode_layers_runs(), runs + taken);
+        ASSERT_EQ(h_fused.sizes(), h_plain.sizes());
+        EXPECT_TRUE(torch::equal(h_fused, h_plain))
+            << "step " << step << ": max |diff| " << (h_fused - h_plain).abs().max().item<double>();
+    }
+    expect_same_caches(t, fused, plain);
+}
+
+class DecodeLayersTest : public ::testing::TestWithParam<TinyFamily> {};
+
+TEST_P(DecodeLayersTest, BitIdenticalToTheTorchPathUnderEveryFewRowKernel) {
+    SettingsGuard guard;
+    ScopedTempDir dir;
+    auto t = load_wide(GetParam(), dir);
+    for (const KernelSetting & k : SETTINGS) {
+        if (k.bf16_dot && !kernels::bf16_dot_available()) {
+            std::cout << "[ NOTE ] " << k.name << ": not on this CPU (or capped), not run\n";
+            continue;
+        }
+        SCOPED_TRACE(k.name);
+        kernels::set_matmul_inputs(k.inputs);
+        kernels::set_bf16_dot_enabled(k.bf16_dot);
+        for (int64_t B : {1, 5}) {
+            SCOPED_TRACE("B = " + std::to_string(B));
+            expect_fused_equals_torch(*t, B);
+        }
+    }
+}
+
+// 130 rows x F 256 = 33280 SiLU elements, past torch's grain of 32768: the sigmoid's split follows torch's.
+TEST_P(DecodeLayersTest, BitIdenticalWhenTheSigmoidIsSplitAsTorchSplitsIt) {
+    SettingsGuard guard;
+    kernels::set_blas_min_rows(1000);  // so that 130 rows still take the few-row kernels
+    ScopedTempDir dir;
+    auto t = load_wide(GetParam(), dir);
+    ASSERT_GE(130 * t->config().intermediate_size, 32768);
+    expect_fused_equals_torch(*t, 130);
+}
+
+TEST_P(DecodeLayersTest, APromptRowKeepsTheTorchPath) {
+    if (kernels::kernel_isa() == kernels::KernelIsa::generic) {
+        GTEST_SKIP() << "no few-row kernels under the generic cap: the fused path never applies";
+    }
+    SettingsGuard guard;
+    ScopedTempDir dir;
+    auto t = load_wide(GetParam(), dir);
+    std::vector<SequenceCache> caches = prefilled(*t, 2);
+    const int64_t runs = engine::decode_layers_runs();
+    forward(*t, caches, {1, 2}, 300);  // the second sequence adds two tokens
+    EXPECT_EQ(engine::decode_layers_runs(), runs);
+    forward(*t, caches, {1, 1}, 301);
+    EXPECT_EQ(engine::decode_layers_runs(), runs + 1);
+}
+
+std::string family_name(const ::testing::TestParamInfo<TinyFamily> & info) {
+    return info.param == TinyFamily::LLAMA ? "llama" : info.param == TinyFamily::QWEN3 ? "qwen3" : "qwen2";
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DecodeLayersTest,
+                         ::testing::Values(TinyFamily::LLAMA, TinyFamily::QWEN3, TinyFamily::QWEN2), family_name);
+
+}  // namespace
+}  // namespace tinkerd::testing
