@@ -157,6 +157,7 @@ TEST(Supervisor, FailedRestartIsKilledAndTriedAgain) {
     ChildSupervisor s("/bin/sh", quick_policy());
     ASSERT_TRUE(s.start({spec}).ok());
     s.supervise();
+    ASSERT_GT(s.pids()[0], 0);  // kill(0) would signal the whole process group
     kill(s.pids()[0], SIGKILL);
     ASSERT_TRUE(eventually([&] { return calls.load() >= 2 && s.pids()[0] != 0; }));
     EXPECT_EQ(s.generation(0), 2);
@@ -179,6 +180,7 @@ TEST(Supervisor, StopRestartingWaitsForARestartUnderWay) {
     ChildSupervisor s("/bin/sh", quick_policy());
     ASSERT_TRUE(s.start({spec}).ok());
     s.supervise();
+    ASSERT_GT(s.pids()[0], 0);  // kill(0) would signal the whole process group
     kill(s.pids()[0], SIGKILL);
     ASSERT_TRUE(eventually([&] { return in_hook.load(); }));
     s.stop_restarting();
@@ -191,9 +193,11 @@ TEST(Supervisor, RestartedChildrenLiveUntilReap) {
     ASSERT_TRUE(s.start({shell("exec sleep 30")}).ok());
     s.supervise();
     const pid_t first = s.pids()[0];
+    ASSERT_GT(first, 0);
     kill(first, SIGKILL);
     ASSERT_TRUE(eventually([&] { return is_new_pid(s.pids()[0], first); }));
     const pid_t restarted = s.pids()[0];
+    ASSERT_GT(restarted, 0);
     s.stop_restarting();
     std::this_thread::sleep_for(200ms);
     EXPECT_TRUE(alive(restarted)) << "a child forked by the supervisor's thread outlived stop_restarting";
