@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_batches.h"
+#include "engine/decode_layers.h"
 #include "engine/engine.h"
 #include "foreign_cpu.h"
 #include "read_bandwidth.h"
@@ -32,7 +33,8 @@ struct Options {
     size_t bw_mib = 1024;
     double lora_bytes = 4;  // bytes per LoRA parameter as the engine stores them (fp32 in both modes)
     std::vector<int64_t> batches = {1, 8, 32}, prefill = {256, 512};
-    std::vector<std::string> kinds = {"base", "adapter", "mixed8"};
+    // base-unfused: the base model with the decode layers' parallel region off (decode_layers.h): the torch path
+    std::vector<std::string> kinds = {"base", "base-unfused", "adapter", "mixed8"};
 };
 
 struct Run {
@@ -275,7 +277,7 @@ std::vector<std::vector<SampleRequest>> decode_variants(Context & ctx, int64_t b
 // Decode tok/s = tokens after the first / (t_T - t_1), against batch x (bandwidth / bytes per step).
 void decode_case(Context & ctx, const std::string & kind, int64_t batch, const std::vector<AdapterId> & adapters) {
     const Options & o = ctx.options;
-    const int64_t distinct = kind == "base" ? 0 : std::min<int64_t>(batch, adapters.size());
+    const int64_t distinct = kind.rfind("base", 0) == 0 ? 0 : std::min<int64_t>(batch, adapters.size());
     const Measured m = quiet_timed(ctx, decode_variants(ctx, batch, adapters));
     const Run &full = m.runs[0], &one = m.runs[1];
     const double step_bytes = ctx.weight_bytes + distinct * ctx.adapter_bytes;
@@ -364,15 +366,18 @@ void decode_cases(Context & ctx) {
     for (uint64_t i = 0; i < n_adapters; ++i) {
         mixed.push_back(random_adapter(*ctx.engine, 100 + i));
     }
-    for (const std::string & kind : kinds) {
-        for (int64_t batch : ctx.options.batches) {
+    for (int64_t batch : ctx.options.batches) {  // a batch's kinds back to back, so that they compare
+        for (const std::string & kind : kinds) {
             if (kind == "mixed8" && batch == 1) {
                 continue;  // one row cannot mix adapters
             }
-            const std::vector<AdapterId> adapters = kind == "base" ? std::vector<AdapterId>{tinkerd::engine::BASE_MODEL}
+            const bool base = kind == "base" || kind == "base-unfused";
+            const std::vector<AdapterId> adapters = base ? std::vector<AdapterId>{tinkerd::engine::BASE_MODEL}
                                                     : kind == "adapter" ? std::vector<AdapterId>{mixed.at(0)}
                                                                         : mixed;
+            tinkerd::engine::set_decode_layers_enabled(kind != "base-unfused");
             decode_case(ctx, kind, batch, adapters);
+            tinkerd::engine::set_decode_layers_enabled(true);
         }
     }
 }
@@ -381,12 +386,13 @@ void decode_cases(Context & ctx) {
 
 int main(int argc, char ** argv) {
     if (argc < 3) {
-        std::fprintf(stderr,
-                     "usage: sample_bench MODEL_DIR auto|fp32|bf16 [--max-tokens 128] [--prompt 32] [--repeats 3]\n"
-                     "       [--batches 1,8,32] [--kinds base,adapter,mixed8] [--prefill 256,512] [--threads N]\n"
-                     "       [--bw-mib 1024] [--lora-bytes 4] [--max-foreign 5] [--retries 1]\n"
-                     "  --prefill 0 / --batches 0 skip that part; a measurement during which other processes used\n"
-                     "  more than --max-foreign %% of the cores is retried (after waiting up to 60 s for quiet)\n");
+        std::fprintf(
+            stderr,
+            "usage: sample_bench MODEL_DIR auto|fp32|bf16 [--max-tokens 128] [--prompt 32] [--repeats 3]\n"
+            "       [--batches 1,8,32] [--kinds base,base-unfused,adapter,mixed8] [--prefill 256,512] [--threads N]\n"
+            "       [--bw-mib 1024] [--lora-bytes 4] [--max-foreign 5] [--retries 1]\n"
+            "  --prefill 0 / --batches 0 skip that part; a measurement during which other processes used\n"
+            "  more than --max-foreign %% of the cores is retried (after waiting up to 60 s for quiet)\n");
         return 2;
     }
     Context ctx;

@@ -6,7 +6,7 @@
 import json
 import sys
 
-KIND_ORDER = {"base": 0, "adapter": 1, "mixed8": 2}
+KIND_ORDER = {"base": 0, "base-unfused": 1, "adapter": 2, "mixed8": 3}
 
 
 def load(path):
@@ -31,7 +31,7 @@ def index(rows, impl):
     """(dtype, kind, batch or prompt length) -> last row of that impl."""
     out = {}
     for r in rows:
-        if r.get("impl") != impl or r["kind"] not in ("base", "adapter", "mixed8", "prefill"):
+        if r.get("impl") != impl or r["kind"] not in ("base", "base-unfused", "adapter", "mixed8", "prefill"):
             continue
         key = r["prompt_tokens"] if r["kind"] == "prefill" else r["batch"]
         out[(r["dtype"], r["kind"], key)] = r
@@ -45,8 +45,9 @@ def decode_table(ours, torch_rows, llama_rows):
     keys = sorted((k for k in ours if k[1] != "prefill"), key=lambda k: (k[0], KIND_ORDER.get(k[1], 9), k[2]))
     for dtype, kind, batch in keys:
         r = ours[(dtype, kind, batch)]
-        base_torch = torch_rows.get((dtype, "base", batch)) if kind == "base" else None
-        llama_row = llama_rows.get((dtype, kind, batch)) if kind == "base" else None
+        base_kind = kind.startswith("base")  # base-unfused: the same model with the decode layers' region off
+        base_torch = torch_rows.get((dtype, "base", batch)) if base_kind else None
+        llama_row = llama_rows.get((dtype, "base", batch)) if base_kind else None
         llama = llama_row and llama_row["tokens_per_s"]
         ratio = None
         single = ours.get((dtype, "adapter", batch))
