@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <omp.h>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -181,20 +182,31 @@ std::pair<int64_t, int64_t> sigmoid_share(int64_t n, int tid, int team) {
     return {std::min(n, groups * tid / team * kSigmoidAlign), std::min(n, groups * (tid + 1) / team * kSigmoidAlign)};
 }
 
-void swiglu_share(Step & st, int tid, int team) {
-    const int64_t n = st.B * st.s.F;
-    const auto [e0, e1] = sigmoid_share(n, tid, team);
-    if (e0 >= e1) {
+// One thread's range [e0, e1) of the B·F SiLU·up elements (sigmoid_share) and its views of gate and sig, made
+// once per step: per layer only the sigmoid op itself runs (a view and a narrow cost as much again).
+struct SwigluRange {
+    SwigluRange(Step & st, int tid, int team) {
+        std::tie(e0, e1) = sigmoid_share(st.B * st.s.F, tid, team);
+        if (e0 < e1) {
+            gate = st.gate.view({-1}).narrow(0, e0, e1 - e0);  // [e1 - e0], contiguous
+            sig = st.sig.view({-1}).narrow(0, e0, e1 - e0);
+        }
+    }
+    int64_t e0 = 0, e1 = 0;
+    torch::Tensor gate, sig;
+};
+
+void swiglu_share(Step & st, SwigluRange & r) {
+    if (r.e0 >= r.e1) {
         return;
     }
-    torch::Tensor sig = st.sig.view({-1}).narrow(0, e0, e1 - e0);  // [e1 - e0], contiguous
-    at::sigmoid_out(sig, st.gate.view({-1}).narrow(0, e0, e1 - e0));
+    at::sigmoid_out(r.sig, r.gate);
     const float *g = host_data<const float>(st.gate, "decode_layers"),
                 *sg = host_data<const float>(st.sig, "decode_layers");
-    for (int64_t i = e0; i < e1; ++i) {
+    for (int64_t i = r.e0; i < r.e1; ++i) {
         st.act[i] = g[i] * sg[i] * st.up[i];
     }
-    round_for(st.p.down, st.act.data() + e0, st.act16.data() + e0, e1 - e0);
+    round_for(st.p.down, st.act.data() + r.e0, st.act16.data() + r.e0, r.e1 - r.e0);
 }
 
 // x[b] += add[b] (when add), then h[b] = RMSNorm(x[b]) · norm, rounded for product p; rows split by thread.
@@ -215,7 +227,8 @@ void residual_norm_rows(Step & st, const float * add, const float * norm, const 
     }
 }
 
-void run_layer(Step & st, const DecodeLayerWeights & w, int64_t layer, const float * pending_down, int tid, int team) {
+void run_layer(Step & st, const DecodeLayerWeights & w, int64_t layer, const float * pending_down, SwigluRange & silu,
+               int tid, int team) {
     const DecodeShape & s = st.s;
     residual_norm_rows(st, pending_down, w.input_norm, st.p.qkv, tid, team);  // the last layer's MLP output first
 #pragma omp barrier
@@ -231,7 +244,7 @@ void run_layer(Step & st, const DecodeLayerWeights & w, int64_t layer, const flo
 #pragma omp barrier
     gate_up_share(st, w, tid, team);
 #pragma omp barrier
-    swiglu_share(st, tid, team);
+    swiglu_share(st, silu);
 #pragma omp barrier
     product_share(st, st.p.down, st.act16.data(), st.act.data(), s.F, w.w_down, s.C, st.down.data(), tid, team);
 #pragma omp barrier
@@ -273,8 +286,10 @@ void run_decode_layers(const DecodeShape & shape, const std::vector<DecodeLayerW
     {
         torch::NoGradGuard no_grad;  // the sigmoid's op on workers, which start with grad mode on
         const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+        SwigluRange silu(st, tid, team);
         for (size_t layer = 0; layer < layers.size(); ++layer) {
-            run_layer(st, layers[layer], static_cast<int64_t>(layer), layer == 0 ? nullptr : st.down.data(), tid, team);
+            run_layer(st, layers[layer], static_cast<int64_t>(layer), layer == 0 ? nullptr : st.down.data(), silu, tid,
+                      team);
         }
         residual_norm_rows(st, st.down.data(), nullptr, products.qkv, tid, team);
     }
