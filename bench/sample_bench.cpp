@@ -356,6 +356,14 @@ void greedy_check(Context & ctx) {
     std::fflush(stdout);
 }
 
+// The decode layers' region on or off for one case, on again afterwards (also when the case throws).
+struct DecodeLayersSetting {
+    explicit DecodeLayersSetting(bool enabled) { tinkerd::engine::set_decode_layers_enabled(enabled); }
+    ~DecodeLayersSetting() { tinkerd::engine::set_decode_layers_enabled(true); }
+    DecodeLayersSetting(const DecodeLayersSetting &) = delete;
+    DecodeLayersSetting & operator=(const DecodeLayersSetting &) = delete;
+};
+
 // Decode for every kind x batch; the 8 random adapters are made only when a kind needs them.
 void decode_cases(Context & ctx) {
     const auto & kinds = ctx.options.kinds;
@@ -375,9 +383,8 @@ void decode_cases(Context & ctx) {
             const std::vector<AdapterId> adapters = base ? std::vector<AdapterId>{tinkerd::engine::BASE_MODEL}
                                                     : kind == "adapter" ? std::vector<AdapterId>{mixed.at(0)}
                                                                         : mixed;
-            tinkerd::engine::set_decode_layers_enabled(kind != "base-unfused");
+            const DecodeLayersSetting fused(kind != "base-unfused");
             decode_case(ctx, kind, batch, adapters);
-            tinkerd::engine::set_decode_layers_enabled(true);
         }
     }
 }

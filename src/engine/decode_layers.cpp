@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <tuple>
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include "engine/fused_ops.h"
@@ -23,9 +24,14 @@ namespace {
 
 using kernels::RowRangeProduct;
 
-constexpr int64_t kRowBlock = 8;        // weight rows per block of a product's split (forward_dot's)
+constexpr int64_t kRowBlock = 8;        // weight rows per block of a product's split (any size gives the same bits)
 constexpr int64_t kSigmoidAlign = 64;   // torch's vectorised loops step 2 vectors (<= 32 floats) from a range start
 constexpr int64_t kTorchGrain = 32768;  // at::internal::GRAIN_SIZE: TensorIterator's split of an elementwise op
+static_assert(kTorchGrain == at::internal::GRAIN_SIZE, "the sigmoid's split follows TensorIterator's grain");
+#if !AT_PARALLEL_OPENMP
+#error \
+    "decode_layers assumes at::parallel_for's OpenMP backend (the torch wheels'): its region and torch's are one pool"
+#endif
 
 // fp32 -> bf16 bits, round to nearest even, as c10::BFloat16 (NaN -> the canonical quiet NaN).
 inline uint16_t bf16_bits(float f) {
@@ -88,16 +94,17 @@ struct Step {
           h16(B * s.C),
           attn16(B * s.H * s.D),
           act16(B * s.F),
-          gate(torch::empty({B, s.F})),
-          sig(torch::empty({B, s.F})),
+          gate(torch::empty({B, s.F}, torch::kFloat)),
+          sig(torch::empty({B, s.F}, torch::kFloat)),
           scores(omp_get_max_threads()),
           tmp(omp_get_max_threads(), std::vector<float>(s.D)) {}
     const DecodeShape & s;
     const DecodeProducts & p;
     const std::vector<DecodeSequence> & seqs;
-    const float *cos, *sin;  // [B, D]
-    float * x;               // [B, C] residual stream
-    int64_t B, QKV;          // rows; H*D + 2*KV*D
+    const float *cos, *sin;                         // [B, D]
+    float * x;                                      // [B, C] residual stream
+    int64_t B, QKV;                                 // rows; H*D + 2*KV*D
+    int64_t torch_threads = at::get_num_threads();  // read outside the region: how torch would split the sigmoid
     std::vector<float> h, qkv, q, attn, o, up, act, down;
     std::vector<uint16_t> h16, attn16, act16;
     torch::Tensor gate, sig;                      // [B, F]: the sigmoid runs as torch's op (bit-equal)
@@ -169,44 +176,69 @@ void attend_item(Step & st, const DecodeLayerWeights & w, int64_t layer, int64_t
     round_for(st.p.o, st.attn.data() + q0, st.attn16.data() + q0, G * D);
 }
 
-// This thread's range of the B·F SiLU·up elements, split as torch splits the sigmoid over the whole [B, F] (one
-// range below kTorchGrain elements, else its parallel_for chunks), so that every element takes the same
-// vectorised or scalar code; below the grain the range is shared at multiples of kSigmoidAlign.
-std::pair<int64_t, int64_t> sigmoid_share(int64_t n, int tid, int team) {
-    if (n >= kTorchGrain && team > 1) {
-        const int64_t chunks = std::min<int64_t>(team, (n + kTorchGrain - 1) / kTorchGrain);
-        const int64_t size = (n + chunks - 1) / chunks;
-        return tid < chunks ? std::pair{std::min(n, tid * size), std::min(n, (tid + 1) * size)} : std::pair{n, n};
+// The ranges torch's sigmoid over the whole [n] runs, each as one vectorised loop from its start: one range below
+// kTorchGrain elements or with one torch thread (TensorIterator::for_each), else at::parallel_for's chunks for
+// torch_threads threads (ATen/ParallelOpenMP.h: min(threads, n / grain rounded up) chunks of n / chunks).
+std::vector<std::pair<int64_t, int64_t>> torch_sigmoid_chunks(int64_t n, int64_t torch_threads) {
+    if (n < kTorchGrain || torch_threads <= 1) {
+        return {{0, n}};
     }
-    const int64_t groups = (n + kSigmoidAlign - 1) / kSigmoidAlign;
-    return {std::min(n, groups * tid / team * kSigmoidAlign), std::min(n, groups * (tid + 1) / team * kSigmoidAlign)};
+    const int64_t chunks = std::min<int64_t>(torch_threads, (n + kTorchGrain - 1) / kTorchGrain);
+    const int64_t size = (n + chunks - 1) / chunks;
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t c = 0; c < chunks && c * size < n; ++c) {
+        out.emplace_back(c * size, std::min(n, (c + 1) * size));
+    }
+    return out;
 }
 
-// One thread's range [e0, e1) of the B·F SiLU·up elements (sigmoid_share) and its views of gate and sig, made
-// once per step: per layer only the sigmoid op itself runs (a view and a narrow cost as much again).
-struct SwigluRange {
-    SwigluRange(Step & st, int tid, int team) {
-        std::tie(e0, e1) = sigmoid_share(st.B * st.s.F, tid, team);
-        if (e0 < e1) {
-            gate = st.gate.view({-1}).narrow(0, e0, e1 - e0);  // [e1 - e0], contiguous
-            sig = st.sig.view({-1}).narrow(0, e0, e1 - e0);
+// This thread's ranges of the SiLU·up elements, so that every element runs torch's vectorised or scalar code as
+// torch would: torch's chunk c on thread c % team; a single chunk shared at multiples of kSigmoidAlign (the
+// vectorised loop steps whole vectors from a range's start, so such sub-ranges compute every element alike).
+std::vector<std::pair<int64_t, int64_t>> sigmoid_ranges(int64_t n, int64_t torch_threads, int tid, int team) {
+    const auto chunks = torch_sigmoid_chunks(n, torch_threads);
+    std::vector<std::pair<int64_t, int64_t>> mine;
+    if (chunks.size() > 1) {
+        for (size_t c = tid; c < chunks.size(); c += team) {
+            mine.push_back(chunks[c]);
+        }
+        return mine;
+    }
+    const int64_t groups = (n + kSigmoidAlign - 1) / kSigmoidAlign;
+    const int64_t e0 = std::min(n, groups * tid / team * kSigmoidAlign);
+    const int64_t e1 = std::min(n, groups * (tid + 1) / team * kSigmoidAlign);
+    if (e0 < e1) {
+        mine.emplace_back(e0, e1);
+    }
+    return mine;
+}
+
+// One thread's SiLU·up ranges (sigmoid_ranges) with their views of gate and sig, made once per step: per layer only
+// the sigmoid op itself runs (making the views cost as much again).
+struct SwigluRanges {
+    struct Range {
+        int64_t e0, e1;
+        torch::Tensor gate, sig;  // [e1 - e0] contiguous views
+    };
+    SwigluRanges(Step & st, int tid, int team) {
+        for (const auto & [e0, e1] : sigmoid_ranges(st.B * st.s.F, st.torch_threads, tid, team)) {
+            ranges.push_back(
+                {e0, e1, st.gate.view({-1}).narrow(0, e0, e1 - e0), st.sig.view({-1}).narrow(0, e0, e1 - e0)});
         }
     }
-    int64_t e0 = 0, e1 = 0;
-    torch::Tensor gate, sig;
+    std::vector<Range> ranges;
 };
 
-void swiglu_share(Step & st, SwigluRange & r) {
-    if (r.e0 >= r.e1) {
-        return;
-    }
-    at::sigmoid_out(r.sig, r.gate);
+void swiglu_share(Step & st, SwigluRanges & mine) {
     const float *g = host_data<const float>(st.gate, "decode_layers"),
                 *sg = host_data<const float>(st.sig, "decode_layers");
-    for (int64_t i = r.e0; i < r.e1; ++i) {
-        st.act[i] = g[i] * sg[i] * st.up[i];
+    for (SwigluRanges::Range & r : mine.ranges) {
+        at::sigmoid_out(r.sig, r.gate);
+        for (int64_t i = r.e0; i < r.e1; ++i) {
+            st.act[i] = g[i] * sg[i] * st.up[i];
+        }
+        round_for(st.p.down, st.act.data() + r.e0, st.act16.data() + r.e0, r.e1 - r.e0);
     }
-    round_for(st.p.down, st.act.data() + r.e0, st.act16.data() + r.e0, r.e1 - r.e0);
 }
 
 // x[b] += add[b] (when add), then h[b] = RMSNorm(x[b]) · norm, rounded for product p; rows split by thread.
@@ -227,7 +259,7 @@ void residual_norm_rows(Step & st, const float * add, const float * norm, const 
     }
 }
 
-void run_layer(Step & st, const DecodeLayerWeights & w, int64_t layer, const float * pending_down, SwigluRange & silu,
+void run_layer(Step & st, const DecodeLayerWeights & w, int64_t layer, const float * pending_down, SwigluRanges & silu,
                int tid, int team) {
     const DecodeShape & s = st.s;
     residual_norm_rows(st, pending_down, w.input_norm, st.p.qkv, tid, team);  // the last layer's MLP output first
@@ -286,7 +318,7 @@ void run_decode_layers(const DecodeShape & shape, const std::vector<DecodeLayerW
     {
         torch::NoGradGuard no_grad;  // the sigmoid's op on workers, which start with grad mode on
         const int tid = omp_get_thread_num(), team = omp_get_num_threads();
-        SwigluRange silu(st, tid, team);
+        SwigluRanges silu(st, tid, team);
         for (size_t layer = 0; layer < layers.size(); ++layer) {
             run_layer(st, layers[layer], static_cast<int64_t>(layer), layer == 0 ? nullptr : st.down.data(), silu, tid,
                       team);

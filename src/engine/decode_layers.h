@@ -54,8 +54,8 @@ void set_decode_layers_enabled(bool enabled);
 bool decode_layers_enabled();
 int64_t decode_layers_runs();
 
-// The shapes run_decode_layers takes: even D, F a multiple of 64 and of 8 (the products' row blocks), H a
-// multiple of KV.
+// The shapes run_decode_layers takes: even D, F a multiple of 64 (the SiLU's ranges start on multiples of 64
+// elements), H a multiple of KV.
 bool decode_layers_shape_ok(const DecodeShape & shape);
 
 }  // namespace tinkerd::engine

@@ -2,11 +2,12 @@
 // norms) and qwen2 (biases) models: after prefills of different lengths, three decode steps of B sequences
 // must give bit-identical hidden states and K/V cache rows with the fused path on and off, under each few-row
 // product kernel (exact fp32 inputs, bf16-rounded inputs, the bf16 dot products where the CPU has them) and with
-// enough rows that the SiLU's sigmoid is split as torch splits it. Bit equality holds on any CPU: both paths run
-// the same per-element code. Also: the fused path is really taken (not under the generic cap: no few-row kernels), and
-// not for a batch with a prompt row.
+// enough rows that the SiLU's sigmoid is split as torch splits it, on 1, 3 and the default number of threads. Bit
+// equality holds on any CPU and team size: both paths run the same per-element code. Also: the fused path is really
+// taken (not under the generic cap: no few-row kernels), and not for a batch with a prompt row.
 #include "engine/decode_layers.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include "engine/kernels/matmul.h"
@@ -39,7 +40,9 @@ struct SettingsGuard {
     kernels::MatmulInputs inputs = kernels::matmul_inputs();
     bool dot = kernels::bf16_dot_enabled();
     int64_t blas_rows = kernels::blas_min_rows();
+    int threads = at::get_num_threads();
     ~SettingsGuard() {
+        at::set_num_threads(threads);
         kernels::set_matmul_inputs(inputs);
         kernels::set_bf16_dot_enabled(dot);
         kernels::set_blas_min_rows(blas_rows);
@@ -144,14 +147,30 @@ TEST_P(DecodeLayersTest, BitIdenticalToTheTorchPathUnderEveryFewRowKernel) {
     }
 }
 
-// 130 rows x F 256 = 33280 SiLU elements, past torch's grain of 32768: the sigmoid's split follows torch's.
-TEST_P(DecodeLayersTest, BitIdenticalWhenTheSigmoidIsSplitAsTorchSplitsIt) {
+// The team's size changes how rows, heads and the sigmoid are split, never a value: 1 and 3 threads.
+TEST_P(DecodeLayersTest, BitIdenticalWithOneAndThreeThreads) {
     SettingsGuard guard;
-    kernels::set_blas_min_rows(1000);  // so that 130 rows still take the few-row kernels
     ScopedTempDir dir;
     auto t = load_wide(GetParam(), dir);
-    ASSERT_GE(130 * t->config().intermediate_size, 32768);
+    for (int threads : {1, 3}) {
+        SCOPED_TRACE(std::to_string(threads) + " threads");
+        at::set_num_threads(threads);
+        expect_fused_equals_torch(*t, 5);
+    }
+}
+
+// Past torch's grain of 32768 SiLU elements the sigmoid runs in torch's parallel_for chunks, whose ends (scalar
+// tails) the fused split must keep: 260 rows x F 256 = 66560 elements on 3 threads make chunks of 22187, not a
+// whole number of vectors; 130 rows on the default team.
+TEST_P(DecodeLayersTest, BitIdenticalWhenTheSigmoidIsSplitAsTorchSplitsIt) {
+    SettingsGuard guard;
+    kernels::set_blas_min_rows(1000);  // so that 260 rows still take the few-row kernels
+    ScopedTempDir dir;
+    auto t = load_wide(GetParam(), dir);
+    ASSERT_EQ(t->config().intermediate_size, 256);
     expect_fused_equals_torch(*t, 130);
+    at::set_num_threads(3);
+    expect_fused_equals_torch(*t, 260);
 }
 
 TEST_P(DecodeLayersTest, APromptRowKeepsTheTorchPath) {

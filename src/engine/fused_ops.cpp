@@ -87,10 +87,11 @@ double row_dot3(const T * a, const T * b, const T * c, int64_t n) {
 
 }  // namespace
 
-// One row of RMSNorm (not inlined: the fused ops and the decode layers run this one copy, so they agree bit
+// One row of RMSNorm (noipa: never inlined or specialised, so that the fused ops and the decode layers run this one
+// copy and agree bit
 // for bit); returns rstd.
 template <typename T>
-__attribute__((noinline)) T rms_norm_row(const T * x, const T * w, T * y, int64_t c, double eps) {
+__attribute__((noipa)) T rms_norm_row(const T * x, const T * w, T * y, int64_t c, double eps) {
     const double sum = row_dot(x, x, c);
     const T s = static_cast<T>(1.0 / std::sqrt(sum / static_cast<double>(c) + eps));
     for (int64_t i = 0; i < c; ++i) {
@@ -173,10 +174,10 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 
 }  // namespace
 
-// One token's heads x, y [heads, D] rotated by c, s [D] (not inlined, as rms_norm_row).
+// One token's heads x, y [heads, D] rotated by c, s [D] (noipa, as rms_norm_row).
 template <typename T>
-__attribute__((noinline)) void rope_token(const T * x, const T * c, const T * s, T * y, int64_t heads, int64_t d,
-                                          bool inverse) {
+__attribute__((noipa)) void rope_token(const T * x, const T * c, const T * s, T * y, int64_t heads, int64_t d,
+                                       bool inverse) {
     const int64_t half = d / 2;
     for (int64_t h = 0; h < heads; ++h) {
         const T * xr = x + h * d;

@@ -85,15 +85,17 @@ torch::Tensor exact_linear(const torch::Tensor & x, const torch::Tensor & w);
 // matmul_weight's few-row CPU forward as a kernel over ranges of output rows, for code that runs its own parallel
 // region (decode_layers.h) and must compute the same values. For x of T fp32 rows and w [out, in] bf16:
 // kind none where matmul_weight would take another path (BLAS or brgemm rows, quantised, GPU or fp32 weights, the
-// generic ops). Otherwise the caller rounds x as `inputs` says, once, then calls run() on disjoint row ranges.
+// generic ops). Otherwise the caller rounds x as `kind` and `rounds_inputs` say, once, then calls run() on any
+// disjoint row ranges (each output row's sum does not depend on the range it is computed in).
 struct RowRangeProduct {
     enum class Kind { none, bf16_dot, fp32_rows } kind = Kind::none;
     // bf16_dot: x as bf16 bits (round to nearest even). fp32_rows: x as fp32, rounded to bf16 values first when
     // rounds_inputs (matmul_inputs() == bf16), else as is.
     bool rounds_inputs = false;
-    // Output rows [o0, o1) of y [T, ldy] (o0 a multiple of 8); x16 for bf16_dot, x32 for fp32_rows.
+    // Output rows [o0, o1) of y [T, ldy]; x16 for bf16_dot, x32 for fp32_rows.
     void run(const uint16_t * x16, const float * x32, int64_t T, int64_t in, const uint16_t * w, int64_t o0, int64_t o1,
              float * y, int64_t ldy) const;
+    // fp32_rows' kernel (AVX-512F or AVX2, by kernel_isa()), set by row_range_product.
     void (*fp32_rows_)(const float *, int64_t, int64_t, const uint16_t *, int64_t, int64_t, float *, int64_t) = nullptr;
 };
 RowRangeProduct row_range_product(int64_t T, const torch::Tensor & w);
