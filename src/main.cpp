@@ -479,6 +479,9 @@ int run_rank0(int argc, char ** argv, Flags & flags) {
 }  // namespace
 
 int main(int argc, char ** argv) {
+    // A peer that dies in the middle of a write (a sampling replica, a --dp follower, an HTTP client) must fail that
+    // write with EPIPE, not end this process with SIGPIPE.
+    std::signal(SIGPIPE, SIG_IGN);
     auto parsed = tinkerd::cli::parse_command_line(argc, argv);
     if (!parsed.ok()) {
         std::fprintf(stderr, "error: %s\n`tinkerd --help` lists every flag\n", parsed.error().message.c_str());
