@@ -16,7 +16,7 @@ VENV_STAMP = $(VENV)/.tinkerd-stamp
 PORT ?= 8000
 DATA_DIR ?= $(HOME)/.local/share/tinkerd
 
-.PHONY: all deps build build-server build-cuda cuda-check default-model serve test unit-test reference-test e2e-test cpu-paths-test asan-test fuzz-build fuzz-test fuzz format format-check tidy bench fixtures clean
+.PHONY: all disk-check deps build build-server build-cuda cuda-check default-model serve test unit-test reference-test e2e-test cpu-paths-test asan-test fuzz-build fuzz-test fuzz format format-check tidy bench fixtures clean
 
 all: build
 
@@ -65,7 +65,7 @@ fixtures: build
 
 # Every tier: formatting, unit tests, reference replays, end-to-end scenarios against the real binary,
 # then the sanitizer build of the torch-free unit tests and a short run of every fuzz target.
-test: deps format-check build fixtures default-model
+test: disk-check deps format-check build fixtures default-model
 	$(MAKE) cuda-check
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L reference
@@ -73,6 +73,10 @@ test: deps format-check build fixtures default-model
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L e2e
 	$(MAKE) asan-test
 	$(MAKE) fuzz-test
+
+# A warning (never a failure) when the disk has less room than a full run from a fresh clone takes.
+disk-check:
+	@./scripts/check-disk.sh
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L unit

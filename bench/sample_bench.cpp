@@ -33,8 +33,8 @@ struct Options {
     size_t bw_mib = 1024;
     double lora_bytes = 4;  // bytes per LoRA parameter as the engine stores them (fp32 in both modes)
     std::vector<int64_t> batches = {1, 8, 32}, prefill = {256, 512};
-    // base-unfused: the base model with the decode layers' parallel region off (decode_layers.h): the torch path
-    std::vector<std::string> kinds = {"base", "base-unfused", "adapter", "mixed8"};
+    // KIND-unfused: KIND with the decode layers' parallel region off (decode_layers.h): the torch path
+    std::vector<std::string> kinds = {"base", "base-unfused", "adapter", "adapter-unfused", "mixed8"};
 };
 
 struct Run {
@@ -90,6 +90,14 @@ Options parse_options(int argc, char ** argv) {
             o.retries = std::stoi(value);
         } else if (key == "--kinds") {
             o.kinds = parse_list<std::string>(value);
+            for (const std::string & kind : o.kinds) {
+                const std::string what = kind.substr(0, kind.find("-unfused"));
+                if ((what != "base" && what != "adapter" && what != "mixed8") ||
+                    (what != kind && what + "-unfused" != kind)) {
+                    std::fprintf(stderr, "sample_bench: unknown kind %s\n", kind.c_str());
+                    std::exit(2);
+                }
+            }
         } else {
             std::fprintf(stderr, "sample_bench: unknown option %s\n", key.c_str());
             std::exit(2);
@@ -278,7 +286,9 @@ std::vector<std::vector<SampleRequest>> decode_variants(Context & ctx, int64_t b
 void decode_case(Context & ctx, const std::string & kind, int64_t batch, const std::vector<AdapterId> & adapters) {
     const Options & o = ctx.options;
     const int64_t distinct = kind.rfind("base", 0) == 0 ? 0 : std::min<int64_t>(batch, adapters.size());
+    const int64_t fused_before = tinkerd::engine::decode_layers_runs();
     const Measured m = quiet_timed(ctx, decode_variants(ctx, batch, adapters));
+    const int64_t fused_steps = tinkerd::engine::decode_layers_runs() - fused_before;  // decode_layers.h's region
     const Run &full = m.runs[0], &one = m.runs[1];
     const double step_bytes = ctx.weight_bytes + distinct * ctx.adapter_bytes;
     const double bound = batch * m.gbs * 1e9 / step_bytes;
@@ -288,18 +298,18 @@ void decode_case(Context & ctx, const std::string & kind, int64_t batch, const s
     const double ms_step = 1e3 * decode_s / std::max<double>(1, o.max_tokens - 1);
     std::fprintf(stderr,
                  "  %s %-7s b=%-3lld decode %7.1f tok/s  bound %6.1f (%4.1f%%)  %6.1f ms/step  prefill %.0f ms"
-                 "  (others used %.0f%% CPU)\n",
+                 "  (others used %.0f%% CPU; %lld steps in the fused region)\n",
                  ctx.dtype.c_str(), kind.c_str(), static_cast<long long>(batch), tps, bound, 100 * tps / bound, ms_step,
-                 1e3 * one.seconds, m.foreign_pct);
+                 1e3 * one.seconds, m.foreign_pct, static_cast<long long>(fused_steps));
     std::printf(
         "{\"bench\":\"sample\",\"impl\":\"tinkerd\",\"dtype\":\"%s\",\"kind\":\"%s\",\"batch\":%lld,"
         "\"adapters\":%lld,\"prompt_tokens\":%lld,\"max_tokens\":%lld,\"tokens\":%lld,\"early_stops\":%lld,"
         "\"tokens_per_s\":%.2f,\"bound_tokens_per_s\":%.2f,\"pct_of_bound\":%.1f,\"ms\":%.1f,\"first_ms\":%.1f,"
-        "\"ms_per_step\":%.2f,\"step_mb\":%.1f,\"bw_gbs\":%.2f,\"foreign_cpu_pct\":%.1f}\n",
+        "\"ms_per_step\":%.2f,\"step_mb\":%.1f,\"bw_gbs\":%.2f,\"foreign_cpu_pct\":%.1f,\"fused_steps\":%lld}\n",
         ctx.dtype.c_str(), kind.c_str(), static_cast<long long>(batch), static_cast<long long>(distinct),
         static_cast<long long>(o.prompt_len), static_cast<long long>(o.max_tokens), static_cast<long long>(full.tokens),
         static_cast<long long>(full.stopped), tps, bound, 100 * tps / bound, 1e3 * full.seconds, 1e3 * one.seconds,
-        ms_step, step_bytes / 1e6, m.gbs, m.foreign_pct);
+        ms_step, step_bytes / 1e6, m.gbs, m.foreign_pct, static_cast<long long>(fused_steps));
     std::fflush(stdout);
 }
 
@@ -367,23 +377,25 @@ struct DecodeLayersSetting {
 // Decode for every kind x batch; the 8 random adapters are made only when a kind needs them.
 void decode_cases(Context & ctx) {
     const auto & kinds = ctx.options.kinds;
-    const size_t n_adapters = std::count(kinds.begin(), kinds.end(), "mixed8")    ? 8
-                              : std::count(kinds.begin(), kinds.end(), "adapter") ? 1
-                                                                                  : 0;
+    const auto has = [&](const char * kind) { return std::count(kinds.begin(), kinds.end(), kind) > 0; };
+    const size_t n_adapters = has("mixed8") || has("mixed8-unfused")     ? 8
+                              : has("adapter") || has("adapter-unfused") ? 1
+                                                                         : 0;
     std::vector<AdapterId> mixed;
     for (uint64_t i = 0; i < n_adapters; ++i) {
         mixed.push_back(random_adapter(*ctx.engine, 100 + i));
     }
     for (int64_t batch : ctx.options.batches) {  // a batch's kinds back to back, so that they compare
         for (const std::string & kind : kinds) {
-            if (kind == "mixed8" && batch == 1) {
+            const bool unfused = kind.size() > 8 && kind.compare(kind.size() - 8, 8, "-unfused") == 0;
+            const std::string what = unfused ? kind.substr(0, kind.size() - 8) : kind;
+            if (what == "mixed8" && batch == 1) {
                 continue;  // one row cannot mix adapters
             }
-            const bool base = kind == "base" || kind == "base-unfused";
-            const std::vector<AdapterId> adapters = base ? std::vector<AdapterId>{tinkerd::engine::BASE_MODEL}
-                                                    : kind == "adapter" ? std::vector<AdapterId>{mixed.at(0)}
+            const std::vector<AdapterId> adapters = what == "base" ? std::vector<AdapterId>{tinkerd::engine::BASE_MODEL}
+                                                    : what == "adapter" ? std::vector<AdapterId>{mixed.at(0)}
                                                                         : mixed;
-            const DecodeLayersSetting fused(kind != "base-unfused");
+            const DecodeLayersSetting fused(!unfused);
             decode_case(ctx, kind, batch, adapters);
         }
     }
@@ -393,13 +405,13 @@ void decode_cases(Context & ctx) {
 
 int main(int argc, char ** argv) {
     if (argc < 3) {
-        std::fprintf(
-            stderr,
-            "usage: sample_bench MODEL_DIR auto|fp32|bf16 [--max-tokens 128] [--prompt 32] [--repeats 3]\n"
-            "       [--batches 1,8,32] [--kinds base,base-unfused,adapter,mixed8] [--prefill 256,512] [--threads N]\n"
-            "       [--bw-mib 1024] [--lora-bytes 4] [--max-foreign 5] [--retries 1]\n"
-            "  --prefill 0 / --batches 0 skip that part; a measurement during which other processes used\n"
-            "  more than --max-foreign %% of the cores is retried (after waiting up to 60 s for quiet)\n");
+        std::fprintf(stderr,
+                     "usage: sample_bench MODEL_DIR auto|fp32|bf16 [--max-tokens 128] [--prompt 32] [--repeats 3]\n"
+                     "       [--batches 1,8,32] [--kinds base,base-unfused,adapter,adapter-unfused,mixed8(-unfused)] "
+                     "[--prefill 256,512] [--threads N]\n"
+                     "       [--bw-mib 1024] [--lora-bytes 4] [--max-foreign 5] [--retries 1]\n"
+                     "  --prefill 0 / --batches 0 skip that part; a measurement during which other processes used\n"
+                     "  more than --max-foreign %% of the cores is retried (after waiting up to 60 s for quiet)\n");
         return 2;
     }
     Context ctx;

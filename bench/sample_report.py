@@ -6,7 +6,8 @@
 import json
 import sys
 
-KIND_ORDER = {"base": 0, "base-unfused": 1, "adapter": 2, "mixed8": 3}
+# KIND-unfused: KIND with the decode layers' region off (sample_bench), listed after KIND.
+KIND_ORDER = {"base": 0, "base-unfused": 1, "adapter": 2, "adapter-unfused": 3, "mixed8": 4, "mixed8-unfused": 5}
 
 
 def load(path):
@@ -31,7 +32,7 @@ def index(rows, impl):
     """(dtype, kind, batch or prompt length) -> last row of that impl."""
     out = {}
     for r in rows:
-        if r.get("impl") != impl or r["kind"] not in ("base", "base-unfused", "adapter", "mixed8", "prefill"):
+        if r.get("impl") != impl or r["kind"] not in (*KIND_ORDER, "prefill"):
             continue
         key = r["prompt_tokens"] if r["kind"] == "prefill" else r["batch"]
         out[(r["dtype"], r["kind"], key)] = r
@@ -50,8 +51,8 @@ def decode_table(ours, torch_rows, llama_rows):
         llama_row = llama_rows.get((dtype, "base", batch)) if base_kind else None
         llama = llama_row and llama_row["tokens_per_s"]
         ratio = None
-        single = ours.get((dtype, "adapter", batch))
-        if kind == "mixed8" and single:
+        single = ours.get((dtype, kind.replace("mixed8", "adapter"), batch))
+        if kind.startswith("mixed8") and single:
             ratio = r["tokens_per_s"] / single["tokens_per_s"]
         print(f"| {dtype} | {kind} | {batch} | {r['tokens_per_s']:.1f} | {r['bound_tokens_per_s']:.0f} "
               f"| {r['pct_of_bound']:.0f}% | {r['ms_per_step']:.1f} | {fmt(base_torch and base_torch['tokens_per_s'], '{:.1f}')} "

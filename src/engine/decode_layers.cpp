@@ -1,6 +1,7 @@
 // run_decode_layers (decode_layers.h): per layer, phases separated by team barriers —
 //   norm (rows) | qkv product (weight rows) | per (sequence, kv head): bias, q/k norm, RoPE, cache write,
 //   attention | o product | residual + norm | gate/up product | SiLU·up | down product — then the residual.
+// With adapter rows each product's phase also runs the rows' u = scale·A·x, and a phase of y += B·u follows it.
 // Each phase computes what the torch path computes for the same elements with the same code.
 #include "engine/decode_layers.h"
 
@@ -14,15 +15,18 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "engine/decode_lora.h"
 #include "engine/fused_ops.h"
 #include "engine/host_access.h"
 #include "engine/kernels/attention_decode.h"
+#include "model/lora_layout.h"
 
 namespace tinkerd::engine {
 
 namespace {
 
 using kernels::RowRangeProduct;
+using model::LoraTarget;
 
 constexpr int64_t kRowBlock = 8;        // weight rows per block of a product's split (any size gives the same bits)
 constexpr int64_t kSigmoidAlign = 64;   // torch's vectorised loops step 2 vectors (<= 32 floats) from a range start
@@ -98,6 +102,14 @@ struct Step {
           sig(torch::empty({B, s.F}, torch::kFloat)),
           scores(omp_get_max_threads()),
           tmp(omp_get_max_threads(), std::vector<float>(s.D)) {}
+    // Buffers for adapter rows: the products' inputs before they are rounded for the base product (the LoRA
+    // factors read them exact, as in the torch path), and every row's u per target.
+    void make_lora_buffers(int64_t max_rank) {
+        lora = DecodeLoraRows(B, max_rank);
+        h_exact.resize(B * s.C);
+        attn_exact.resize(B * s.H * s.D);
+        act_exact.resize(B * s.F);
+    }
     const DecodeShape & s;
     const DecodeProducts & p;
     const std::vector<DecodeSequence> & seqs;
@@ -107,9 +119,18 @@ struct Step {
     int64_t torch_threads = at::get_num_threads();  // read outside the region: how torch would split the sigmoid
     std::vector<float> h, qkv, q, attn, o, up, act, down;
     std::vector<uint16_t> h16, attn16, act16;
-    torch::Tensor gate, sig;                      // [B, F]: the sigmoid runs as torch's op (bit-equal)
-    std::vector<std::vector<float>> scores, tmp;  // per thread: [G, L] and [D]
+    torch::Tensor gate, sig;                            // [B, F]: the sigmoid runs as torch's op (bit-equal)
+    std::vector<std::vector<float>> scores, tmp;        // per thread: [G, L] and [D]
+    DecodeLoraRows lora;                                // the rows' u (decode_lora.h); rank 0: no adapter rows
+    std::vector<float> h_exact, attn_exact, act_exact;  // [B, C], [B, H*D], [B, F]
 };
+
+// Keeps src [n] exact in exact (when the step has adapter rows) before round_for rounds it for the base product.
+void keep_exact(const Step & st, const float * src, std::vector<float> & exact, int64_t at, int64_t n) {
+    if (st.lora.rank_stride > 0) {
+        std::memcpy(exact.data() + at, src, sizeof(float) * n);
+    }
+}
 
 // y rows [this thread's share] of x [B, in] · w [out, in]ᵀ.
 void product_share(const Step & st, const RowRangeProduct & p, const uint16_t * x16, const float * x32, int64_t in,
@@ -148,8 +169,9 @@ void prepare_head(const Step & st, const float * src, const float * bias, const 
 }
 
 // Sequence b, kv head g: its k (to the cache), v (to the cache) and G query heads, then their attention into
-// attn, rounded for the o product.
-void attend_item(Step & st, const DecodeLayerWeights & w, int64_t layer, int64_t b, int64_t g, int tid) {
+// attn, rounded for the o product. bias: the qkv bias when the LoRA phase has not added it already.
+void attend_item(Step & st, const DecodeLayerWeights & w, const float * bias, int64_t layer, int64_t b, int64_t g,
+                 int tid) {
     const DecodeShape & s = st.s;
     const int64_t D = s.D, G = s.H / s.KV, HD = s.H * s.D;
     const DecodeSequence & seq = st.seqs[b];
@@ -157,7 +179,6 @@ void attend_item(Step & st, const DecodeLayerWeights & w, int64_t layer, int64_t
     float * k_slab = seq.keys[layer] + g * seq.capacity * D;
     float * v_slab = seq.values[layer] + g * seq.capacity * D;
     float * tmp = st.tmp[tid].data();
-    const float * bias = w.b_qkv;
     prepare_head(st, row + HD + g * D, bias ? bias + HD + g * D : nullptr, w.k_norm, b, tmp, k_slab + seq.length * D);
     const int64_t v_at = HD + s.KV * D + g * D;
     for (int64_t i = 0; i < D; ++i) {
@@ -173,6 +194,7 @@ void attend_item(Step & st, const DecodeLayerWeights & w, int64_t layer, int64_t
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     kernels::detail::attend_kv_head(st.q.data() + q0, k_slab, v_slab, L, G, D, scale, st.scores[tid].data(),
                                     st.attn.data() + q0);
+    keep_exact(st, st.attn.data() + q0, st.attn_exact, q0, G * D);
     round_for(st.p.o, st.attn.data() + q0, st.attn16.data() + q0, G * D);
 }
 
@@ -237,6 +259,7 @@ void swiglu_share(Step & st, SwigluRanges & mine) {
         for (int64_t i = r.e0; i < r.e1; ++i) {
             st.act[i] = g[i] * sg[i] * st.up[i];
         }
+        keep_exact(st, st.act.data() + r.e0, st.act_exact, r.e0, r.e1 - r.e0);
         round_for(st.p.down, st.act.data() + r.e0, st.act16.data() + r.e0, r.e1 - r.e0);
     }
 }
@@ -254,31 +277,83 @@ void residual_norm_rows(Step & st, const float * add, const float * norm, const 
         }
         if (norm) {
             rms_norm_row_f32(xr, norm, st.h.data() + b * C, C, st.s.eps);
+            keep_exact(st, st.h.data() + b * C, st.h_exact, b * C, C);
             round_for(p, st.h.data() + b * C, st.h16.data() + b * C, C);
         }
     }
 }
 
+// Which of the layer's projection groups have adapter factors for some row (each adds a phase of y += B·u).
+struct LayerLora {
+    bool qkv, o, gate_up, down;
+};
+
+LayerLora layer_lora(const Step & st, const DecodeLayerWeights & w) {
+    using T = LoraTarget;
+    const auto has = [&](T t0, T t1) {
+        return group_has_lora(w, st.B, static_cast<int>(t0), static_cast<int>(t1) + 1);
+    };
+    return {has(T::Q, T::V), has(T::O, T::O), has(T::GATE, T::UP), has(T::DOWN, T::DOWN)};
+}
+
+constexpr int TQ = static_cast<int>(LoraTarget::Q), TO = static_cast<int>(LoraTarget::O),
+              TGATE = static_cast<int>(LoraTarget::GATE), TDOWN = static_cast<int>(LoraTarget::DOWN);
+
+// The deltas of q, k, v (after the bias, as the torch path adds it), then of o.
+void qkv_lora_outputs(Step & st, const DecodeLayerWeights & w, int tid, int team) {
+    const int64_t HD = st.s.H * st.s.D, KVD = st.s.KV * st.s.D;
+    const float * bias = w.b_qkv;
+    const LoraOutput outs[3] = {{st.qkv.data(), st.QKV, HD, bias},
+                                {st.qkv.data() + HD, st.QKV, KVD, bias ? bias + HD : nullptr},
+                                {st.qkv.data() + HD + KVD, st.QKV, KVD, bias ? bias + HD + KVD : nullptr}};
+    lora_out_share(st.lora, w, TQ, TQ + 3, outs, tid, team);
+}
+
 void run_layer(Step & st, const DecodeLayerWeights & w, int64_t layer, const float * pending_down, SwigluRanges & silu,
                int tid, int team) {
     const DecodeShape & s = st.s;
+    const LayerLora lora = layer_lora(st, w);
     residual_norm_rows(st, pending_down, w.input_norm, st.p.qkv, tid, team);  // the last layer's MLP output first
 #pragma omp barrier
     product_share(st, st.p.qkv, st.h16.data(), st.h.data(), s.C, w.w_qkv, st.QKV, st.qkv.data(), tid, team);
+    if (lora.qkv) {
+        lora_rank_share(st.lora, w, TQ, TQ + 3, st.h_exact.data(), s.C, tid, team);
+#pragma omp barrier
+        qkv_lora_outputs(st, w, tid, team);
+    }
 #pragma omp barrier
     for (int64_t item = tid; item < st.B * s.KV; item += team) {
-        attend_item(st, w, layer, item / s.KV, item % s.KV, tid);
+        attend_item(st, w, lora.qkv ? nullptr : w.b_qkv, layer, item / s.KV, item % s.KV, tid);
     }
 #pragma omp barrier
     product_share(st, st.p.o, st.attn16.data(), st.attn.data(), s.H * s.D, w.wo, s.C, st.o.data(), tid, team);
+    if (lora.o) {
+        lora_rank_share(st.lora, w, TO, TO + 1, st.attn_exact.data(), s.H * s.D, tid, team);
+#pragma omp barrier
+        const LoraOutput out{st.o.data(), s.C, s.C, nullptr};
+        lora_out_share(st.lora, w, TO, TO + 1, &out, tid, team);
+    }
 #pragma omp barrier
     residual_norm_rows(st, st.o.data(), w.post_norm, st.p.gate_up, tid, team);
 #pragma omp barrier
     gate_up_share(st, w, tid, team);
+    if (lora.gate_up) {
+        lora_rank_share(st.lora, w, TGATE, TGATE + 2, st.h_exact.data(), s.C, tid, team);
+#pragma omp barrier
+        const LoraOutput outs[2] = {{host_data<float>(st.gate, "decode_layers"), s.F, s.F, nullptr},
+                                    {st.up.data(), s.F, s.F, nullptr}};
+        lora_out_share(st.lora, w, TGATE, TGATE + 2, outs, tid, team);
+    }
 #pragma omp barrier
     swiglu_share(st, silu);
 #pragma omp barrier
     product_share(st, st.p.down, st.act16.data(), st.act.data(), s.F, w.w_down, s.C, st.down.data(), tid, team);
+    if (lora.down) {
+        lora_rank_share(st.lora, w, TDOWN, TDOWN + 1, st.act_exact.data(), s.F, tid, team);
+#pragma omp barrier
+        const LoraOutput out{st.down.data(), s.C, s.C, nullptr};
+        lora_out_share(st.lora, w, TDOWN, TDOWN + 1, &out, tid, team);
+    }
 #pragma omp barrier
 }
 
@@ -313,6 +388,17 @@ void run_decode_layers(const DecodeShape & shape, const std::vector<DecodeLayerW
                        const float * sin, float * x) {
     TORCH_CHECK(decode_layers_shape_ok(shape) && !seqs.empty(), "run_decode_layers: unsupported shape");
     Step st(shape, products, seqs, cos, sin, x);
+    int64_t max_rank = 0;
+    for (const DecodeLayerWeights & w : layers) {
+        TORCH_CHECK(w.lora.empty() || static_cast<int64_t>(w.lora.size()) == DECODE_LORA_TARGETS * st.B,
+                    "run_decode_layers: LoRA table");
+        for (const DecodeLora & f : w.lora) {
+            max_rank = std::max(max_rank, f.a ? f.rank : 0);
+        }
+    }
+    if (max_rank > 0) {
+        st.make_lora_buffers(max_rank);
+    }
     runs_counter().fetch_add(1, std::memory_order_relaxed);
 #pragma omp parallel
     {

@@ -1,8 +1,9 @@
 // A decode step's decoder layers in one OpenMP parallel region: B sequences each adding one token to a dense
-// Llama / Qwen2 / Qwen3 model (bf16 weights, fp32 activations, CPU, no adapters). The team runs every layer's
-// norms, products, RoPE, cache writes and attention with a barrier between phases, instead of ~25 torch ops and
-// 4-5 fork/joins a layer with one thread idle during the serial ops. It runs the torch path's own per-row code
-// (fused_ops.h, the matmul row kernels, attention_decode), so its hidden states are the same bits.
+// Llama / Qwen2 / Qwen3 model (bf16 weights, fp32 activations, CPU; rows of the base model or of LoRA adapters).
+// The team runs every layer's norms, products, LoRA deltas, RoPE, cache writes and attention with a barrier between
+// phases, instead of ~25 torch ops and 4-5 fork/joins a layer with one thread idle during the serial ops. It runs
+// the torch path's own per-row code (fused_ops.h, the matmul row kernels, attention_decode, lora_rows), so its
+// hidden states are the same bits.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,16 @@
 #include "engine/kernels/matmul.h"
 
 namespace tinkerd::engine {
+
+// One row's LoRA factors for one projection, applied as lora_rows.h applies them (fp32, contiguous):
+// y[row] += B·(scale·A·x[row]) with A [rank, in], B [out, rank].
+struct DecodeLora {
+    const float * a = nullptr;  // nullptr: no delta for this row and projection
+    const float * b = nullptr;
+    int64_t rank = 0;
+    float scale = 0;
+};
+inline constexpr int DECODE_LORA_TARGETS = 7;  // model::LoraTarget's Q, K, V, O, GATE, UP, DOWN, in that order
 
 // One layer's tensors as raw pointers (their shapes in DecodeShape).
 struct DecodeLayerWeights {
@@ -23,6 +34,7 @@ struct DecodeLayerWeights {
     const uint16_t * wo = nullptr;         // [C, H*D] bf16
     const uint16_t * w_gate_up = nullptr;  // [2F, C] bf16
     const uint16_t * w_down = nullptr;     // [C, F] bf16
+    std::vector<DecodeLora> lora;          // [7 targets x B rows] at t·B + b; empty: no row has an adapter here
 };
 
 struct DecodeShape {

@@ -1,16 +1,20 @@
 // run_decode_layers (decode_layers.h) against the torch path it replaces, on tiny wide bf16 llama, qwen3 (q/k
 // norms) and qwen2 (biases) models: after prefills of different lengths, three decode steps of B sequences
 // must give bit-identical hidden states and K/V cache rows with the fused path on and off, under each few-row
-// product kernel (exact fp32 inputs, bf16-rounded inputs, the bf16 dot products where the CPU has them) and with
-// enough rows that the SiLU's sigmoid is split as torch splits it, on 1, 3 and the default number of threads. Bit
-// equality holds on any CPU and team size: both paths run the same per-element code. Also: the fused path is really
-// taken (not under the generic cap: no few-row kernels), and not for a batch with a prompt row.
+// product kernel (exact fp32 inputs, bf16-rounded inputs, the bf16 dot products where the CPU has them), with
+// rows of several LoRA adapters (ranks 5 and 20, one without MLP factors) and base rows mixed, and with enough rows
+// that the SiLU's sigmoid is split as torch splits it, on 1, 3 and the default number of threads. Bit equality
+// holds on any CPU and team size: both paths run the same per-element code. Also: the fused path is really taken
+// (not under the generic cap: no few-row kernels), and not for a prompt row or an adapter's 65-row segment.
 #include "engine/decode_layers.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include "engine/kernels/matmul.h"
+#include "engine/lora.h"
+#include "engine/lora_rows.h"
+#include "engine/prompt_logits.h"
 #include "engine/transformer.h"
 #include "sample_test_helpers.h"
 #include "test_models.h"
@@ -18,6 +22,7 @@
 namespace tinkerd::testing {
 namespace {
 
+using engine::Adapter;
 using engine::CachedBatch;
 using engine::SequenceCache;
 using engine::Transformer;
@@ -60,9 +65,26 @@ std::unique_ptr<Transformer> load_wide(TinyFamily family, const ScopedTempDir & 
     return std::move(t).value();
 }
 
-// One cached forward of `lengths[s]` new tokens per cache; returns the hidden states [T, C].
+// An adapter of the model whose B factors are random too (a fresh adapter's B is zero: its delta would be 0).
+Adapter random_adapter(const Transformer & t, engine::AdapterId id, int64_t rank, bool train_mlp, uint64_t seed) {
+    engine::LoraSpec spec;
+    spec.rank = rank;
+    spec.alpha = 2.0 * static_cast<double>(rank);
+    spec.train_mlp = train_mlp;
+    spec.seed = seed;
+    Adapter a = engine::make_adapter(id, spec, t.config(), torch::kFloat32, torch::kCPU, seed);
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(seed);
+    for (torch::Tensor & p : a.params) {
+        p.copy_(torch::randn_like(p) * 0.05);
+    }
+    return a;
+}
+
+// One cached forward of `lengths[s]` new tokens per cache (rows of row_adapters[s] when given, one row each);
+// returns the hidden states [T, C].
 torch::Tensor forward(Transformer & t, std::vector<SequenceCache> & caches, const std::vector<int64_t> & lengths,
-                      uint64_t seed) {
+                      uint64_t seed, const std::vector<const Adapter *> & row_adapters = {}) {
     CachedBatch batch;
     std::vector<int64_t> tokens;
     for (size_t s = 0; s < caches.size(); ++s) {
@@ -73,6 +95,10 @@ torch::Tensor forward(Transformer & t, std::vector<SequenceCache> & caches, cons
     }
     batch.tokens = torch::tensor(tokens, torch::kInt64);
     batch.segments = {{0, static_cast<int64_t>(tokens.size()), nullptr}};
+    if (!row_adapters.empty()) {
+        batch.segments = engine::segments_of(row_adapters);
+    }
+    torch::NoGradGuard no_grad;  // as sampling runs it (autograd on, adapters take the matmul path)
     return t.hidden_states_cached(batch);
 }
 
@@ -102,10 +128,11 @@ void expect_same_caches(const Transformer & t, const std::vector<SequenceCache> 
     }
 }
 
-// Three decode steps of B sequences with the fused path and without: the same bits, and the path taken (except
-// under the generic cap, which has no few-row kernels for it).
-void expect_fused_equals_torch(Transformer & t, int64_t B) {
-    const int64_t taken = kernels::kernel_isa() == kernels::KernelIsa::generic ? 0 : 1;
+// Three decode steps of B sequences (rows of row_adapters when given) with the fused path and without: the same
+// bits, and the path taken (except under the generic cap, which has no few-row kernels for it) when `fused`.
+void expect_fused_equals_torch(Transformer & t, int64_t B, const std::vector<const Adapter *> & row_adapters = {},
+                               bool expect_fused = true) {
+    const int64_t taken = kernels::kernel_isa() == kernels::KernelIsa::generic || !expect_fused ? 0 : 1;
     std::vector<SequenceCache> fused = prefilled(t, B), plain;
     for (const SequenceCache & c : fused) {
         plain.push_back(c.fork());
@@ -114,10 +141,10 @@ void expect_fused_equals_torch(Transformer & t, int64_t B) {
     for (int step = 0; step < 3; ++step) {
         engine::set_decode_layers_enabled(true);
         const int64_t runs = engine::decode_layers_runs();
-        const torch::Tensor h_fused = forward(t, fused, ones, 200 + step);  // [B, C]
+        const torch::Tensor h_fused = forward(t, fused, ones, 200 + step, row_adapters);  // [B, C]
         EXPECT_EQ(engine::decode_layers_runs(), runs + taken) << "the fused path was not taken";
         engine::set_decode_layers_enabled(false);
-        const torch::Tensor h_plain = forward(t, plain, ones, 200 + step);
+        const torch::Tensor h_plain = forward(t, plain, ones, 200 + step, row_adapters);
         EXPECT_EQ(engine::decode_layers_runs(), runs + taken);
         ASSERT_EQ(h_fused.sizes(), h_plain.sizes());
         EXPECT_TRUE(torch::equal(h_fused, h_plain))
@@ -145,6 +172,53 @@ TEST_P(DecodeLayersTest, BitIdenticalToTheTorchPathUnderEveryFewRowKernel) {
             expect_fused_equals_torch(*t, B);
         }
     }
+}
+
+// Rows of three adapters and of the base model in one step, under every few-row kernel (fp32 inputs rounded for the
+// base product are read exact by the factors): ranks 5 (one partial rank block) and 20 (a full and a partial one),
+// an adapter without MLP factors, a Qwen2 bias added before the delta. The delta really changes the states.
+TEST_P(DecodeLayersTest, BitIdenticalWithAdapterRowsUnderEveryFewRowKernel) {
+    SettingsGuard guard;
+    ScopedTempDir dir;
+    auto t = load_wide(GetParam(), dir);
+    const Adapter a = random_adapter(*t, 1, 5, true, 11), b = random_adapter(*t, 2, 20, true, 12),
+                  attn_only = random_adapter(*t, 3, 20, false, 13);
+    const std::vector<const Adapter *> rows = {&a, &a, nullptr, &b, &attn_only, &a};
+    for (const KernelSetting & k : SETTINGS) {
+        if (k.bf16_dot && !kernels::bf16_dot_available()) {
+            continue;
+        }
+        SCOPED_TRACE(k.name);
+        kernels::set_matmul_inputs(k.inputs);
+        kernels::set_bf16_dot_enabled(k.bf16_dot);
+        expect_fused_equals_torch(*t, 6, rows);
+        expect_fused_equals_torch(*t, 1, {&b});
+    }
+    std::vector<SequenceCache> caches = prefilled(*t, 2), copies;
+    for (const SequenceCache & c : caches) {
+        copies.push_back(c.fork());
+    }
+    const torch::Tensor base = forward(*t, caches, {1, 1}, 400), adapted = forward(*t, copies, {1, 1}, 400, {&a, &b});
+    EXPECT_FALSE(torch::equal(base, adapted)) << "the adapters' deltas changed nothing";
+}
+
+// An adapter's segment of more than 64 rows takes matmuls in the torch path (add_lora_shared_input), so the fused
+// path declines it; 64 rows still run fused (products' row limit raised for it), as 16 rows on 1 and 3 threads.
+TEST_P(DecodeLayersTest, AdapterRowsBitIdenticalOnOneAndThreeThreadsAndLongSegmentsDeclined) {
+    SettingsGuard guard;
+    ScopedTempDir dir;
+    auto t = load_wide(GetParam(), dir);
+    const Adapter a = random_adapter(*t, 1, 32, true, 21);
+    for (int threads : {1, 3}) {
+        SCOPED_TRACE(std::to_string(threads) + " threads");
+        at::set_num_threads(threads);
+        expect_fused_equals_torch(*t, 16, std::vector<const Adapter *>(16, &a));
+    }
+    at::set_num_threads(guard.threads);
+    kernels::set_blas_min_rows(1000);  // so that 65 rows still take the few-row products
+    ASSERT_EQ(engine::LORA_ROWS_MAX_SEGMENT, 64);
+    expect_fused_equals_torch(*t, 64, std::vector<const Adapter *>(64, &a));
+    expect_fused_equals_torch(*t, 65, std::vector<const Adapter *>(65, &a), false);
 }
 
 // The team's size changes how rows, heads and the sigmoid are split, never a value: 1 and 3 threads.

@@ -1,8 +1,10 @@
 // Row-wise LoRA for sampling (lora_rows.h): per row two matrix-vector products, 16 matrix rows at a time in
-// 16-lane vectors with one transposing reduction, compiled for AVX-512, AVX2 and the baseline (target clones).
+// 16-lane vectors with one transposing reduction, up to 8 rows of one adapter sharing each factor row's read,
+// compiled for AVX-512, AVX2 and the baseline (target clones).
 #include "engine/lora_rows.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -14,9 +16,8 @@ namespace tinkerd::engine {
 
 namespace {
 
-constexpr int64_t MAX_ROWS_PER_SEGMENT = 16;
 constexpr int64_t LANES = kernels::vec16::kLanes;
-constexpr int64_t OUT_BLOCK = 256;  // outputs of y per parallel work item (a row's B·u split across threads)
+static_assert(LORA_RANK_BLOCK == LANES, "a rank block is one group of matrix_vectors' rows");
 
 using kernels::vec16::dot;
 using kernels::vec16::load;
@@ -25,33 +26,75 @@ using kernels::vec16::v16f;
 
 #define TINKERD_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 
-// out[j] = c · Σ_i m[j, i]·v[i] for j < rows (m [rows, n] row-major) when add is false, out[j] += that when it
-// is: 16 rows of m at a time against the same v, their lane sums reduced together (sum16).
-TINKERD_CLONES void matrix_vector(const float * m, const float * v, int64_t rows, int64_t n, float c, bool add,
-                                  float * out) {
+// out_x[j] = c · Σ_i m[j, i]·v_x[i] for j < rows (m [rows, n] row-major) and each of the NV vectors v_x (rows of
+// v, v_stride apart; out likewise), += when add: 16 rows of m at a time, each row's 16-lane partial sums against
+// every v_x at once (the row is read once for all of them), then the lane sums reduced together (sum16). Every
+// out_x[j] is the same operations in the same order whatever NV is and whichever vectors share the call.
+template <int NV>
+TINKERD_VEC16_INLINE void matrix_vectors_n(const float * m, int64_t rows, int64_t n, float c, bool add, const float * v,
+                                           int64_t v_stride, float * out, int64_t out_stride) {
+    const int64_t full = n - n % LANES;
     int64_t j = 0;
     for (; j + LANES <= rows; j += LANES) {
-        v16f acc[LANES] = {};
-        int64_t i = 0;
-        for (; i + LANES <= n; i += LANES) {
-            const v16f vv = load(v + i);
-            for (int r = 0; r < LANES; ++r) {
-                acc[r] += load(m + (j + r) * n + i) * vv;
-            }
-        }
-        v16f sums = sum16(acc);
-        for (; i < n; ++i) {
-            for (int r = 0; r < LANES; ++r) {
-                sums[r] += m[(j + r) * n + i] * v[i];
-            }
-        }
+        v16f acc[NV][LANES];
         for (int r = 0; r < LANES; ++r) {
-            out[j + r] = add ? out[j + r] + c * sums[r] : c * sums[r];
+            const float * row = m + (j + r) * n;
+            v16f part[NV] = {};
+            for (int64_t i = 0; i < full; i += LANES) {
+                const v16f w = load(row + i);
+                for (int x = 0; x < NV; ++x) {
+                    part[x] += w * load(v + x * v_stride + i);
+                }
+            }
+            for (int x = 0; x < NV; ++x) {
+                acc[x][r] = part[x];
+            }
+        }
+        for (int x = 0; x < NV; ++x) {
+            v16f sums = sum16(acc[x]);
+            const float * vx = v + x * v_stride;
+            for (int64_t i = full; i < n; ++i) {
+                for (int r = 0; r < LANES; ++r) {
+                    sums[r] += m[(j + r) * n + i] * vx[i];
+                }
+            }
+            float * o = out + x * out_stride;
+            for (int r = 0; r < LANES; ++r) {
+                o[j + r] = add ? o[j + r] + c * sums[r] : c * sums[r];
+            }
         }
     }
     for (; j < rows; ++j) {
-        const float d = c * dot(m + j * n, v, n);
-        out[j] = add ? out[j] + d : d;
+        for (int x = 0; x < NV; ++x) {
+            const float d = c * dot(m + j * n, v + x * v_stride, n);
+            float * o = out + x * out_stride;
+            o[j] = add ? o[j] + d : d;
+        }
+    }
+}
+
+TINKERD_CLONES void matrix_vectors(const float * m, int64_t rows, int64_t n, float c, bool add, int64_t nv,
+                                   const float * v, int64_t v_stride, float * out, int64_t out_stride) {
+    static_assert(LORA_ROW_GROUP == 8, "one case per group size");
+    switch (nv) {
+        case 1:
+            return matrix_vectors_n<1>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        case 2:
+            return matrix_vectors_n<2>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        case 3:
+            return matrix_vectors_n<3>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        case 4:
+            return matrix_vectors_n<4>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        case 5:
+            return matrix_vectors_n<5>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        case 6:
+            return matrix_vectors_n<6>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        case 7:
+            return matrix_vectors_n<7>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        case 8:
+            return matrix_vectors_n<8>(m, rows, n, c, add, v, v_stride, out, out_stride);
+        default:
+            TORCH_CHECK(false, "lora_rows: a group of ", nv, " rows");
     }
 }
 
@@ -67,13 +110,36 @@ bool adapter_usable(const Adapter * adapter, int64_t layer, LoraTarget target) {
 
 }  // namespace
 
+void lora_rank_block(const float * a, int64_t rank, int64_t in, int64_t k0, float scale, const LoraRowGroup & g) {
+    matrix_vectors(a + k0 * in, std::min(LORA_RANK_BLOCK, rank - k0), in, scale, false, g.rows, g.x, g.x_stride,
+                   g.u + k0, g.u_stride);
+}
+
+void lora_out_block(const float * b, int64_t rank, int64_t out, int64_t j0, const LoraRowGroup & g) {
+    matrix_vectors(b + j0 * rank, std::min(LORA_OUT_BLOCK, out - j0), rank, 1.0F, true, g.rows, g.u, g.u_stride,
+                   g.y + j0, g.y_stride);
+}
+
+std::vector<std::pair<int64_t, int64_t>> row_groups(int64_t n, const std::function<const void *(int64_t)> & key) {
+    std::vector<std::pair<int64_t, int64_t>> groups;
+    for (int64_t r = 0; r < n; ++r) {
+        if (!groups.empty() && groups.back().second == r && r - groups.back().first < LORA_ROW_GROUP &&
+            key(r) == key(groups.back().first)) {
+            groups.back().second = r + 1;
+        } else {
+            groups.emplace_back(r, r + 1);
+        }
+    }
+    return groups;
+}
+
 bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments) {
     if (torch::GradMode::is_enabled() || !y.device().is_cpu() || y.scalar_type() != torch::kFloat32 ||
         x.scalar_type() != torch::kFloat32 || !x.is_contiguous() || y.stride(1) != 1) {
         return false;
     }
     for (const RowSegment & s : segments) {
-        if (s.end - s.begin > MAX_ROWS_PER_SEGMENT) {
+        if (s.end - s.begin > LORA_ROWS_MAX_SEGMENT) {
             return false;
         }
     }
@@ -81,7 +147,8 @@ bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, cons
 }
 
 // Two passes, each split across threads: u[r] = scale·A·x[r] in blocks of 16 ranks, then y[r] += B·u[r] in blocks
-// of OUT_BLOCK outputs, so one row (batch 1) still uses every thread (the factors are read at the memory's rate).
+// of LORA_OUT_BLOCK outputs, for groups of up to 8 rows of one adapter at a time (each factor row read once for
+// the group), so one row (batch 1) still uses every thread and many rows share their factors' reads.
 void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments, int64_t layer,
                    LoraTarget target) {
     for (const RowSegment & s : segments) {
@@ -98,31 +165,35 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
         std::fill(row_adapter.begin() + s.begin, row_adapter.begin() + s.end, s.adapter);
         max_rank = std::max(max_rank, a->size(0));
     }
+    const auto groups = row_groups(T, [&](int64_t r) { return static_cast<const void *>(row_adapter[r]); });
+    const int64_t G = static_cast<int64_t>(groups.size());
     float * y_data = host_strided_data<float>(y, "add_lora_rows");  // rows y_stride apart, each contiguous
     const float * x_data = host_data<const float>(x, "add_lora_rows");
     std::vector<float> u(static_cast<size_t>(T * max_rank));  // [T, max rank]; any rank the API allows (<= 4096)
-    const int64_t rank_blocks = (max_rank + LANES - 1) / LANES;
-    at::parallel_for(0, T * rank_blocks, 1, [&](int64_t begin, int64_t end) {
+    const auto group = [&](int64_t i) {
+        const auto [r0, r1] = groups[i];
+        return LoraRowGroup{r1 - r0,  x_data + r0 * in,       in,      u.data() + r0 * max_rank,
+                            max_rank, y_data + r0 * y_stride, y_stride};
+    };
+    const int64_t rank_blocks = (max_rank + LORA_RANK_BLOCK - 1) / LORA_RANK_BLOCK;
+    at::parallel_for(0, G * rank_blocks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t item = begin; item < end; ++item) {
-            const int64_t r = item / rank_blocks, k0 = (item % rank_blocks) * LANES;
-            const Adapter * adapter = row_adapter[r];
+            const int64_t i = item / rank_blocks, k0 = (item % rank_blocks) * LORA_RANK_BLOCK;
+            const Adapter * adapter = row_adapter[groups[i].first];
             const torch::Tensor * a = adapter ? adapter->lora_a(layer, target) : nullptr;  // [R, in]
             if (a && k0 < a->size(0)) {
-                matrix_vector(host_data<const float>(*a, "add_lora_rows") + k0 * in, x_data + r * in,
-                              std::min(LANES, a->size(0) - k0), in, static_cast<float>(adapter->scale), false,
-                              u.data() + r * max_rank + k0);
+                lora_rank_block(host_data<const float>(*a, "add_lora_rows"), a->size(0), in, k0,
+                                static_cast<float>(adapter->scale), group(i));
             }
         }
     });
-    const int64_t blocks = (out + OUT_BLOCK - 1) / OUT_BLOCK;
-    at::parallel_for(0, T * blocks, 1, [&](int64_t begin, int64_t end) {
+    const int64_t blocks = (out + LORA_OUT_BLOCK - 1) / LORA_OUT_BLOCK;
+    at::parallel_for(0, G * blocks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t item = begin; item < end; ++item) {
-            const int64_t r = item / blocks, j0 = (item % blocks) * OUT_BLOCK, n = std::min(OUT_BLOCK, out - j0);
-            if (const Adapter * adapter = row_adapter[r]) {
+            const int64_t i = item / blocks, j0 = (item % blocks) * LORA_OUT_BLOCK;
+            if (const Adapter * adapter = row_adapter[groups[i].first]) {
                 const torch::Tensor & b = *adapter->lora_b(layer, target);  // [out, R]
-                const int64_t rank = b.size(1);
-                matrix_vector(host_data<const float>(b, "add_lora_rows") + j0 * rank, u.data() + r * max_rank, n, rank,
-                              1.0F, true, y_data + r * y_stride + j0);
+                lora_out_block(host_data<const float>(b, "add_lora_rows"), b.size(1), out, j0, group(i));
             }
         }
     });

@@ -2,6 +2,8 @@
 // BGMV idea: one kernel per projection however many adapters share the batch), without autograd.
 #pragma once
 
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -18,5 +20,29 @@ bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, cons
 // y [T, out] fp32 (row stride free, unit column stride); x [T, in] fp32 contiguous.
 void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments, int64_t layer,
                    LoraTarget target);
+
+// add_lora_rows' work items, which run_decode_layers (decode_layers.h) also runs inside its own parallel region
+// (same items, same bits), for a group of up to LORA_ROW_GROUP rows of one adapter: u[g, k0 .. k0 + r) =
+// scale·A[k0 .. k0 + r)·x[g] with r = min(16, rank - k0) (A [rank, in]), and y[g, j0 .. j0 + n) += B[j0 .. j0 + n)·u[g]
+// with n = min(256, out - j0) (B [out, rank]). Each row's values do not depend on the group it is computed in.
+inline constexpr int64_t LORA_ROWS_MAX_SEGMENT = 64;  // rows per segment beyond which a segment is a prompt
+inline constexpr int64_t LORA_RANK_BLOCK = 16;
+inline constexpr int64_t LORA_OUT_BLOCK = 256;
+inline constexpr int64_t LORA_ROW_GROUP = 8;
+
+struct LoraRowGroup {
+    int64_t rows;  // 1 .. LORA_ROW_GROUP
+    const float * x;
+    int64_t x_stride;  // the group's inputs [rows, in]
+    float * u;
+    int64_t u_stride;  // their u [rows, rank]
+    float * y;
+    int64_t y_stride;  // their outputs [rows, out]
+};
+void lora_rank_block(const float * a, int64_t rank, int64_t in, int64_t k0, float scale, const LoraRowGroup & g);
+void lora_out_block(const float * b, int64_t rank, int64_t out, int64_t j0, const LoraRowGroup & g);
+
+// Rows [0, n) as groups of consecutive rows with the same key (their adapter), at most LORA_ROW_GROUP rows each.
+std::vector<std::pair<int64_t, int64_t>> row_groups(int64_t n, const std::function<const void *(int64_t)> & key);
 
 }  // namespace tinkerd::engine

@@ -1,5 +1,6 @@
 // Sampling's row-wise LoRA (lora_rows) against the segmented matmul path it replaces: several adapters,
-// base-model rows and odd sizes in one batch, every target including the lm_head, ranks 5, 32 and 300.
+// base-model rows and odd sizes in one batch, every target including the lm_head, ranks 5, 32 and 300; and a row's
+// delta the same bits whichever rows share its group.
 #include "engine/lora_rows.h"
 
 #include <utility>
@@ -74,14 +75,40 @@ TEST(LoraRows, EqualsTheSegmentedMatmulPathForEveryTarget) {
     }
 }
 
+// Rows of one adapter share each factor row's read in groups of up to 8; a row's delta is still bitwise what it
+// gets alone (the fused decode step and the torch path may group rows differently): 11 rows of a (groups of 8
+// and 3), one base row, 2 of b; every target, ranks 5 (one partial rank block) and 40 (two full, one partial).
+TEST(LoraRows, ARowsDeltaIsTheSameBitsInAnyGroup) {
+    const model::ModelConfig c = tiny_config();
+    torch::NoGradGuard no_grad;
+    for (int64_t rank : {5, 40}) {
+        const Adapter a = random_adapter(1, rank, c, 31), b = random_adapter(2, rank, c, 32);
+        const std::vector<RowSegment> segments = {{0, 11, &a}, {11, 12, nullptr}, {12, 14, &b}};
+        for (int t = 0; t <= static_cast<int>(LoraTarget::DOWN); ++t) {
+            const auto target = static_cast<LoraTarget>(t);
+            SCOPED_TRACE(std::string(engine::lora_target_name(target)) + " rank " + std::to_string(rank));
+            const auto shape = engine::projection_shape(c, target);
+            const torch::Tensor x = torch::randn({14, shape.in}), y = torch::randn({14, shape.out});
+            torch::Tensor together = y.clone();
+            engine::add_lora_rows(together, x, segments, 0, target);
+            for (int64_t r = 0; r < 14; ++r) {
+                torch::Tensor alone = y.narrow(0, r, 1).clone();
+                const Adapter * adapter = r < 11 ? &a : r < 12 ? nullptr : &b;
+                engine::add_lora_rows(alone, x.narrow(0, r, 1).contiguous(), {{0, 1, adapter}}, 0, target);
+                EXPECT_TRUE(torch::equal(alone, together.narrow(0, r, 1))) << "row " << r;
+            }
+        }
+    }
+}
+
 TEST(LoraRows, NotUsedWithAutogradLongSegmentsOrOtherDtypes) {
     const model::ModelConfig c = tiny_config();
     const Adapter a = random_adapter(1, 4, c, 3);
-    const torch::Tensor x = torch::randn({20, c.hidden_size}), y = torch::randn({20, c.hidden_size});
-    EXPECT_FALSE(engine::lora_rows_applicable(y, x, {{0, 20, &a}})) << "autograd on";
+    const torch::Tensor x = torch::randn({70, c.hidden_size}), y = torch::randn({70, c.hidden_size});
+    EXPECT_FALSE(engine::lora_rows_applicable(y, x, {{0, 70, &a}})) << "autograd on";
     torch::NoGradGuard no_grad;
-    EXPECT_FALSE(engine::lora_rows_applicable(y, x, {{0, 20, &a}})) << "a 20-row segment is a prompt";
-    EXPECT_TRUE(engine::lora_rows_applicable(y, x, {{0, 10, &a}, {10, 20, &a}}));
+    EXPECT_FALSE(engine::lora_rows_applicable(y, x, {{0, 70, &a}})) << "a 70-row segment is a prompt";
+    EXPECT_TRUE(engine::lora_rows_applicable(y, x, {{0, 6, &a}, {6, 70, &a}})) << "64 rows: a decode step's";
     EXPECT_FALSE(engine::lora_rows_applicable(y.to(torch::kFloat64), x.to(torch::kFloat64), {{0, 1, &a}}));
 }
 

@@ -1,11 +1,13 @@
 // Transformer::run_fused_decode: whether a cached forward is a decode step run_decode_layers (decode_layers.h)
-// computes — one new token per sequence, no adapters or images, a dense family that opts in, bf16 weights and
-// fp32 activations on the CPU, the few-row product kernels for every projection — and its raw pointers.
+// computes — one new token per sequence, no images, a dense family that opts in, bf16 weights and fp32 activations
+// on the CPU, the few-row product kernels for every projection, adapters whose factors the torch path would apply
+// row-wise (lora_rows.h) — and its raw pointers.
 #include <algorithm>
 
 #include "engine/arch/family.h"
 #include "engine/decode_layers.h"
 #include "engine/host_access.h"
+#include "engine/lora_rows.h"
 #include "engine/transformer.h"
 
 namespace tinkerd::engine {
@@ -43,9 +45,11 @@ bool decode_layer(const LayerWeights & w, const DecodeShape & s, DecodeLayerWeig
         (qk_norm && !(f32_vector(w.q_norm, s.D) && f32_vector(w.k_norm, s.D)))) {
         return false;
     }
-    out = {f32_or_null(w.input_norm), f32_or_null(w.post_norm), bf16_bits(w.w_qkv),
-           f32_or_null(w.b_qkv),      f32_or_null(w.q_norm),    f32_or_null(w.k_norm),
-           bf16_bits(w.wo),           bf16_bits(w.w_gate_up),   bf16_bits(w.w_down)};
+    out = {f32_or_null(w.input_norm), f32_or_null(w.post_norm),
+           bf16_bits(w.w_qkv),        f32_or_null(w.b_qkv),
+           f32_or_null(w.q_norm),     f32_or_null(w.k_norm),
+           bf16_bits(w.wo),           bf16_bits(w.w_gate_up),
+           bf16_bits(w.w_down),       {}};
     return true;
 }
 
@@ -70,14 +74,67 @@ bool decode_sequence(const SequenceCache & c, const DecodeShape & s, int64_t n_l
     return true;
 }
 
-// One new token per sequence, no adapter, no image.
+// One new token per sequence, no image; with adapter rows, no segment longer than the torch path's row-wise
+// LoRA takes (add_lora_shared_input: longer segments take matmuls, other bits).
 bool plain_decode_batch(const CachedBatch & batch) {
     const auto one = [](int64_t n) { return n == 1; };
-    const auto no_adapter = [](const RowSegment & s) { return s.adapter == nullptr; };
     const auto no_images = [](const std::vector<ImageInput> * images) { return !images || images->empty(); };
+    const auto adapter = [](const RowSegment & s) { return s.adapter != nullptr; };
+    const auto long_segment = [](const RowSegment & s) { return s.end - s.begin > LORA_ROWS_MAX_SEGMENT; };
+    const bool adapters = std::any_of(batch.segments.begin(), batch.segments.end(), adapter);
     return !batch.caches.empty() && std::all_of(batch.lengths.begin(), batch.lengths.end(), one) &&
-           std::all_of(batch.segments.begin(), batch.segments.end(), no_adapter) &&
+           !(adapters && std::any_of(batch.segments.begin(), batch.segments.end(), long_segment)) &&
            std::all_of(batch.images.begin(), batch.images.end(), no_images);
+}
+
+// Row b's factors for (layer, target) as run_decode_layers reads them; false when they are not fp32 contiguous
+// [rank, in] and [out, rank] (the torch path's add_lora_rows refuses those too).
+bool decode_lora(const Adapter * adapter, int64_t layer, LoraTarget target, const model::ModelConfig & c,
+                 DecodeLora & out) {
+    const torch::Tensor * a = adapter ? adapter->lora_a(layer, target) : nullptr;  // [R, in]
+    if (a == nullptr) {
+        return true;  // no delta
+    }
+    const torch::Tensor & b = *adapter->lora_b(layer, target);  // [out, R]
+    const model::ProjectionShape shape = model::projection_shape(c, target);
+    if (!cpu_contiguous(*a, torch::kFloat) || !cpu_contiguous(b, torch::kFloat) || a->dim() != 2 || b.dim() != 2 ||
+        a->size(1) != shape.in || b.size(0) != shape.out || b.size(1) != a->size(0)) {
+        return false;
+    }
+    out = {host_data<const float>(*a, "decode_layers"), host_data<const float>(b, "decode_layers"), a->size(0),
+           static_cast<float>(adapter->scale)};
+    return true;
+}
+
+// Every layer's LoRA table ([7 targets x B rows], decode_layers.h) when some row has an adapter; false when a
+// factor is not what run_decode_layers takes.
+bool decode_loras(const CachedBatch & batch, const model::ModelConfig & c, std::vector<DecodeLayerWeights> & layers) {
+    const int64_t B = static_cast<int64_t>(batch.caches.size());
+    std::vector<const Adapter *> row_adapter(static_cast<size_t>(B), nullptr);  // [B]
+    for (const RowSegment & s : batch.segments) {
+        if (s.begin < 0 || s.end < s.begin || s.end > B) {
+            return false;
+        }
+        std::fill(row_adapter.begin() + s.begin, row_adapter.begin() + s.end, s.adapter);
+    }
+    if (std::all_of(row_adapter.begin(), row_adapter.end(), [](const Adapter * a) { return a == nullptr; })) {
+        return true;
+    }
+    if (torch::GradMode::is_enabled()) {
+        return false;  // the torch path applies adapters with autograd (matmuls) then
+    }
+    for (int64_t layer = 0; layer < c.n_layers; ++layer) {
+        std::vector<DecodeLora> & table = layers[layer].lora;
+        table.assign(static_cast<size_t>(DECODE_LORA_TARGETS * B), DecodeLora{});
+        for (int t = 0; t < DECODE_LORA_TARGETS; ++t) {
+            for (int64_t b = 0; b < B; ++b) {
+                if (!decode_lora(row_adapter[b], layer, static_cast<LoraTarget>(t), c, table[t * B + b])) {
+                    return false;
+                }
+            }
+        }
+    }
+    return true;
 }
 
 }  // namespace
@@ -109,6 +166,9 @@ bool Transformer::run_fused_decode(const CachedBatch & batch, const torch::Tenso
         if (p->kind == kernels::RowRangeProduct::Kind::none) {
             return false;
         }
+    }
+    if (!decode_loras(batch, c, layers)) {
+        return false;
     }
     std::vector<DecodeSequence> seqs(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
