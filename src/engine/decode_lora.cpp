@@ -1,5 +1,6 @@
-// decode_lora.h: the fused decode step's LoRA items. Items run in one fixed order on every thread (target, group
-// of rows, block) and thread tid takes every team-th one, so all threads agree on the split without talking.
+// decode_lora.h: the fused decode step's LoRA items. Items run in one fixed order on every thread (target, block,
+// group of rows: a factor block's groups back to back, so it is read from the cache after the first) and thread
+// tid takes every team-th one, so all threads agree on the split without talking.
 #include "engine/decode_lora.h"
 
 #include <algorithm>
@@ -44,10 +45,11 @@ void lora_rank_share(DecodeLoraRows & rows, const DecodeLayerWeights & w, int t0
                      int tid, int team) {
     int64_t item = 0;
     for (int t = t0; t < t1; ++t) {
-        for (const auto & [b0, g] : target_groups(rows, w, t, x, in, LoraOutput{})) {
-            const DecodeLora & f = w.lora[t * rows.B + b0];
-            for (int64_t k0 = 0; f.a && k0 < f.rank; k0 += LORA_RANK_BLOCK) {
-                if (item++ % team == tid) {
+        const auto groups = target_groups(rows, w, t, x, in, LoraOutput{});
+        for (int64_t k0 = 0; k0 < rows.rank_stride; k0 += LORA_RANK_BLOCK) {  // a block's groups back to back
+            for (const auto & [b0, g] : groups) {
+                const DecodeLora & f = w.lora[t * rows.B + b0];
+                if (f.a && k0 < f.rank && item++ % team == tid) {
                     lora_rank_block(f.a, f.rank, in, k0, f.scale, g);
                 }
             }
@@ -60,10 +62,11 @@ void lora_out_share(DecodeLoraRows & rows, const DecodeLayerWeights & w, int t0,
     int64_t item = 0;
     for (int t = t0; t < t1; ++t) {
         const LoraOutput & o = outs[t - t0];
-        for (const auto & [b0, g] : target_groups(rows, w, t, nullptr, 0, o)) {
-            const DecodeLora & f = w.lora[t * rows.B + b0];
-            for (int64_t j0 = 0; (f.a || o.bias) && j0 < o.out; j0 += LORA_OUT_BLOCK) {
-                if (item++ % team != tid) {
+        const auto groups = target_groups(rows, w, t, nullptr, 0, o);
+        for (int64_t j0 = 0; j0 < o.out; j0 += LORA_OUT_BLOCK) {  // a block's groups back to back
+            for (const auto & [b0, g] : groups) {
+                const DecodeLora & f = w.lora[t * rows.B + b0];
+                if (!(f.a || o.bias) || item++ % team != tid) {
                     continue;
                 }
                 for (int64_t r = 0; o.bias && r < g.rows; ++r) {

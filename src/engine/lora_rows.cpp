@@ -21,6 +21,7 @@ static_assert(LORA_RANK_BLOCK == LANES, "a rank block is one group of matrix_vec
 
 using kernels::vec16::dot;
 using kernels::vec16::load;
+using kernels::vec16::store;
 using kernels::vec16::sum16;
 using kernels::vec16::v16f;
 
@@ -58,10 +59,8 @@ TINKERD_VEC16_INLINE void matrix_vectors_n(const float * m, int64_t rows, int64_
                     sums[r] += m[(j + r) * n + i] * vx[i];
                 }
             }
-            float * o = out + x * out_stride;
-            for (int r = 0; r < LANES; ++r) {
-                o[j + r] = add ? o[j + r] + c * sums[r] : c * sums[r];
-            }
+            float * o = out + x * out_stride + j;  // 16 outputs at once: c·sums (+ o), the ops the rows' scalars get
+            store(o, add ? load(o) + c * sums : c * sums);
         }
     }
     for (; j < rows; ++j) {
@@ -178,7 +177,7 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
     const int64_t rank_blocks = (max_rank + LORA_RANK_BLOCK - 1) / LORA_RANK_BLOCK;
     at::parallel_for(0, G * rank_blocks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t item = begin; item < end; ++item) {
-            const int64_t i = item / rank_blocks, k0 = (item % rank_blocks) * LORA_RANK_BLOCK;
+            const int64_t i = item % G, k0 = (item / G) * LORA_RANK_BLOCK;  // a block's groups back to back
             const Adapter * adapter = row_adapter[groups[i].first];
             const torch::Tensor * a = adapter ? adapter->lora_a(layer, target) : nullptr;  // [R, in]
             if (a && k0 < a->size(0)) {
@@ -190,7 +189,7 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
     const int64_t blocks = (out + LORA_OUT_BLOCK - 1) / LORA_OUT_BLOCK;
     at::parallel_for(0, G * blocks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t item = begin; item < end; ++item) {
-            const int64_t i = item / blocks, j0 = (item % blocks) * LORA_OUT_BLOCK;
+            const int64_t i = item % G, j0 = (item / G) * LORA_OUT_BLOCK;
             if (const Adapter * adapter = row_adapter[groups[i].first]) {
                 const torch::Tensor & b = *adapter->lora_b(layer, target);  // [out, R]
                 lora_out_block(host_data<const float>(b, "add_lora_rows"), b.size(1), out, j0, group(i));
