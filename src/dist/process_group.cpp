@@ -198,7 +198,11 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::join(GroupStore & 
     }
     auto state = std::make_unique<State>();
     state->options = options;
-    const auto command_timeout = options.keepalive.count() > 0
+    // Rank 0 only sends commands: a send that takes a collective timeout means a follower died without its
+    // connection showing it (a killed sampling replica once left rank 0's send waiting for ever under load).
+    // Followers wait for the next command, which may come days later: three keepalives, or no deadline.
+    const auto command_timeout = options.rank == 0 ? options.timeout
+                                 : options.keepalive.count() > 0
                                      ? std::chrono::milliseconds(3 * options.keepalive)
                                      : std::chrono::duration_cast<std::chrono::milliseconds>(NO_DEADLINE);
     try {  // data first: once it formed every rank is there, and cmd (maybe without a deadline) forms at once

@@ -67,9 +67,9 @@ class DataParallelGroup {
     int rank() const;
     int size() const;
 
-    // Rank 0 sends (op, bytes) to every rank; the others receive it. A follower waits for the next command
-    // without a deadline (rank 0 may idle for days), or three keepalives long; a closed connection (rank
-    // 0 gone, or its group given up) ends the wait.
+    // Rank 0 sends (op, bytes) to every rank (within the collective timeout); the others receive it. A follower
+    // waits for the next command without a deadline (rank 0 may idle for days), or three keepalives long; a
+    // closed connection (rank 0 gone, or its group given up) ends the wait.
     Result<void> send_command(int64_t op, const std::vector<uint8_t> & payload);
     Result<std::pair<int64_t, std::vector<uint8_t>>> receive_command();
     // Rank 0 gets every rank's bytes, in rank order; the others get an empty list.
