@@ -5,7 +5,7 @@
 // rows of several LoRA adapters (ranks 5 and 20, one without MLP factors) and base rows mixed, and with enough rows
 // that the SiLU's sigmoid is split as torch splits it, on 1, 3 and the default number of threads. Bit equality
 // holds on any CPU and team size: both paths run the same per-element code. Also: the fused path is really taken
-// (not under the generic cap: no few-row kernels), and not for a prompt row or an adapter's 65-row segment.
+// (not under the generic cap: no few-row kernels), and not for a prompt row or an adapter's 17-row segment.
 #include "engine/decode_layers.h"
 
 #include <ATen/Parallel.h>
@@ -202,23 +202,20 @@ TEST_P(DecodeLayersTest, BitIdenticalWithAdapterRowsUnderEveryFewRowKernel) {
     EXPECT_FALSE(torch::equal(base, adapted)) << "the adapters' deltas changed nothing";
 }
 
-// An adapter's segment of more than 64 rows takes matmuls in the torch path (add_lora_shared_input), so the fused
-// path declines it; 64 rows still run fused (products' row limit raised for it), as 16 rows on 1 and 3 threads.
+// An adapter's segment of 17 rows takes matmuls in the torch path (add_lora_shared_input), so the fused path
+// declines it; 16 rows still run fused, on 1 and 3 threads.
 TEST_P(DecodeLayersTest, AdapterRowsBitIdenticalOnOneAndThreeThreadsAndLongSegmentsDeclined) {
     SettingsGuard guard;
     ScopedTempDir dir;
     auto t = load_wide(GetParam(), dir);
     const Adapter a = random_adapter(*t, 1, 32, true, 21);
+    ASSERT_EQ(engine::LORA_ROWS_MAX_SEGMENT, 16);
     for (int threads : {1, 3}) {
         SCOPED_TRACE(std::to_string(threads) + " threads");
         at::set_num_threads(threads);
         expect_fused_equals_torch(*t, 16, std::vector<const Adapter *>(16, &a));
     }
-    at::set_num_threads(guard.threads);
-    kernels::set_blas_min_rows(1000);  // so that 65 rows still take the few-row products
-    ASSERT_EQ(engine::LORA_ROWS_MAX_SEGMENT, 64);
-    expect_fused_equals_torch(*t, 64, std::vector<const Adapter *>(64, &a));
-    expect_fused_equals_torch(*t, 65, std::vector<const Adapter *>(65, &a), false);
+    expect_fused_equals_torch(*t, 17, std::vector<const Adapter *>(17, &a), false);
 }
 
 // The team's size changes how rows, heads and the sigmoid are split, never a value: 1 and 3 threads.

@@ -25,7 +25,9 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
 // (same items, same bits), for a group of up to LORA_ROW_GROUP rows of one adapter: u[g, k0 .. k0 + r) =
 // scale·A[k0 .. k0 + r)·x[g] with r = min(16, rank - k0) (A [rank, in]), and y[g, j0 .. j0 + n) += B[j0 .. j0 + n)·u[g]
 // with n = min(256, out - j0) (B [out, rank]). Each row's values do not depend on the group it is computed in.
-inline constexpr int64_t LORA_ROWS_MAX_SEGMENT = 64;  // rows per segment beyond which a segment is a prompt
+// Rows per segment beyond which a segment takes matmuls: a no-grad forward's rows must be the bits its
+// forward_backward (autograd: matmuls) gets, so only decode-sized segments run row-wise.
+inline constexpr int64_t LORA_ROWS_MAX_SEGMENT = 16;
 inline constexpr int64_t LORA_RANK_BLOCK = 16;
 inline constexpr int64_t LORA_OUT_BLOCK = 256;
 inline constexpr int64_t LORA_ROW_GROUP = 8;
