@@ -37,6 +37,19 @@ struct Options {
     std::vector<std::string> kinds = {"base", "base-unfused", "adapter", "adapter-unfused", "mixed8"};
 };
 
+// A kind's model ("base", "adapter" or "mixed8") and whether its "-unfused" suffix turns the region off.
+struct KindParts {
+    std::string what;
+    bool unfused = false;
+};
+
+KindParts split_kind(const std::string & kind) {
+    const std::string suffix = "-unfused";
+    const bool unfused =
+        kind.size() > suffix.size() && kind.compare(kind.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return {unfused ? kind.substr(0, kind.size() - suffix.size()) : kind, unfused};
+}
+
 struct Run {
     double seconds = 0;
     int64_t tokens = 0;   // tokens generated over all sequences
@@ -91,9 +104,8 @@ Options parse_options(int argc, char ** argv) {
         } else if (key == "--kinds") {
             o.kinds = parse_list<std::string>(value);
             for (const std::string & kind : o.kinds) {
-                const std::string what = kind.substr(0, kind.find("-unfused"));
-                if ((what != "base" && what != "adapter" && what != "mixed8") ||
-                    (what != kind && what + "-unfused" != kind)) {
+                const std::string what = split_kind(kind).what;
+                if (what != "base" && what != "adapter" && what != "mixed8") {
                     std::fprintf(stderr, "sample_bench: unknown kind %s\n", kind.c_str());
                     std::exit(2);
                 }
@@ -285,7 +297,7 @@ std::vector<std::vector<SampleRequest>> decode_variants(Context & ctx, int64_t b
 // Decode tok/s = tokens after the first / (t_T - t_1), against batch x (bandwidth / bytes per step).
 void decode_case(Context & ctx, const std::string & kind, int64_t batch, const std::vector<AdapterId> & adapters) {
     const Options & o = ctx.options;
-    const int64_t distinct = kind.rfind("base", 0) == 0 ? 0 : std::min<int64_t>(batch, adapters.size());
+    const int64_t distinct = split_kind(kind).what == "base" ? 0 : std::min<int64_t>(batch, adapters.size());
     const int64_t fused_before = tinkerd::engine::decode_layers_runs();
     const Measured m = quiet_timed(ctx, decode_variants(ctx, batch, adapters));
     const int64_t fused_steps = tinkerd::engine::decode_layers_runs() - fused_before;  // decode_layers.h's region
@@ -377,18 +389,18 @@ struct DecodeLayersSetting {
 // Decode for every kind x batch; the 8 random adapters are made only when a kind needs them.
 void decode_cases(Context & ctx) {
     const auto & kinds = ctx.options.kinds;
-    const auto has = [&](const char * kind) { return std::count(kinds.begin(), kinds.end(), kind) > 0; };
-    const size_t n_adapters = has("mixed8") || has("mixed8-unfused")     ? 8
-                              : has("adapter") || has("adapter-unfused") ? 1
-                                                                         : 0;
+    const auto has = [&](const char * what) {
+        return std::any_of(kinds.begin(), kinds.end(),
+                           [&](const std::string & k) { return split_kind(k).what == what; });
+    };
+    const size_t n_adapters = has("mixed8") ? 8 : has("adapter") ? 1 : 0;
     std::vector<AdapterId> mixed;
     for (uint64_t i = 0; i < n_adapters; ++i) {
         mixed.push_back(random_adapter(*ctx.engine, 100 + i));
     }
     for (int64_t batch : ctx.options.batches) {  // a batch's kinds back to back, so that they compare
         for (const std::string & kind : kinds) {
-            const bool unfused = kind.size() > 8 && kind.compare(kind.size() - 8, 8, "-unfused") == 0;
-            const std::string what = unfused ? kind.substr(0, kind.size() - 8) : kind;
+            const auto [what, unfused] = split_kind(kind);
             if (what == "mixed8" && batch == 1) {
                 continue;  // one row cannot mix adapters
             }

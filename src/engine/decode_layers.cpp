@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <omp.h>
-#include <tuple>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
