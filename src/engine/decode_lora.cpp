@@ -4,7 +4,6 @@
 #include "engine/decode_lora.h"
 
 #include <algorithm>
-#include <utility>
 
 #include "engine/lora_rows.h"
 
@@ -12,19 +11,19 @@ namespace tinkerd::engine {
 
 namespace {
 
-// Target t's rows as groups of one adapter's consecutive rows (rows without factors form groups too: they may
-// need the bias), with their inputs x [B, in] (nullptr: not needed), u rows and outputs o.
-std::vector<std::pair<int64_t, LoraRowGroup>> target_groups(DecodeLoraRows & rows, const DecodeLayerWeights & w, int t,
-                                                            const float * x, int64_t in, const LoraOutput & o) {
-    const int64_t B = rows.B, u_stride = DECODE_LORA_TARGETS * rows.rank_stride;
-    const auto adapter_of = [&](int64_t b) { return static_cast<const void *>(w.lora[t * B + b].a); };
-    std::vector<std::pair<int64_t, LoraRowGroup>> out;
-    for (const auto & [b0, b1] : row_groups(B, adapter_of)) {
-        float * u = rows.u.data() + (b0 * DECODE_LORA_TARGETS + t) * rows.rank_stride;
-        out.push_back({b0, LoraRowGroup{b1 - b0, x ? x + b0 * in : nullptr, in, u, u_stride,
-                                        o.y ? o.y + b0 * o.stride : nullptr, o.stride}});
-    }
-    return out;
+// Target t's group of rows [b0, b1) (one adapter's consecutive rows, at most LORA_ROW_GROUP; rows without factors
+// form groups too: they may need the bias) with its inputs x [B, in] (nullptr: not needed), u rows and outputs o.
+LoraRowGroup target_group(DecodeLoraRows & rows, int t, int64_t b0, int64_t b1, const float * x, int64_t in,
+                          const LoraOutput & o) {
+    const int64_t u_stride = DECODE_LORA_TARGETS * rows.rank_stride;
+    float * u = rows.u.data() + (b0 * DECODE_LORA_TARGETS + t) * rows.rank_stride;
+    return LoraRowGroup{b1 - b0,  x ? x + b0 * in : nullptr,           in,      u,
+                        u_stride, o.y ? o.y + b0 * o.stride : nullptr, o.stride};
+}
+
+// The end of target t's group of rows that starts at b0 (row_group_end, keyed by the rows' A factors).
+int64_t group_end(const DecodeLayerWeights & w, int64_t B, int t, int64_t b0) {
+    return row_group_end(B, b0, [&](int64_t b) { return w.lora[t * B + b].a; });
 }
 
 }  // namespace
@@ -45,12 +44,12 @@ void lora_rank_share(DecodeLoraRows & rows, const DecodeLayerWeights & w, int t0
                      int tid, int team) {
     int64_t item = 0;
     for (int t = t0; t < t1; ++t) {
-        const auto groups = target_groups(rows, w, t, x, in, LoraOutput{});
         for (int64_t k0 = 0; k0 < rows.rank_stride; k0 += LORA_RANK_BLOCK) {  // a block's groups back to back
-            for (const auto & [b0, g] : groups) {
+            for (int64_t b0 = 0, b1 = 0; b0 < rows.B; b0 = b1) {
+                b1 = group_end(w, rows.B, t, b0);
                 const DecodeLora & f = w.lora[t * rows.B + b0];
                 if (f.a && k0 < f.rank && item++ % team == tid) {
-                    lora_rank_block(f.a, f.rank, in, k0, f.scale, g);
+                    lora_rank_block(f.a, f.rank, in, k0, f.scale, target_group(rows, t, b0, b1, x, in, LoraOutput{}));
                 }
             }
         }
@@ -62,13 +61,14 @@ void lora_out_share(DecodeLoraRows & rows, const DecodeLayerWeights & w, int t0,
     int64_t item = 0;
     for (int t = t0; t < t1; ++t) {
         const LoraOutput & o = outs[t - t0];
-        const auto groups = target_groups(rows, w, t, nullptr, 0, o);
         for (int64_t j0 = 0; j0 < o.out; j0 += LORA_OUT_BLOCK) {  // a block's groups back to back
-            for (const auto & [b0, g] : groups) {
+            for (int64_t b0 = 0, b1 = 0; b0 < rows.B; b0 = b1) {
+                b1 = group_end(w, rows.B, t, b0);
                 const DecodeLora & f = w.lora[t * rows.B + b0];
                 if (!(f.a || o.bias) || item++ % team != tid) {
                     continue;
                 }
+                const LoraRowGroup g = target_group(rows, t, b0, b1, nullptr, 0, o);
                 for (int64_t r = 0; o.bias && r < g.rows; ++r) {
                     float * y = g.y + r * g.y_stride;
                     for (int64_t j = j0; j < std::min(o.out, j0 + LORA_OUT_BLOCK); ++j) {

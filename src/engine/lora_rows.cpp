@@ -4,7 +4,6 @@
 #include "engine/lora_rows.h"
 
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -119,26 +118,13 @@ void lora_out_block(const float * b, int64_t rank, int64_t out, int64_t j0, cons
                    g.y + j0, g.y_stride);
 }
 
-std::vector<std::pair<int64_t, int64_t>> row_groups(int64_t n, const std::function<const void *(int64_t)> & key) {
-    std::vector<std::pair<int64_t, int64_t>> groups;
-    for (int64_t r = 0; r < n; ++r) {
-        if (!groups.empty() && groups.back().second == r && r - groups.back().first < LORA_ROW_GROUP &&
-            key(r) == key(groups.back().first)) {
-            groups.back().second = r + 1;
-        } else {
-            groups.emplace_back(r, r + 1);
-        }
-    }
-    return groups;
-}
-
 bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments) {
     if (torch::GradMode::is_enabled() || !y.device().is_cpu() || y.scalar_type() != torch::kFloat32 ||
         x.scalar_type() != torch::kFloat32 || !x.is_contiguous() || y.stride(1) != 1) {
         return false;
     }
     for (const RowSegment & s : segments) {
-        if (s.end - s.begin > LORA_ROWS_MAX_SEGMENT) {
+        if (s.end - s.begin > lora_rows_max_segment(s)) {
             return false;
         }
     }

@@ -2,7 +2,6 @@
 // BGMV idea: one kernel per projection however many adapters share the batch), without autograd.
 #pragma once
 
-#include <functional>
 #include <utility>
 #include <vector>
 
@@ -26,8 +25,16 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
 // scale·A[k0 .. k0 + r)·x[g] with r = min(16, rank - k0) (A [rank, in]), and y[g, j0 .. j0 + n) += B[j0 .. j0 + n)·u[g]
 // with n = min(256, out - j0) (B [out, rank]). Each row's values do not depend on the group it is computed in.
 // Rows per segment beyond which a segment takes matmuls: a no-grad forward's rows must be the bits its
-// forward_backward (autograd: matmuls) gets, so only decode-sized segments run row-wise.
+// forward_backward (autograd: matmuls) gets, so only short segments run row-wise. A decode step's segment
+// (RowSegment::decode_step: one token per sequence, e.g. one adapter's 32 samples) has no such twin and takes
+// the row-wise path up to LORA_ROWS_MAX_DECODE_SEGMENT rows (each group of 8 rows re-reads the factors).
 inline constexpr int64_t LORA_ROWS_MAX_SEGMENT = 16;
+inline constexpr int64_t LORA_ROWS_MAX_DECODE_SEGMENT = 64;
+
+// The most rows segment s may have to run row-wise.
+inline int64_t lora_rows_max_segment(const RowSegment & s) {
+    return s.decode_step ? LORA_ROWS_MAX_DECODE_SEGMENT : LORA_ROWS_MAX_SEGMENT;
+}
 inline constexpr int64_t LORA_RANK_BLOCK = 16;
 inline constexpr int64_t LORA_OUT_BLOCK = 256;
 inline constexpr int64_t LORA_ROW_GROUP = 8;
@@ -44,7 +51,25 @@ struct LoraRowGroup {
 void lora_rank_block(const float * a, int64_t rank, int64_t in, int64_t k0, float scale, const LoraRowGroup & g);
 void lora_out_block(const float * b, int64_t rank, int64_t out, int64_t j0, const LoraRowGroup & g);
 
-// Rows [0, n) as groups of consecutive rows with the same key (their adapter), at most LORA_ROW_GROUP rows each.
-std::vector<std::pair<int64_t, int64_t>> row_groups(int64_t n, const std::function<const void *(int64_t)> & key);
+// Rows [0, n) are grouped as consecutive rows with the same key (their adapter), at most LORA_ROW_GROUP rows each:
+// the end of the group that starts at row `begin` (no allocation: the decode region calls it on its hot path).
+template <typename Key>
+int64_t row_group_end(int64_t n, int64_t begin, const Key & key) {
+    int64_t end = begin + 1;
+    while (end < n && end - begin < LORA_ROW_GROUP && key(end) == key(begin)) {
+        ++end;
+    }
+    return end;
+}
+
+// Every group of rows [0, n) as [begin, end) (row_group_end's grouping).
+template <typename Key>
+std::vector<std::pair<int64_t, int64_t>> row_groups(int64_t n, const Key & key) {
+    std::vector<std::pair<int64_t, int64_t>> groups;
+    for (int64_t r = 0; r < n; r = groups.back().second) {
+        groups.emplace_back(r, row_group_end(n, r, key));
+    }
+    return groups;
+}
 
 }  // namespace tinkerd::engine
