@@ -5,8 +5,7 @@
 // rows of several LoRA adapters (ranks 5 and 20, one without MLP factors) and base rows mixed, and with enough rows
 // that the SiLU's sigmoid is split as torch splits it, on 1, 3 and the default number of threads. Bit equality
 // holds on any CPU and team size: both paths run the same per-element code. Also: the fused path is really taken
-// (not under the generic cap: no few-row kernels), and not for a prompt row, an adapter's 65-row decode segment or
-// 17 rows outside a decode step.
+// (not under the generic cap: no few-row kernels), and not for a prompt row or an adapter's 17-row segment.
 #include "engine/decode_layers.h"
 
 #include <ATen/Parallel.h>
@@ -85,7 +84,7 @@ Adapter random_adapter(const Transformer & t, engine::AdapterId id, int64_t rank
 // One cached forward of `lengths[s]` new tokens per cache (rows of row_adapters[s] when given, one row each);
 // returns the hidden states [T, C].
 torch::Tensor forward(Transformer & t, std::vector<SequenceCache> & caches, const std::vector<int64_t> & lengths,
-                      uint64_t seed, const std::vector<const Adapter *> & row_adapters = {}, bool decode_step = true) {
+                      uint64_t seed, const std::vector<const Adapter *> & row_adapters = {}) {
     CachedBatch batch;
     std::vector<int64_t> tokens;
     for (size_t s = 0; s < caches.size(); ++s) {
@@ -97,7 +96,7 @@ torch::Tensor forward(Transformer & t, std::vector<SequenceCache> & caches, cons
     batch.tokens = torch::tensor(tokens, torch::kInt64);
     batch.segments = {{0, static_cast<int64_t>(tokens.size()), nullptr}};
     if (!row_adapters.empty()) {
-        batch.segments = engine::segments_of(row_adapters, decode_step);  // as SampleLoop::decode marks them
+        batch.segments = engine::segments_of(row_adapters);
     }
     torch::NoGradGuard no_grad;  // as sampling runs it (autograd on, adapters take the matmul path)
     return t.hidden_states_cached(batch);
@@ -132,7 +131,7 @@ void expect_same_caches(const Transformer & t, const std::vector<SequenceCache> 
 // Three decode steps of B sequences (rows of row_adapters when given) with the fused path and without: the same
 // bits, and the path taken (except under the generic cap, which has no few-row kernels for it) when `fused`.
 void expect_fused_equals_torch(Transformer & t, int64_t B, const std::vector<const Adapter *> & row_adapters = {},
-                               bool expect_fused = true, bool decode_step = true) {
+                               bool expect_fused = true) {
     const int64_t taken = kernels::kernel_isa() == kernels::KernelIsa::generic || !expect_fused ? 0 : 1;
     std::vector<SequenceCache> fused = prefilled(t, B), plain;
     for (const SequenceCache & c : fused) {
@@ -142,10 +141,10 @@ void expect_fused_equals_torch(Transformer & t, int64_t B, const std::vector<con
     for (int step = 0; step < 3; ++step) {
         engine::set_decode_layers_enabled(true);
         const int64_t runs = engine::decode_layers_runs();
-        const torch::Tensor h_fused = forward(t, fused, ones, 200 + step, row_adapters, decode_step);  // [B, C]
+        const torch::Tensor h_fused = forward(t, fused, ones, 200 + step, row_adapters);  // [B, C]
         EXPECT_EQ(engine::decode_layers_runs(), runs + taken) << "the fused path was not taken";
         engine::set_decode_layers_enabled(false);
-        const torch::Tensor h_plain = forward(t, plain, ones, 200 + step, row_adapters, decode_step);
+        const torch::Tensor h_plain = forward(t, plain, ones, 200 + step, row_adapters);
         EXPECT_EQ(engine::decode_layers_runs(), runs + taken);
         ASSERT_EQ(h_fused.sizes(), h_plain.sizes());
         EXPECT_TRUE(torch::equal(h_fused, h_plain))
@@ -203,26 +202,20 @@ TEST_P(DecodeLayersTest, BitIdenticalWithAdapterRowsUnderEveryFewRowKernel) {
     EXPECT_FALSE(torch::equal(base, adapted)) << "the adapters' deltas changed nothing";
 }
 
-// A decode step's segment of up to 64 rows of one adapter (one adapter's samples) runs fused, on 1 and 3 threads;
-// 65 rows take matmuls in the torch path (add_lora_shared_input), so the fused path declines them. Rows not
-// marked as a decode step's (a forward's) keep the 16-row limit: 17 are declined.
+// An adapter's segment of 17 rows takes matmuls in the torch path (add_lora_shared_input), so the fused path
+// declines it; 16 rows still run fused, on 1 and 3 threads.
 TEST_P(DecodeLayersTest, AdapterRowsBitIdenticalOnOneAndThreeThreadsAndLongSegmentsDeclined) {
     SettingsGuard guard;
     ScopedTempDir dir;
     auto t = load_wide(GetParam(), dir);
     const Adapter a = random_adapter(*t, 1, 32, true, 21);
     ASSERT_EQ(engine::LORA_ROWS_MAX_SEGMENT, 16);
-    ASSERT_EQ(engine::LORA_ROWS_MAX_DECODE_SEGMENT, 64);
-    kernels::set_blas_min_rows(128);  // so that 64 and 65 sequences are few-row steps, and only the LoRA limit decides
     for (int threads : {1, 3}) {
         SCOPED_TRACE(std::to_string(threads) + " threads");
         at::set_num_threads(threads);
         expect_fused_equals_torch(*t, 16, std::vector<const Adapter *>(16, &a));
-        expect_fused_equals_torch(*t, 64, std::vector<const Adapter *>(64, &a));
     }
-    expect_fused_equals_torch(*t, 65, std::vector<const Adapter *>(65, &a), false);
-    expect_fused_equals_torch(*t, 16, std::vector<const Adapter *>(16, &a), true, /*decode_step=*/false);
-    expect_fused_equals_torch(*t, 17, std::vector<const Adapter *>(17, &a), false, /*decode_step=*/false);
+    expect_fused_equals_torch(*t, 17, std::vector<const Adapter *>(17, &a), false);
 }
 
 // The team's size changes how rows, heads and the sigmoid are split, never a value: 1 and 3 threads.

@@ -73,15 +73,11 @@ void zero_releasing(torch::Tensor & flat);
 Adapter make_adapter(AdapterId id, const LoraSpec & spec, const model::ModelConfig & config, torch::ScalarType dtype,
                      torch::Device device, uint64_t seed);
 
-// Contiguous rows of the packed batch that share one adapter (nullptr = bare base model). decode_step: each row
-// is its own sequence's next token (a sampling decode step), so up to LORA_ROWS_MAX_DECODE_SEGMENT rows take the
-// row-wise LoRA (lora_rows.h); any other segment only up to LORA_ROWS_MAX_SEGMENT, the bits a forward shares with
-// its forward_backward.
+// Contiguous rows of the packed batch that share one adapter (nullptr = bare base model).
 struct RowSegment {
     int64_t begin = 0;
     int64_t end = 0;
     const Adapter * adapter = nullptr;
-    bool decode_step = false;
 };
 
 // y + each segment's LoRA delta for (layer, target): y [T, out] and x [T, in] in the act dtype.

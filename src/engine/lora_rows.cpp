@@ -124,7 +124,7 @@ bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, cons
         return false;
     }
     for (const RowSegment & s : segments) {
-        if (s.end - s.begin > lora_rows_max_segment(s)) {
+        if (s.end - s.begin > LORA_ROWS_MAX_SEGMENT) {
             return false;
         }
     }

@@ -25,16 +25,10 @@ void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector
 // scale·A[k0 .. k0 + r)·x[g] with r = min(16, rank - k0) (A [rank, in]), and y[g, j0 .. j0 + n) += B[j0 .. j0 + n)·u[g]
 // with n = min(256, out - j0) (B [out, rank]). Each row's values do not depend on the group it is computed in.
 // Rows per segment beyond which a segment takes matmuls: a no-grad forward's rows must be the bits its
-// forward_backward (autograd: matmuls) gets, so only short segments run row-wise. A decode step's segment
-// (RowSegment::decode_step: one token per sequence, e.g. one adapter's 32 samples) has no such twin and takes
-// the row-wise path up to LORA_ROWS_MAX_DECODE_SEGMENT rows (each group of 8 rows re-reads the factors).
+// forward_backward (autograd: matmuls) gets, so only decode-sized segments run row-wise. (Decode steps alone
+// taking up to 64 rows row-wise, so that one adapter's 32 samples stay in the fused decode region, was measured
+// no faster than their matmuls: docs/benchmarks.md, 2026-12-07 20:40.)
 inline constexpr int64_t LORA_ROWS_MAX_SEGMENT = 16;
-inline constexpr int64_t LORA_ROWS_MAX_DECODE_SEGMENT = 64;
-
-// The most rows segment s may have to run row-wise.
-inline int64_t lora_rows_max_segment(const RowSegment & s) {
-    return s.decode_step ? LORA_ROWS_MAX_DECODE_SEGMENT : LORA_ROWS_MAX_SEGMENT;
-}
 inline constexpr int64_t LORA_RANK_BLOCK = 16;
 inline constexpr int64_t LORA_OUT_BLOCK = 256;
 inline constexpr int64_t LORA_ROW_GROUP = 8;

@@ -109,10 +109,6 @@ TEST(LoraRows, NotUsedWithAutogradLongSegmentsOrOtherDtypes) {
     torch::NoGradGuard no_grad;
     EXPECT_FALSE(engine::lora_rows_applicable(y, x, {{0, 20, &a}})) << "a 20-row segment is a prompt";
     EXPECT_TRUE(engine::lora_rows_applicable(y, x, {{0, 10, &a}, {10, 20, &a}}));
-    EXPECT_TRUE(engine::lora_rows_applicable(y, x, {{0, 20, &a, /*decode_step=*/true}})) << "20 samples' next tokens";
-    const torch::Tensor x65 = torch::randn({65, c.hidden_size}), y65 = torch::randn({65, c.hidden_size});
-    EXPECT_TRUE(engine::lora_rows_applicable(y65, x65, {{0, 64, &a, true}, {64, 65, &a, true}}));
-    EXPECT_FALSE(engine::lora_rows_applicable(y65, x65, {{0, 65, &a, true}})) << "65 rows of a decode step";
     EXPECT_FALSE(engine::lora_rows_applicable(y.to(torch::kFloat64), x.to(torch::kFloat64), {{0, 1, &a}}));
 }
 

@@ -106,14 +106,14 @@ AdapterId id_of(const Adapter * adapter) {
     return adapter ? adapter->id : BASE_MODEL;
 }
 
-std::vector<RowSegment> segments_of(const std::vector<const Adapter *> & row_adapters, bool decode_step) {
+std::vector<RowSegment> segments_of(const std::vector<const Adapter *> & row_adapters) {
     std::vector<RowSegment> segments;
     for (size_t i = 0; i < row_adapters.size(); ++i) {
         const int64_t row = static_cast<int64_t>(i);
         if (!segments.empty() && segments.back().adapter == row_adapters[i]) {
             segments.back().end = row + 1;
         } else {
-            segments.push_back({row, row + 1, row_adapters[i], decode_step});
+            segments.push_back({row, row + 1, row_adapters[i]});
         }
     }
     return segments;

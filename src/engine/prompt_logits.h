@@ -14,9 +14,8 @@ namespace tinkerd::engine {
 
 AdapterId id_of(const Adapter * adapter);
 
-// Segments of consecutive rows sharing an adapter; row_adapters[i] is row i's adapter. decode_step: the rows are
-// one new token per sequence (RowSegment::decode_step).
-std::vector<RowSegment> segments_of(const std::vector<const Adapter *> & row_adapters, bool decode_step = false);
+// Segments of consecutive rows sharing an adapter; row_adapters[i] is row i's adapter.
+std::vector<RowSegment> segments_of(const std::vector<const Adapter *> & row_adapters);
 
 // For a prompt's final-norm hidden rows h [n, C]: fills out.prompt_logprobs / topk_prompt_logprobs when
 // the request asks for them, and returns the last row's logits [V] (float64, CPU, contiguous).

@@ -101,7 +101,7 @@ void SampleLoop::decode() {
         row_adapters.push_back(row.request->adapter);
     }
     batch.tokens = torch::tensor(tokens, torch::kInt64).to(t_.device());
-    batch.segments = segments_of(row_adapters, /*decode_step=*/true);
+    batch.segments = segments_of(row_adapters);
     torch::Tensor h = t_.hidden_states_cached(batch);                                     // [B, C]
     const torch::Tensor logits = to_host(t_.logits(h, batch.segments), torch::kFloat64);  // [B, V], one copy per step
     const int64_t V = logits.size(1);

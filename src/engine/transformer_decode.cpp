@@ -80,7 +80,7 @@ bool plain_decode_batch(const CachedBatch & batch) {
     const auto one = [](int64_t n) { return n == 1; };
     const auto no_images = [](const std::vector<ImageInput> * images) { return !images || images->empty(); };
     const auto adapter = [](const RowSegment & s) { return s.adapter != nullptr; };
-    const auto long_segment = [](const RowSegment & s) { return s.end - s.begin > lora_rows_max_segment(s); };
+    const auto long_segment = [](const RowSegment & s) { return s.end - s.begin > LORA_ROWS_MAX_SEGMENT; };
     const bool adapters = std::any_of(batch.segments.begin(), batch.segments.end(), adapter);
     return !batch.caches.empty() && std::all_of(batch.lengths.begin(), batch.lengths.end(), one) &&
            !(adapters && std::any_of(batch.segments.begin(), batch.segments.end(), long_segment)) &&
