@@ -259,6 +259,26 @@ TEST_P(DecodeLayersTest, APromptRowKeepsTheTorchPath) {
     EXPECT_EQ(engine::decode_layers_runs(), runs + 1);
 }
 
+// Qwen3-MoE (sparse MLP layers) and Qwen3.5 (recurrent DeltaNet layers, partial rotary) keep the torch path:
+// a decode step of theirs never enters the region, and still decodes.
+TEST(DecodeLayers, MoeAndHybridModelsKeepTheTorchPath) {
+    if (kernels::kernel_isa() == kernels::KernelIsa::generic) {
+        GTEST_SKIP() << "no few-row kernels under the generic cap: the fused path never applies";
+    }
+    SettingsGuard guard;
+    for (TinyFamily family : {TinyFamily::QWEN3_MOE, TinyFamily::QWEN3_5}) {
+        SCOPED_TRACE(family == TinyFamily::QWEN3_MOE ? "qwen3_moe" : "qwen3_5");
+        ScopedTempDir dir;
+        auto t = load_wide(family, dir);
+        std::vector<SequenceCache> caches = prefilled(*t, 2);
+        const int64_t runs = engine::decode_layers_runs();
+        const torch::Tensor h = forward(*t, caches, {1, 1}, 500);  // [2, C]
+        EXPECT_EQ(engine::decode_layers_runs(), runs) << "the region ran a model it does not cover";
+        EXPECT_EQ(h.size(0), 2);
+        EXPECT_TRUE(torch::isfinite(h).all().item<bool>());
+    }
+}
+
 std::string family_name(const ::testing::TestParamInfo<TinyFamily> & info) {
     return info.param == TinyFamily::LLAMA ? "llama" : info.param == TinyFamily::QWEN3 ? "qwen3" : "qwen2";
 }
