@@ -20,10 +20,6 @@ bool lora_rows_applicable(const torch::Tensor & y, const torch::Tensor & x, cons
 void add_lora_rows(torch::Tensor & y, const torch::Tensor & x, const std::vector<RowSegment> & segments, int64_t layer,
                    LoraTarget target);
 
-// add_lora_rows' work items, which run_decode_layers (decode_layers.h) also runs inside its own parallel region
-// (same items, same bits), for a group of up to LORA_ROW_GROUP rows of one adapter: u[g, k0 .. k0 + r) =
-// scale·A[k0 .. k0 + r)·x[g] with r = min(16, rank - k0) (A [rank, in]), and y[g, j0 .. j0 + n) += B[j0 .. j0 + n)·u[g]
-// with n = min(256, out - j0) (B [out, rank]). Each row's values do not depend on the group it is computed in.
 // Rows per segment beyond which a segment takes matmuls: a no-grad forward's rows must be the bits its
 // forward_backward (autograd: matmuls) gets, so only decode-sized segments run row-wise. (Decode steps alone
 // taking up to 64 rows row-wise, so that one adapter's 32 samples stay in the fused decode region, was measured
@@ -33,6 +29,10 @@ inline constexpr int64_t LORA_RANK_BLOCK = 16;
 inline constexpr int64_t LORA_OUT_BLOCK = 256;
 inline constexpr int64_t LORA_ROW_GROUP = 8;
 
+// add_lora_rows' work items, which run_decode_layers (decode_layers.h) also runs inside its own parallel region
+// (same items, same bits), for a group of up to LORA_ROW_GROUP rows of one adapter: u[g, k0 .. k0 + r) =
+// scale·A[k0 .. k0 + r)·x[g] with r = min(16, rank - k0) (A [rank, in]), and y[g, j0 .. j0 + n) += B[j0 .. j0 + n)·u[g]
+// with n = min(256, out - j0) (B [out, rank]). Each row's values do not depend on the group it is computed in.
 struct LoraRowGroup {
     int64_t rows;  // 1 .. LORA_ROW_GROUP
     const float * x;

@@ -107,17 +107,15 @@ bool decode_lora(const Adapter * adapter, int64_t layer, LoraTarget target, cons
 }
 
 // Every layer's LoRA table ([7 targets x B rows], decode_layers.h) when some row has an adapter; false when a
-// factor is not what run_decode_layers takes.
+// factor is not what run_decode_layers takes. Each segment's factors are checked once and filled into its rows.
 bool decode_loras(const CachedBatch & batch, const model::ModelConfig & c, std::vector<DecodeLayerWeights> & layers) {
     const int64_t B = static_cast<int64_t>(batch.caches.size());
-    std::vector<const Adapter *> row_adapter(static_cast<size_t>(B), nullptr);  // [B]
-    for (const RowSegment & s : batch.segments) {
-        if (s.begin < 0 || s.end < s.begin || s.end > B) {
-            return false;
-        }
-        std::fill(row_adapter.begin() + s.begin, row_adapter.begin() + s.end, s.adapter);
+    const auto bad = [B](const RowSegment & s) { return s.begin < 0 || s.end < s.begin || s.end > B; };
+    const auto adapted = [](const RowSegment & s) { return s.adapter != nullptr && s.end > s.begin; };
+    if (std::any_of(batch.segments.begin(), batch.segments.end(), bad)) {
+        return false;
     }
-    if (std::all_of(row_adapter.begin(), row_adapter.end(), [](const Adapter * a) { return a == nullptr; })) {
+    if (std::none_of(batch.segments.begin(), batch.segments.end(), adapted)) {
         return true;
     }
     if (torch::GradMode::is_enabled()) {
@@ -127,10 +125,12 @@ bool decode_loras(const CachedBatch & batch, const model::ModelConfig & c, std::
         std::vector<DecodeLora> & table = layers[layer].lora;
         table.assign(static_cast<size_t>(DECODE_LORA_TARGETS * B), DecodeLora{});
         for (int t = 0; t < DECODE_LORA_TARGETS; ++t) {
-            for (int64_t b = 0; b < B; ++b) {
-                if (!decode_lora(row_adapter[b], layer, static_cast<LoraTarget>(t), c, table[t * B + b])) {
+            for (const RowSegment & s : batch.segments) {
+                DecodeLora f;
+                if (!decode_lora(s.adapter, layer, static_cast<LoraTarget>(t), c, f)) {
                     return false;
                 }
+                std::fill(table.begin() + t * B + s.begin, table.begin() + t * B + s.end, f);
             }
         }
     }
