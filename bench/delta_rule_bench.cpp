@@ -1,7 +1,8 @@
 // Gated DeltaNet scaling benchmark (issue 12 §4): times the engine's linear-attention mixer (deltanet_mix: causal
 // conv + SiLU, the chunked gated delta rule, the gated RMSNorm; no projections) on ONE sequence of each length,
 // forward (no grad) and forward + backward (autograd through the chunked rule), fp32, so the growth with the
-// sequence length can be read off: the chunked rule is linear in T (chunks of 64, a fixed-size state).
+// sequence length can be read off: the chunked rule is linear in T (chunks of 64, a fixed-size state). Then the
+// rule alone (gated_delta_rule) on the inputs transformers' torch_chunk_gated_delta_rule is timed on beside it.
 //   delta_rule_bench HK HV DK DV KERNEL STEPS THREADS LEN...   -> one JSON line per length on stdout
 #include <algorithm>
 #include <chrono>
@@ -58,6 +59,34 @@ Case make_case(const DeltaNetDims & d, int64_t T, bool train) {
     return c;
 }
 
+// The rule alone on the inputs transformers' torch_chunk_gated_delta_rule takes in qwen35_bench.py: q, k, v at
+// HV heads, g = -U(0, 1), beta = U(0, 1), one sequence, every input requiring a gradient (the no-grad guard
+// decides).
+struct RuleCase {
+    torch::Tensor q, k, v, g, beta;  // [T, HV, Dk] x2, [T, HV, Dv], [T, HV] x2
+    SequenceLayout layout;
+};
+
+RuleCase make_rule_case(const DeltaNetDims & d, int64_t T) {
+    torch::manual_seed(0);
+    RuleCase c;
+    const int64_t HV = d.v_heads;
+    c.q = torch::randn({T, HV, d.k_head_dim}).requires_grad_(true);
+    c.k = torch::randn({T, HV, d.k_head_dim}).requires_grad_(true);
+    c.v = torch::randn({T, HV, d.v_head_dim}).requires_grad_(true);
+    c.g = (-torch::rand({T, HV})).requires_grad_(true);
+    c.beta = torch::rand({T, HV}).requires_grad_(true);
+    c.layout.offsets = {0};
+    c.layout.lengths = {T};
+    return c;
+}
+
+void print_line(const char * layer, int64_t T, double fwd_s, double fwd_bwd_s) {
+    std::printf("{\"impl\": \"tinkerd\", \"layer\": \"%s\", \"tokens\": %lld, \"fwd_s\": %.6f, \"fwd_bwd_s\": %.6f}\n",
+                layer, static_cast<long long>(T), fwd_s, fwd_bwd_s);
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -85,11 +114,15 @@ int main(int argc, char ** argv) {
             torch::Tensor out = deltanet_mix(train.weights, d, train.inputs, train.layout);  // [T, Vd]
             out.sum().backward();
         });
-        std::printf(
-            "{\"impl\": \"tinkerd\", \"layer\": \"deltanet_mix\", \"tokens\": %lld, \"fwd_s\": %.6f, "
-            "\"fwd_bwd_s\": %.6f}\n",
-            static_cast<long long>(T), fwd_s, train_s);
-        std::fflush(stdout);
+        print_line("deltanet_mix", T, fwd_s, train_s);
+        const RuleCase rule = make_rule_case(d, T);
+        const double rule_fwd_s = timed(steps, [&] {
+            torch::NoGradGuard no_grad;
+            gated_delta_rule(rule.q, rule.k, rule.v, rule.g, rule.beta, rule.layout);
+        });
+        const double rule_train_s = timed(
+            steps, [&] { gated_delta_rule(rule.q, rule.k, rule.v, rule.g, rule.beta, rule.layout).sum().backward(); });
+        print_line("gated_delta_rule", T, rule_fwd_s, rule_train_s);
     }
     return 0;
 }

@@ -13,7 +13,8 @@
 # 3. transformers (bf16, SDPA attention, its torch Gated DeltaNet: the chunked rule, no fla kernels), 4 x 256
 #    random tokens, cross-entropy: (a) forward + loss under no_grad, (b) forward + loss + backward + AdamW with
 #    PEFT LoRA r32 on q,k,v,o, gate,up,down, in_proj_qkv (one LoRA where Tinker trains three), in_proj_z, out_proj.
-# 4. Scaling: `BUILD/bench/delta_rule_bench` (the engine's deltanet_mix, fp32, one sequence, no projections) at
+# 4. Scaling: `BUILD/bench/delta_rule_bench` (the engine's deltanet_mix, fp32, one sequence, no projections, and
+#    its gated_delta_rule alone on the same inputs as transformers' rule) at
 #    each length, forward and forward + backward, beside transformers' torch_chunk_gated_delta_rule on the same
 #    shapes; "x per doubling" near 2.0 is linear growth (a quadratic layer would show 4.0).
 # Each part runs in its own process. On a busy machine the numbers mean little: run it in a quiet window.
@@ -156,9 +157,10 @@ def report(rows, scaling, info):
                        f"{r['tokens'] / r['step_s']:.0f} |")
     out += ["", "Gated DeltaNet layer vs sequence length (one sequence, fp32; x = time ratio to the previous length)",
             "", "| impl | tokens | fwd ms | x | fwd+bwd ms | x | µs/token fwd+bwd |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for impl in ("tinkerd", "transformers"):
+    # one run of rows per (impl, layer): tinkerd's whole mixer, tinkerd's rule alone, transformers' rule
+    for impl, layer in dict.fromkeys((s["impl"], s["layer"]) for s in scaling):
         prev = None
-        for r in [s for s in scaling if s["impl"] == impl]:
+        for r in [s for s in scaling if s["impl"] == impl and s["layer"] == layer]:
             ratio = (lambda key: f"{r[key] / prev[key]:.2f}" if prev else "—")
             out.append(f"| {r['layer']} | {r['tokens']} | {1e3 * r['fwd_s']:.1f} | {ratio('fwd_s')} | "
                        f"{1e3 * r['fwd_bwd_s']:.1f} | {ratio('fwd_bwd_s')} | {1e6 * r['fwd_bwd_s'] / r['tokens']:.1f} |")

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/arch/causal_conv.h"
+#include "engine/arch/unit_lower_solve.h"
 #include "engine/host_access.h"
 #include "engine/kernels/delta_step.h"
 
@@ -109,15 +111,14 @@ struct ChunkTerms {
 
 ChunkTerms chunk_terms(const torch::Tensor & q, const torch::Tensor & k, const torch::Tensor & v,
                        const torch::Tensor & g, const torch::Tensor & beta) {
-    const torch::Tensor G = g.cumsum(-1);                                           // [S, H, N, 64]
-    const torch::Tensor diff = G.unsqueeze(-1) - G.unsqueeze(-2);                   // [.., i, j] = G_i - G_j
-    const torch::Tensor decay = diff.tril().exp().tril();                           // masked before exp: no inf above
-    const torch::Tensor k_beta = k * beta.unsqueeze(-1);                            // [.., 64, Dk]
-    const torch::Tensor M = (k_beta.matmul(k.transpose(-1, -2)) * decay).tril(-1);  // strictly lower
-    const torch::Tensor unit = M + torch::eye(kChunk, M.options());
+    const torch::Tensor G = g.cumsum(-1);                          // [S, H, N, 64]
+    const torch::Tensor diff = G.unsqueeze(-1) - G.unsqueeze(-2);  // [.., i, j] = G_i - G_j
+    const torch::Tensor decay = diff.tril().exp().tril();          // masked before exp: no inf above
+    const torch::Tensor k_beta = k * beta.unsqueeze(-1);           // [.., 64, Dk]
+    // M's strictly lower triangle (the solve reads nothing else: its diagonal is taken as 1; decay's upper is 0)
+    const torch::Tensor M = k_beta.matmul(k.transpose(-1, -2)) * decay;
     const torch::Tensor rhs = torch::cat({v * beta.unsqueeze(-1), k_beta * G.exp().unsqueeze(-1)}, -1);
-    const torch::Tensor sol = torch::linalg_solve_triangular(unit, rhs, /*upper=*/false, /*left=*/true,
-                                                             /*unitriangular=*/true);
+    const torch::Tensor sol = unit_lower_solve(M, rhs);  // (I + M)⁻¹ rhs, [.., 64, Dv + Dk]
     ChunkTerms t;
     const int64_t Dv = v.size(-1), Dk = k.size(-1);
     t.w_v = sol.narrow(-1, 0, Dv);
@@ -132,6 +133,14 @@ ChunkTerms chunk_terms(const torch::Tensor & q, const torch::Tensor & k, const t
 }  // namespace
 
 torch::Tensor causal_conv1d_silu(const torch::Tensor & x, const torch::Tensor & weight, const SequenceLayout & layout) {
+    if (fused_causal_conv_applies(x, weight)) {
+        return fused_causal_conv1d_silu(x, weight, layout);
+    }
+    return causal_conv1d_silu_ops(x, weight, layout);
+}
+
+torch::Tensor causal_conv1d_silu_ops(const torch::Tensor & x, const torch::Tensor & weight,
+                                     const SequenceLayout & layout) {
     const int64_t T = x.size(0), K = weight.size(1);
     const torch::Tensor padded = with_zero_row(x);  // [T+1, Cc]
     torch::Tensor acc = x * weight.select(1, K - 1);
