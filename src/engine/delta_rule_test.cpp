@@ -201,35 +201,6 @@ TEST(DeltaRule, ConvMatchesDirectSumAndSteps) {
     EXPECT_EQ(short_state[1].narrow(1, 0, K - 2).abs().max().item<double>(), 0.0);
 }
 
-// The fused conv kernels (CPU fp32 / fp64) against the tensor-op form: values and both gradients, sequences
-// shorter than the kernel, 300 channels (two of the weight gradient's channel blocks, a partial vector). fp64: the
-// same sums up to FMA contraction, 1e-13; fp32 against the fp64 ops: K + 1 roundings of O(1) values, 1e-5.
-TEST(DeltaRule, FusedConvMatchesTheOpsInValuesAndGradients) {
-    torch::manual_seed(4);
-    const int64_t C = 300, K = 4;
-    const SequenceLayout layout = packed({1, 2, 9, 3, 20});
-    const torch::Tensor x = torch::randn({35, C}, kF64), w = 0.5 * torch::randn({C, K}, kF64);
-    const torch::Tensor r = torch::randn({35, C}, kF64);
-    auto run = [&](bool fused, torch::ScalarType dtype) {
-        torch::Tensor xi = x.to(dtype).clone().requires_grad_(true), wi = w.to(dtype).clone().requires_grad_(true);
-        const torch::Tensor y =
-            fused ? engine::causal_conv1d_silu(xi, wi, layout) : engine::causal_conv1d_silu_ops(xi, wi, layout);
-        (y * r.to(dtype)).sum().backward();
-        return std::vector<torch::Tensor>{y.detach().to(torch::kFloat64), xi.grad().to(torch::kFloat64),
-                                          wi.grad().to(torch::kFloat64)};
-    };
-    const auto want = run(false, torch::kFloat64);
-    const char * names[] = {"y", "dx", "dw"};
-    for (auto [dtype, tolerance] : {std::pair{torch::kFloat64, 1e-13}, std::pair{torch::kFloat32, 1e-5}}) {
-        const auto got = run(true, dtype);
-        for (size_t i = 0; i < got.size(); ++i) {
-            const double err = max_abs_diff(got[i], want[i]) / want[i].abs().max().item<double>();
-            std::printf("fused conv %s %s: %.3g\n", c10::toString(dtype), names[i], err);
-            EXPECT_LT(err, tolerance) << names[i];
-        }
-    }
-}
-
 // Full-layer fixture for the mixer: HV = 2·HK, random weights and projected inputs.
 struct Mixer {
     engine::DeltaNetDims dims{/*k_heads=*/2,    /*v_heads=*/4,     /*k_head_dim=*/6,

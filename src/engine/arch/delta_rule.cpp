@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/arch/causal_conv.h"
 #include "engine/arch/unit_lower_solve.h"
 #include "engine/host_access.h"
 #include "engine/kernels/delta_step.h"
@@ -133,14 +132,6 @@ ChunkTerms chunk_terms(const torch::Tensor & q, const torch::Tensor & k, const t
 }  // namespace
 
 torch::Tensor causal_conv1d_silu(const torch::Tensor & x, const torch::Tensor & weight, const SequenceLayout & layout) {
-    if (fused_causal_conv_applies(x, weight)) {
-        return fused_causal_conv1d_silu(x, weight, layout);
-    }
-    return causal_conv1d_silu_ops(x, weight, layout);
-}
-
-torch::Tensor causal_conv1d_silu_ops(const torch::Tensor & x, const torch::Tensor & weight,
-                                     const SequenceLayout & layout) {
     const int64_t T = x.size(0), K = weight.size(1);
     const torch::Tensor padded = with_zero_row(x);  // [T+1, Cc]
     torch::Tensor acc = x * weight.select(1, K - 1);

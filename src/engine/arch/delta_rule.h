@@ -14,13 +14,7 @@ namespace tinkerd::engine {
 
 // Depthwise causal conv (no bias) then SiLU: row t of sequence s sees rows max(start_s, t-K+1)..t of its own
 // sequence (zeros before the start). x [T, Cc], weight [Cc, K] -> [T, Cc]; differentiable in x and weight.
-// CPU fp32 / fp64 take the fused kernels (arch/causal_conv.h: the same sums in the same order, FMA-contracted),
-// the rest the ops.
 torch::Tensor causal_conv1d_silu(const torch::Tensor & x, const torch::Tensor & weight, const SequenceLayout & layout);
-
-// The same as tensor ops (any device and dtype; the fused kernels' reference in tests).
-torch::Tensor causal_conv1d_silu_ops(const torch::Tensor & x, const torch::Tensor & weight,
-                                     const SequenceLayout & layout);
 
 // Each sequence's conv state after its prompt: its last K-1 input rows, oldest first, zero-padded in front
 // when the sequence is shorter. x [T, Cc] -> [S, Cc, K-1].
