@@ -119,19 +119,6 @@ TINKERD_DELTA_MIX(mix_avx512, __attribute__((target("avx512f,avx512vl,avx2,fma")
 TINKERD_DELTA_MIX(mix_avx2, __attribute__((target("avx2,fma"))))
 TINKERD_DELTA_MIX(mix_generic, )
 
-// The build of a loop body that kernel_isa() allows.
-template <class Fn>
-Fn for_isa(Fn avx512, Fn avx2, Fn generic) {
-    switch (kernel_isa()) {
-        case KernelIsa::avx512:
-            return avx512;
-        case KernelIsa::avx2:
-            return avx2;
-        default:
-            return generic;
-    }
-}
-
 }  // namespace
 
 void delta_mix_step(const DeltaMixRow * rows, int64_t n_rows, int64_t HK, int64_t HV, int64_t Dk, int64_t Dv,

@@ -44,6 +44,19 @@ KernelIsa kernel_isa();                  // the one in use
 void set_kernel_isa(KernelIsa isa);      // clamped to cpu_kernel_isa(); for tests and benchmarks
 void set_kernels_enabled(bool enabled);  // false = set_kernel_isa(generic); true = the CPU's best
 
+// The build of a loop body that kernel_isa() allows (the kernels compile one body per ISA with target attributes).
+template <class Fn>
+Fn for_isa(Fn avx512, Fn avx2, Fn generic) {
+    switch (kernel_isa()) {
+        case KernelIsa::avx512:
+            return avx512;
+        case KernelIsa::avx2:
+            return avx2;
+        default:
+            return generic;
+    }
+}
+
 // From this many rows of x (or dy) on, the products convert blocks of the weight to fp32 and call BLAS;
 // below it the register-blocked kernels read each weight row once. Settable for tests and benchmarks.
 int64_t blas_min_rows();

@@ -58,12 +58,7 @@ TINKERD_TRI_SOLVE(solve_generic, )
 template <typename T, bool Transposed>
 void solve_batch(const T * L, T * R, int64_t batch, int64_t n, int64_t w) {
     using Fn = void (*)(const T *, T *, int64_t, int64_t, int64_t, int64_t);
-    Fn fn = solve_generic<T, Transposed>;
-    if (kernel_isa() == KernelIsa::avx512) {
-        fn = solve_avx512<T, Transposed>;
-    } else if (kernel_isa() == KernelIsa::avx2) {
-        fn = solve_avx2<T, Transposed>;
-    }
+    const Fn fn = for_isa<Fn>(solve_avx512<T, Transposed>, solve_avx2<T, Transposed>, solve_generic<T, Transposed>);
     at::parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) { fn(L, R, n, w, b0, b1); });
 }
 
